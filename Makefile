@@ -1,0 +1,34 @@
+# Two commands set everything up from a bare clone: `make demo` and `make test`.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+UV      := uv==0.13.8
+
+.PHONY: setup demo test test-all bench lock clean
+
+$(STAMP): requirements.lock pyproject.toml infra/system-deps.sh
+	bash infra/system-deps.sh
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $(UV)
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python -m pipelines.demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python -m tests.bench.run
+
+# Re-resolve the pinned lock after changing dependencies in pyproject.toml.
+lock:
+	$(BIN)/uv pip compile -q pyproject.toml --extra test --python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .icelog

@@ -1,0 +1,78 @@
+"""Catalogs: the embedded default and any pyiceberg catalog named by configuration.
+
+Precedence follows pyiceberg: an explicit name (``--catalog`` / ``ICELOG_CATALOG``) is
+resolved from ``PYICEBERG_CATALOG__<NAME>__...`` variables and ``.pyiceberg.yaml``.
+With no name, the embedded default is used: a SQLite SQL catalog and a local warehouse
+under ``$ICELOG_HOME`` (default ``./.icelog``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.utils.config import Config
+
+from storage import faults
+from storage.errors import InvalidInput
+
+EMBEDDED_NAME = "icelog"
+
+
+class CatalogNotConfigured(InvalidInput):
+    def describe(self) -> str:
+        var = f"PYICEBERG_CATALOG__{self.fields['catalog'].upper()}__URI"
+        return (
+            f"catalog {self.fields['catalog']!r} is not configured: set {var} "
+            "(and __WAREHOUSE) or add it to .pyiceberg.yaml"
+        )
+
+
+class LogSqlCatalog(SqlCatalog):
+    """pyiceberg's SQL catalog with a fault point between metadata write and pointer swap."""
+
+    def _write_metadata(self, *args: Any, **kwargs: Any) -> None:
+        super()._write_metadata(*args, **kwargs)
+        faults.checkpoint(faults.AFTER_METADATA_WRITE)
+
+
+def icelog_home() -> Path:
+    return Path(os.environ.get("ICELOG_HOME", ".icelog")).resolve()
+
+
+def embedded_properties(home: Path | None = None) -> dict[str, str]:
+    home = home or icelog_home()
+    (home / "warehouse").mkdir(parents=True, exist_ok=True)
+    return {
+        "uri": f"sqlite:///{home / 'catalog.db'}",
+        "warehouse": f"file://{home / 'warehouse'}",
+    }
+
+
+def open_catalog(name: str | None = None, **properties: str) -> Catalog:
+    """Open a catalog.
+
+    Args:
+        name: A pyiceberg catalog name; ``None`` means ``$ICELOG_CATALOG`` or, if unset, the
+            embedded default under ``$ICELOG_HOME``.
+        properties: Extra catalog properties, overriding configuration.
+
+    Returns:
+        The catalog. SQL catalogs (SQLite, PostgreSQL) come back as :class:`LogSqlCatalog`.
+
+    Raises:
+        CatalogNotConfigured: ``name`` has no configuration.
+    """
+    name = name or os.environ.get("ICELOG_CATALOG") or None
+    if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
+        return LogSqlCatalog(EMBEDDED_NAME, **{**embedded_properties(), **properties})
+    conf = {**(Config().get_catalog_config(name) or {}), **properties}
+    if not conf:
+        raise CatalogNotConfigured(catalog=name)
+    uri = str(conf.get("uri", ""))
+    if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
+        return LogSqlCatalog(name, **{k: str(v) for k, v in conf.items() if k != "type"})
+    return load_catalog(name, **properties)

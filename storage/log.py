@@ -1,0 +1,319 @@
+"""Log tables: create, describe, append (optionally conditional), read.
+
+This is the public API. Every write goes through :func:`storage.commit.commit`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from storage import schema as cols
+from storage.commit import RANGES, CommitOutcome, Decision, commit, load
+from storage.errors import (
+    EmptyBatch,
+    InvalidInput,
+    InvalidOffset,
+    NotALogTable,
+    OffsetMismatch,
+    TableAlreadyExists,
+    UnknownPartition,
+)
+from storage.state import FORMAT, LogState, Watermark
+
+TABLE_DEFAULTS = {
+    "format-version": "2",
+    # Belt and braces: icelog never calls pyiceberg's retrying commit, but other writers
+    # of the same table should fail rather than rebase a stale append (DESIGN §3).
+    "commit.retry.num-retries": "0",
+    "write.metadata.previous-versions-max": "10",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.parquet.compression-codec": "zstd",
+    # Appends merge small manifests once this many pile up, so the manifest list (rewritten
+    # by every commit) stays short and commit latency stays flat as history grows.
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "50",
+}
+
+
+@dataclass
+class AppendResult:
+    """Offsets assigned by one append: ``ranges[p] = (base_offset, next_offset)``."""
+
+    table: str
+    ranges: dict[int, tuple[int, int]]
+    commit_id: str
+    snapshot_id: int | None = None
+    duplicate: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AppendRequest:
+    """One append of rows to one or more partitions in one commit."""
+
+    table: str
+    payload: Mapping[int, pa.Table]
+    expected_offsets: Mapping[int, int] = field(default_factory=dict)
+    commit_id: str = ""
+    producer: Any = None  # storage.producers.ProducerBatch, checked at commit
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        for p in self.payload:
+            if p >= state.partitions:
+                raise UnknownPartition(table=self.table, partition=p, partitions=state.partitions)
+        for p, expected in self.expected_offsets.items():
+            if state.end(p) != expected:
+                raise OffsetMismatch(table=self.table, partition=p, expected=expected, actual=state.end(p))
+        ranges = {p: (state.end(p), state.end(p) + rows.num_rows) for p, rows in self.payload.items()}
+        new_state = state.with_ends({p: r[1] for p, r in ranges.items()})
+        lineage: dict[str, str] = {}
+        seqs: Mapping[int, int] = {}
+        if self.producer is not None:
+            from storage import producers
+
+            verdict = producers.admit(self.table, state, self.producer, ranges)
+            if verdict.duplicate_of is not None:
+                result = AppendResult(self.table, verdict.duplicate_of, self.commit_id, state.snapshot_id, True)
+                return Decision(state=state, result=result, write=False)
+            new_state = verdict.state.with_ends({p: r[1] for p, r in ranges.items()})
+            lineage, seqs = verdict.lineage, self.producer.first_sequences
+        now_us = int(time.time() * 1_000_000)
+        rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
+        result = AppendResult(self.table, dict(ranges), self.commit_id)
+        return Decision(state=new_state, result=result, rows=rows, ranges=ranges, lineage=lineage)
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> AppendResult:
+        raw = json.loads(snapshot.summary.additional_properties.get(RANGES, "{}"))
+        ranges = {int(p): (r[0], r[1]) for p, r in raw.items()}
+        return AppendResult(self.table, ranges, self.commit_id, snapshot.snapshot_id, True)
+
+
+def _with_system_columns(
+    payload: pa.Table, partition: int, base: int, now_us: int, producer: Any, first_seq: int | None
+) -> pa.Table:
+    n = payload.num_rows
+    system = {
+        cols.PARTITION: pa.array(np.full(n, partition, dtype=np.int32)),
+        cols.OFFSET: pa.array(np.arange(base, base + n, dtype=np.int64)),
+        cols.TIMESTAMP: pa.array(np.full(n, now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+    }
+    if producer is None:
+        system[cols.PRODUCER_ID] = pa.nulls(n, pa.int64())
+        system[cols.PRODUCER_EPOCH] = pa.nulls(n, pa.int32())
+        system[cols.PRODUCER_SEQ] = pa.nulls(n, pa.int32())
+    else:
+        system[cols.PRODUCER_ID] = pa.array(np.full(n, producer.producer_id, dtype=np.int64))
+        system[cols.PRODUCER_EPOCH] = pa.array(np.full(n, producer.epoch, dtype=np.int32))
+        system[cols.PRODUCER_SEQ] = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int32))
+    columns = list(system.values()) + payload.columns
+    return pa.Table.from_arrays(columns, names=list(system) + payload.column_names)
+
+
+class LogTable:
+    """A log table in a catalog. Cheap to construct; each call reads the current metadata."""
+
+    def __init__(self, catalog: Catalog, identifier: str) -> None:
+        self.catalog = catalog
+        self.identifier = cols.qualified(identifier)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        catalog: Catalog,
+        identifier: str,
+        partitions: int,
+        payload: list[dict] | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> LogTable:
+        """Create a log table.
+
+        Args:
+            catalog: Where to create it.
+            identifier: ``namespace.table`` (a bare name goes to namespace ``logs``).
+            partitions: Number of log partitions, at least 1.
+            payload: Payload columns ``[{"name", "type", "required"?}]``; default key/value strings.
+            properties: Extra Iceberg table properties.
+
+        Raises:
+            InvalidIdentifier, InvalidInput: bad name, partition count or payload schema.
+            TableAlreadyExists: the table exists.
+        """
+        namespace, name = cols.parse_identifier(identifier)
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
+            raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
+        schema = cols.log_schema(cols.payload_fields(payload))
+        props = {**TABLE_DEFAULTS, **(properties or {}), **LogState.initial(partitions).to_properties()}
+        try:
+            catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            catalog.create_table(
+                f"{namespace}.{name}",
+                schema=schema,
+                partition_spec=cols.log_partition_spec(schema),
+                sort_order=cols.log_sort_order(schema),
+                properties=props,
+            )
+        except TableAlreadyExistsError as e:
+            raise TableAlreadyExists(table=f"{namespace}.{name}") from e
+        return cls(catalog, f"{namespace}.{name}")
+
+    @classmethod
+    def open(cls, catalog: Catalog, identifier: str) -> LogTable:
+        log_table = cls(catalog, identifier)
+        log_table.table()
+        return log_table
+
+    def table(self) -> Table:
+        table = load(self.catalog, self.identifier)
+        if FORMAT not in table.metadata.properties:
+            raise NotALogTable(table=self.identifier)
+        return table
+
+    def state(self) -> LogState:
+        return LogState.from_metadata(self.table().metadata)
+
+    def watermarks(self) -> dict[int, Watermark]:
+        return dict(self.state().watermarks)
+
+    def payload_schema(self, table: Table | None = None) -> pa.Schema:
+        return cols.payload_arrow_schema((table or self.table()).schema())
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        rows: Mapping[int, pa.Table | list[dict]],
+        expected_offsets: Mapping[int, int] | None = None,
+        *,
+        producer: Any = None,
+        commit_id: str | None = None,
+    ) -> AppendResult:
+        """Append rows to one or more partitions in one atomic commit.
+
+        Args:
+            rows: Payload rows per partition (Arrow tables or lists of dicts).
+            expected_offsets: Per partition, the log end offset this append expects (KIP-27).
+                The append commits only if each named partition still ends there.
+            producer: A :class:`storage.producers.ProducerBatch` for idempotent appends.
+            commit_id: Idempotency key; re-sending the same id never appends twice.
+
+        Returns:
+            The offsets assigned, per partition.
+
+        Raises:
+            OffsetMismatch: a partition's log end offset is not the expected one.
+            UnknownPartition, EmptyBatch, SchemaMismatch, InvalidOffset: bad input; nothing written.
+            CommitConflict, CommitOutcomeUnknown: transient; safe to re-send with the same commit id.
+        """
+        import uuid
+
+        table = self.table()
+        state = LogState.from_metadata(table.metadata)
+        payload = self._validate(rows, expected_offsets or {}, state, table)
+        request = AppendRequest(
+            self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer
+        )
+        return self._commit(request).result
+
+    def _commit(self, request: Any) -> CommitOutcome:
+        return commit(self.catalog, self.identifier, request, commit_id=request.commit_id)
+
+    def _validate(
+        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table
+    ) -> dict[int, pa.Table]:
+        if not rows:
+            raise InvalidInput(reason="an append needs at least one partition with rows")
+        payload_schema = self.payload_schema(table)
+        payload: dict[int, pa.Table] = {}
+        for p, batch in rows.items():
+            if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < state.partitions:
+                raise UnknownPartition(table=self.identifier, partition=p, partitions=state.partitions)
+            if isinstance(batch, list):
+                try:
+                    batch = pa.Table.from_pylist(batch)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+                    raise cols.SchemaMismatch(table=self.identifier, reason=str(e)) from e
+            if not isinstance(batch, pa.Table):
+                raise InvalidInput(reason=f"partition {p}: rows must be a pyarrow.Table or a list of dicts")
+            if batch.num_rows == 0:
+                raise EmptyBatch(table=self.identifier, partition=p)
+            payload[p] = cols.conform_payload(self.identifier, batch, payload_schema)
+        for p, k in expected.items():
+            if p not in payload:
+                raise InvalidInput(reason=f"expected offset given for partition {p}, which has no rows")
+            if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+                raise InvalidOffset(partition=p, offset=k, reason="an expected offset is an integer >= 0")
+        return payload
+
+    def add_partitions(self, count: int) -> dict[str, int]:
+        """Grow the table to ``count`` partitions (partitions are never removed)."""
+        from storage.maintenance import PartitionGrowth
+
+        return self._commit(PartitionGrowth(self.identifier, count)).result
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def read(
+        self, partition: int, start: int | None = None, end: int | None = None, snapshot_id: int | None = None
+    ) -> pa.Table:
+        """Rows of ``partition`` with offsets in ``[start, end)``, in offset order."""
+        table = self.table()
+        state = LogState.from_metadata(table.metadata)
+        if not 0 <= partition < state.partitions:
+            raise UnknownPartition(table=self.identifier, partition=partition, partitions=state.partitions)
+        condition: Any = EqualTo(cols.PARTITION, partition)
+        if start is not None:
+            condition = And(condition, GreaterThanOrEqual(cols.OFFSET, start))
+        if end is not None:
+            condition = And(condition, LessThan(cols.OFFSET, end))
+        return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
+
+    def describe(self) -> dict[str, Any]:
+        table = self.table()
+        state = LogState.from_metadata(table.metadata)
+        return {
+            "table": self.identifier,
+            "partitions": state.partitions,
+            "offsets": {str(p): {"start": w.start, "end": w.end} for p, w in state.watermarks.items()},
+            "payload": [
+                {"name": f.name, "type": str(f.field_type), "required": f.required}
+                for f in table.schema().fields
+                if f.name not in cols.SYSTEM_COLUMNS
+            ],
+            "snapshot_id": state.snapshot_id,
+            "snapshots": len(table.metadata.snapshots),
+            "location": table.metadata.location,
+            "producers": len(state.producers),
+        }
+
+
+def list_log_tables(catalog: Catalog) -> list[str]:
+    """Qualified names of every log table in the catalog."""
+    names = []
+    for namespace in catalog.list_namespaces():
+        for ident in catalog.list_tables(namespace):
+            name = ".".join(ident)
+            try:
+                table = catalog.load_table(name)
+            except NoSuchTableError:
+                continue
+            if FORMAT in table.metadata.properties:
+                names.append(name)
+    return sorted(names)

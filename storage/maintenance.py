@@ -1,0 +1,261 @@
+"""Maintenance: partition growth, retention, snapshot expiry, compaction and orphan cleanup.
+
+Each state change is a :class:`storage.commit.Decision` run through the commit core, so it
+is decided on the exact base it replaces, like every append.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import TimestamptzType
+
+from storage import schema as cols
+from storage.commit import Decision, commit, load
+from storage.errors import InvalidInput
+from storage.files import file_offset_range, file_partition, write_log_files
+from storage.state import LogState
+
+RETENTION_MS = "icelog.retention.ms"
+RETENTION_BYTES = "icelog.retention.bytes"
+COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone
+
+
+@dataclass
+class PartitionGrowth:
+    table: str
+    count: int
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        if not isinstance(self.count, int) or self.count < state.partitions:
+            raise InvalidInput(reason=f"partitions can be added, never removed: {state.partitions} -> {self.count}")
+        new_state = state.with_partitions(self.count)
+        return Decision(state=new_state, result={"partitions": self.count}, write=self.count != state.partitions)
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return None
+
+
+def live_files(table: Table) -> list[DataFile]:
+    """Data files of the table's current snapshot (from manifests, no data read)."""
+    return [task.file for task in table.scan().plan_files()]
+
+
+def files_by_partition(table: Table) -> dict[int, list[tuple[int, int, DataFile]]]:
+    """Per partition, ``(first, next, file)`` sorted by first offset."""
+    offset_id = table.schema().find_field(cols.OFFSET).field_id
+    grouped: dict[int, list[tuple[int, int, DataFile]]] = {}
+    for data_file in live_files(table):
+        first, nxt = file_offset_range(data_file, offset_id)
+        grouped.setdefault(file_partition(data_file), []).append((first, nxt, data_file))
+    for entries in grouped.values():
+        entries.sort(key=lambda e: e[0])
+    return grouped
+
+
+@dataclass
+class Retention:
+    """Drop whole files at the head of each partition, by age or size; move ``log_start``.
+
+    Offsets are never reused: ``log_end`` does not move, and an emptied partition keeps
+    ``log_start == log_end``.
+    """
+
+    table: str
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    now_ms: int | None = None
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        now_ms = self.now_ms or int(time.time() * 1000)
+        ts_id = table.schema().find_field(cols.TIMESTAMP).field_id
+        drop: list[DataFile] = []
+        starts: dict[int, int] = {}
+        for p, entries in files_by_partition(table).items():
+            size = sum(e[2].file_size_in_bytes for e in entries)
+            kept = list(entries)
+            while kept:
+                first, nxt, data_file = kept[0]
+                newest_ms = from_bytes(TimestamptzType(), data_file.upper_bounds[ts_id]) // 1000
+                too_old = self.retention_ms is not None and newest_ms < now_ms - self.retention_ms
+                too_big = self.retention_bytes is not None and size - data_file.file_size_in_bytes >= self.retention_bytes
+                if not (too_old or too_big):
+                    break
+                drop.append(data_file)
+                size -= data_file.file_size_in_bytes
+                kept.pop(0)
+            if len(kept) != len(entries):
+                starts[p] = kept[0][0] if kept else state.end(p)
+        result = {"dropped_files": len(drop), "log_start": {str(p): s for p, s in starts.items()}}
+        return Decision(state=state.with_starts(starts), result=result, drop_files=tuple(drop), write=bool(drop))
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return {"dropped_files": None}
+
+
+@dataclass
+class Compaction:
+    """Rewrite runs of small files of a partition into one file, keeping every offset.
+
+    Re-decided on conflict; merged files written for a run whose sources are all still live
+    are reused rather than written again.
+    """
+
+    table: str
+    target_rows: int = 5_000_000
+    commit_id: str = ""
+    _written: dict[frozenset[str], list[DataFile]] = field(default_factory=dict)
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        drop: list[DataFile] = []
+        add: list[DataFile] = []
+        for p, entries in files_by_partition(table).items():
+            for run in _small_runs(entries, self.target_rows):
+                key = frozenset(e[2].file_path for e in run)
+                if key not in self._written:
+                    rows = pa.concat_tables(_read_file(table, e[2]) for e in run)
+                    self._written[key] = write_log_files(table, {p: rows})
+                drop.extend(e[2] for e in run)
+                add.extend(self._written[key])
+        result = {"rewritten_files": len(drop), "new_files": len(add)}
+        return Decision(state=state, result=result, drop_files=tuple(drop), add_files=tuple(add), write=bool(drop))
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return {"rewritten_files": None}
+
+
+def _small_runs(entries: list[tuple[int, int, DataFile]], target_rows: int) -> Iterator[list]:
+    run: list = []
+    rows = 0
+    for entry in entries:
+        n = entry[2].record_count
+        if n >= target_rows or rows + n > target_rows:
+            if len(run) >= COMPACT_MIN_FILES:
+                yield run
+            run, rows = ([], 0) if n >= target_rows else ([entry], n)
+            continue
+        run.append(entry)
+        rows += n
+    if len(run) >= COMPACT_MIN_FILES:
+        yield run
+
+
+def _read_file(table: Table, data_file: DataFile) -> pa.Table:
+    with table.io.new_input(data_file.file_path).open() as f:
+        return pq.read_table(f).sort_by(cols.OFFSET)
+
+
+def expire_snapshots(catalog: Catalog, identifier: str, keep: int = 1, older_than_ms: int | None = None) -> int:
+    """Expire all but the newest ``keep`` snapshots (and only those older than the cutoff)."""
+    request = _ExpireSnapshots(identifier, keep, older_than_ms)
+    return commit(catalog, identifier, request).result
+
+
+@dataclass
+class _ExpireSnapshots:
+    table: str
+    keep: int
+    older_than_ms: int | None
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        meta = table.metadata
+        cutoff = self.older_than_ms if self.older_than_ms is not None else int(time.time() * 1000)
+        protected = {ref.snapshot_id for ref in meta.refs.values()}
+        ordered = sorted(meta.snapshots, key=lambda s: s.timestamp_ms)
+        doomed = [
+            s.snapshot_id
+            for s in ordered[: max(0, len(ordered) - self.keep)]
+            if s.snapshot_id not in protected and s.timestamp_ms < cutoff
+        ]
+        return Decision(state=state, result=len(doomed), expire=tuple(doomed), write=bool(doomed))
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return 0
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme in ("", "file") else uri
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file a live snapshot or the metadata log still needs."""
+    meta = table.metadata
+    keep = {_local_path(table.metadata_location)}
+    keep.update(_local_path(entry.metadata_file) for entry in meta.metadata_log)
+    for snapshot in meta.snapshots:
+        keep.add(_local_path(snapshot.manifest_list))
+        for manifest in snapshot.manifests(table.io):
+            keep.add(_local_path(manifest.manifest_path))
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                keep.add(_local_path(entry.data_file.file_path))
+    return keep
+
+
+def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float = 3600.0) -> list[str]:
+    """Delete files under the table location that no snapshot references.
+
+    Only files older than ``older_than_s`` go, so a writer's files that are written but not
+    yet committed survive. Local (``file://``) warehouses only.
+    """
+    table = load(catalog, identifier)
+    root = _local_path(table.metadata.location)
+    if "://" in root:
+        raise InvalidInput(reason=f"orphan cleanup supports local warehouses only, not {root}")
+    keep = referenced_files(table)
+    cutoff = time.time() - older_than_s
+    removed = []
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            if path not in keep and os.path.getmtime(path) < cutoff:
+                os.remove(path)
+                removed.append(path)
+    return removed
+
+
+def maintain(
+    catalog: Catalog,
+    identifier: str,
+    *,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    keep_snapshots: int = 5,
+    orphan_age_s: float = 3600.0,
+    compact: bool = True,
+) -> dict[str, Any]:
+    """Run retention, compaction, snapshot expiry and orphan cleanup, in that order.
+
+    Retention limits default to the table properties ``icelog.retention.ms`` / ``.bytes``.
+    """
+    table = load(catalog, identifier)
+    props = table.metadata.properties
+    retention_ms = retention_ms if retention_ms is not None else _opt_int(props.get(RETENTION_MS))
+    retention_bytes = retention_bytes if retention_bytes is not None else _opt_int(props.get(RETENTION_BYTES))
+    report: dict[str, Any] = {"table": identifier, "started": datetime.now(timezone.utc).isoformat()}
+    if retention_ms is not None or retention_bytes is not None:
+        report["retention"] = commit(catalog, identifier, Retention(identifier, retention_ms, retention_bytes)).result
+    if compact:
+        report["compaction"] = commit(catalog, identifier, Compaction(identifier)).result
+    report["expired_snapshots"] = expire_snapshots(catalog, identifier, keep=keep_snapshots)
+    report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
+    return report
+
+
+def _opt_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None

@@ -1,0 +1,193 @@
+"""Log-table schemas: system columns, payload columns and identifiers.
+
+System columns need no quoting in DuckDB or Spark SQL (so no ``offset`` or ``partition``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+    TimestampType,
+)
+
+from storage.errors import InvalidIdentifier, InvalidInput, SchemaMismatch
+
+PARTITION = "log_partition"
+OFFSET = "log_offset"
+TIMESTAMP = "log_timestamp"
+PRODUCER_ID = "producer_id"
+PRODUCER_EPOCH = "producer_epoch"
+PRODUCER_SEQ = "producer_seq"
+SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ)
+
+DEFAULT_NAMESPACE = "logs"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+PAYLOAD_TYPES: dict[str, IcebergType] = {
+    "string": StringType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "boolean": BooleanType(),
+    "date": DateType(),
+    "timestamp": TimestampType(),
+    "timestamptz": TimestamptzType(),
+    "binary": BinaryType(),
+}
+
+
+def parse_identifier(identifier: str) -> tuple[str, str]:
+    """Split ``namespace.table`` (or ``table``, in namespace ``logs``) and validate both parts.
+
+    Raises:
+        InvalidIdentifier: a part is empty or has characters other than letters, digits, ``_``.
+    """
+    if not isinstance(identifier, str):
+        raise InvalidIdentifier(identifier=repr(identifier), reason="must be a string")
+    parts = identifier.split(".")
+    if len(parts) == 1:
+        parts = [DEFAULT_NAMESPACE, parts[0]]
+    if len(parts) != 2:
+        raise InvalidIdentifier(identifier=identifier, reason="use NAMESPACE.TABLE")
+    for part in parts:
+        if not _NAME.match(part):
+            raise InvalidIdentifier(
+                identifier=identifier,
+                reason="each part must start with a letter or _ and hold only letters, digits and _",
+            )
+    return parts[0], parts[1]
+
+
+def qualified(identifier: str) -> str:
+    return ".".join(parse_identifier(identifier))
+
+
+def payload_fields(spec: list[dict] | None = None) -> list[tuple[str, IcebergType, bool]]:
+    """Validate a payload column list ``[{"name", "type", "required"?}]``; default key/value strings."""
+    if spec is None:
+        return [("key", StringType(), False), ("value", StringType(), False)]
+    if not isinstance(spec, list) or not spec:
+        raise InvalidInput(reason="a payload schema is a non-empty list of {name, type} objects")
+    fields: list[tuple[str, IcebergType, bool]] = []
+    for column in spec:
+        if not isinstance(column, dict) or "name" not in column or "type" not in column:
+            raise InvalidInput(reason=f"payload column {column!r} needs 'name' and 'type'")
+        name, type_name = column["name"], column["type"]
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidIdentifier(identifier=str(name), reason="column names are letters, digits and _")
+        if name in SYSTEM_COLUMNS:
+            raise InvalidInput(reason=f"payload column {name!r} collides with a system column")
+        if type_name not in PAYLOAD_TYPES:
+            raise InvalidInput(reason=f"column {name!r}: unknown type {type_name!r}; one of {sorted(PAYLOAD_TYPES)}")
+        fields.append((name, PAYLOAD_TYPES[type_name], bool(column.get("required", False))))
+    if len({f[0] for f in fields}) != len(fields):
+        raise InvalidInput(reason="payload column names must be unique")
+    return fields
+
+
+def load_payload_spec(path: str | Path) -> list[dict]:
+    """Read a payload schema file: JSON, either a list of columns or ``{"fields": [...]}``."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InvalidInput(reason=f"cannot read schema file {path}: {e}") from e
+    return doc["fields"] if isinstance(doc, dict) and "fields" in doc else doc
+
+
+def log_schema(payload: list[tuple[str, IcebergType, bool]]) -> Schema:
+    system = [
+        NestedField(1, PARTITION, IntegerType(), required=True),
+        NestedField(2, OFFSET, LongType(), required=True),
+        NestedField(3, TIMESTAMP, TimestamptzType(), required=True),
+        NestedField(4, PRODUCER_ID, LongType(), required=False),
+        NestedField(5, PRODUCER_EPOCH, IntegerType(), required=False),
+        NestedField(6, PRODUCER_SEQ, IntegerType(), required=False),
+    ]
+    user = [NestedField(7 + i, name, t, required=req) for i, (name, t, req) in enumerate(payload)]
+    return Schema(*system, *user)
+
+
+def log_partition_spec(schema: Schema) -> PartitionSpec:
+    source = schema.find_field(PARTITION).field_id
+    return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=PARTITION))
+
+
+def log_sort_order(schema: Schema) -> SortOrder:
+    return SortOrder(SortField(source_id=schema.find_field(OFFSET).field_id, transform=IdentityTransform()))
+
+
+def payload_arrow_schema(schema: Schema) -> pa.Schema:
+    full = schema.as_arrow()
+    return pa.schema([f for f in full if f.name not in SYSTEM_COLUMNS])
+
+
+def conform_payload(table: str, rows: pa.Table, payload: pa.Schema) -> pa.Table:
+    """Cast user rows to the payload schema, or raise :class:`SchemaMismatch` (nothing written).
+
+    Columns are matched by name; a missing optional column becomes nulls, an unknown column
+    or a lossy cast is an error.
+    """
+    names = set(rows.column_names)
+    unknown = names - set(payload.names)
+    if unknown:
+        raise SchemaMismatch(table=table, reason=f"unknown columns {sorted(unknown)}; payload is {payload.names}")
+    columns = []
+    for field in payload:
+        if field.name not in names:
+            if not field.nullable:
+                raise SchemaMismatch(table=table, reason=f"required column {field.name!r} is missing")
+            columns.append(pa.nulls(rows.num_rows, field.type))
+            continue
+        column = rows.column(field.name)
+        if not _castable(column.type, field.type):
+            raise SchemaMismatch(table=table, reason=f"column {field.name!r}: {column.type} is not {field.type}")
+        try:
+            column = column.cast(field.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise SchemaMismatch(
+                table=table, reason=f"column {field.name!r}: cannot cast {column.type} to {field.type} ({e})"
+            ) from e
+        if not field.nullable and column.null_count:
+            raise SchemaMismatch(table=table, reason=f"required column {field.name!r} has nulls")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=payload)
+
+
+def _castable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Casts that keep meaning: widening numerics, and strings parsed as dates/timestamps (JSON)."""
+    t = pa.types
+    if source == target or t.is_null(source):
+        return True
+    if t.is_string(source) or t.is_large_string(source):
+        return t.is_string(target) or t.is_large_string(target) or t.is_timestamp(target) or t.is_date(target)
+    if t.is_integer(source):
+        return t.is_integer(target) or t.is_floating(target)
+    if t.is_floating(source):
+        return t.is_floating(target)
+    if t.is_timestamp(source):
+        return t.is_timestamp(target)
+    if t.is_date(source):
+        return t.is_date(target)
+    if t.is_binary(source) or t.is_large_binary(source):
+        return t.is_binary(target) or t.is_large_binary(target)
+    return False
