@@ -36,7 +36,9 @@ def register_table(
     paths = planned_paths(table, snapshot_id) if snapshot_id is not None or table.metadata.current_snapshot_id else []
     target = f'"{namespace}"."{table_name}"'
     if paths:
-        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM read_parquet($paths)", {"paths": paths})
+        # Views cannot take prepared parameters: inline the paths as escaped literals.
+        listing = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM read_parquet([{listing}])")
         return
     _register_empty(con, name, table)
 
