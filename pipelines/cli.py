@@ -228,6 +228,52 @@ def offsets(ctx: Context, table: str) -> None:
     ctx.emit(doc, lambda d: _table([[p, o["start"], o["end"]] for p, o in d["partitions"].items()], ["partition", "start", "end"], d["table"]))
 
 
+# --- producers ---------------------------------------------------------------------------------
+
+
+@cli.group()
+def producers() -> None:
+    """Idempotent producers: ids, epochs (fencing), sequences."""
+
+
+@producers.command("init")
+@click.argument("table")
+@click.option("--client-id", default=None, help="Stable identity: re-init bumps the epoch and fences older instances.")
+@click.pass_obj
+@handled
+def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
+    from storage.producers import init_producer
+
+    identity = init_producer(ctx.catalog, table, client_id)
+    ctx.emit(identity.to_dict(), lambda d: click.echo(f"producer_id={d['producer_id']} epoch={d['epoch']}"))
+
+
+@producers.command("list")
+@click.argument("table")
+@click.pass_obj
+@handled
+def producers_list(ctx: Context, table: str) -> None:
+    from storage.log import LogTable
+
+    state = LogTable.open(ctx.catalog, table).state()
+    doc = {"table": table, "producers": state.producers}
+    ctx.emit(doc, lambda d: _table(
+        [[pid, e["client"], e["epoch"], ", ".join(f"{p}:{s['last_seq']}" for p, s in e["partitions"].items())] for pid, e in sorted(d["producers"].items(), key=lambda kv: int(kv[0]))],
+        ["producer_id", "client_id", "epoch", "last sequence per partition"], table))
+
+
+@producers.command("rebuild")
+@click.argument("table")
+@click.pass_obj
+@handled
+def producers_rebuild(ctx: Context, table: str) -> None:
+    """Recompute producer state from the rows (they carry producer id, epoch, sequence)."""
+    from storage.producers import rebuild
+
+    state = rebuild(ctx.catalog, table)
+    ctx.emit({"table": table, "producers": state}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))
+
+
 # --- validate / sql / maintain --------------------------------------------------------------
 
 

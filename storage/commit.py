@@ -79,6 +79,7 @@ class Decision:
         drop_files: Data files to remove (retention, compaction).
         add_files: Data files already written (e.g. by Spark executors or compaction).
         expire: Snapshot ids to expire in the same commit.
+        properties: Further table properties to set in the same commit.
         lineage: Extra snapshot-summary entries.
         result: Returned to the caller, with the snapshot id filled in.
         write: False when nothing needs committing (e.g. a re-sent batch already landed).
@@ -92,6 +93,7 @@ class Decision:
     add_files: tuple[DataFile, ...] = ()
     lineage: Mapping[str, str] = field(default_factory=dict)
     expire: tuple[int, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
     write: bool = True
 
 
@@ -211,7 +213,7 @@ def _stage(
                 p.delete_data_file(data_file)
             for data_file in files:
                 p.append_data_file(data_file)
-    updates = (*txn._updates, SetPropertiesUpdate(updates=decision.state.to_properties()))
+    updates = (*txn._updates, SetPropertiesUpdate(updates={**decision.properties, **decision.state.to_properties()}))
     expired = set(decision.expire) | set(_snapshots_to_expire(table.metadata, adding=1 if files or decision.drop_files else 0))
     if expired:
         updates = (*updates, RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))

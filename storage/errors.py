@@ -145,3 +145,50 @@ class CommitOutcomeUnknown(TransientError):
             f"{self.fields['table']}: outcome of commit {self.fields['commit_id']} is unknown "
             f"({self.fields['reason']}); re-send with the same commit id"
         )
+
+
+# --- idempotent producers (I4) ------------------------------------------------------------
+
+
+class UnknownProducer(TerminalError):
+    def describe(self) -> str:
+        return (
+            f"{self.fields['table']}: producer id {self.fields['producer_id']} is unknown "
+            "(never initialised here, or expired after disuse): call `producers init` again"
+        )
+
+
+class ProducerFenced(ConflictError, TerminalError):
+    """A newer instance of this producer exists; this (zombie) instance may never write again."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.fields['table']}: producer {self.fields['producer_id']} epoch {self.fields['epoch']} "
+            f"is fenced by epoch {self.fields['current_epoch']}"
+        )
+
+
+class InvalidProducerEpoch(TerminalError):
+    def describe(self) -> str:
+        return (
+            f"{self.fields['table']}: producer {self.fields['producer_id']} sent epoch {self.fields['epoch']}, "
+            f"ahead of the current epoch {self.fields['current_epoch']}"
+        )
+
+
+class OutOfOrderSequence(TerminalError):
+    def describe(self) -> str:
+        return (
+            f"{self.fields['table']} partition {self.fields['partition']}: producer {self.fields['producer_id']} "
+            f"sent sequence {self.fields['sequence']}, expected {self.fields['expected']}"
+        )
+
+
+class DuplicateSequence(TerminalError):
+    """The batch was written, but too long ago for its offsets to be remembered."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.fields['table']} partition {self.fields['partition']}: sequence {self.fields['sequence']} of "
+            f"producer {self.fields['producer_id']} was already written (older than the last batches kept)"
+        )

@@ -74,23 +74,26 @@ class AppendRequest:
         for p in self.payload:
             if p >= state.partitions:
                 raise UnknownPartition(table=self.table, partition=p, partitions=state.partitions)
-        for p, expected in self.expected_offsets.items():
-            if state.end(p) != expected:
-                raise OffsetMismatch(table=self.table, partition=p, expected=expected, actual=state.end(p))
         ranges = {p: (state.end(p), state.end(p) + rows.num_rows) for p, rows in self.payload.items()}
-        new_state = state.with_ends({p: r[1] for p, r in ranges.items()})
         lineage: dict[str, str] = {}
         seqs: Mapping[int, int] = {}
+        new_state = state
+        now_us = int(time.time() * 1_000_000)
         if self.producer is not None:
+            # Before the offset check: a re-sent batch that already landed returns its
+            # original offsets even though the log has moved on since.
             from storage import producers
 
-            verdict = producers.admit(self.table, state, self.producer, ranges)
+            expiry = producers.expiry_ms(table.metadata.properties)
+            verdict = producers.admit(self.table, state, self.producer, ranges, now_us // 1000, expiry)
             if verdict.duplicate_of is not None:
                 result = AppendResult(self.table, verdict.duplicate_of, self.commit_id, state.snapshot_id, True)
                 return Decision(state=state, result=result, write=False)
-            new_state = verdict.state.with_ends({p: r[1] for p, r in ranges.items()})
-            lineage, seqs = verdict.lineage, self.producer.first_sequences
-        now_us = int(time.time() * 1_000_000)
+            new_state, lineage, seqs = verdict.state, verdict.lineage, self.producer.first_sequences
+        for p, expected in self.expected_offsets.items():
+            if state.end(p) != expected:
+                raise OffsetMismatch(table=self.table, partition=p, expected=expected, actual=state.end(p))
+        new_state = new_state.with_ends({p: r[1] for p, r in ranges.items()})
         rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
         result = AppendResult(self.table, dict(ranges), self.commit_id)
         return Decision(state=new_state, result=result, rows=rows, ranges=ranges, lineage=lineage)
@@ -226,7 +229,7 @@ class LogTable:
 
         table = self.table()
         state = LogState.from_metadata(table.metadata)
-        payload = self._validate(rows, expected_offsets or {}, state, table)
+        payload = self._validate(rows, expected_offsets or {}, state, table, producer)
         request = AppendRequest(
             self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer
         )
@@ -236,7 +239,7 @@ class LogTable:
         return commit(self.catalog, self.identifier, request, commit_id=request.commit_id)
 
     def _validate(
-        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table
+        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table, producer: Any = None
     ) -> dict[int, pa.Table]:
         if not rows:
             raise InvalidInput(reason="an append needs at least one partition with rows")
@@ -260,6 +263,8 @@ class LogTable:
                 raise InvalidInput(reason=f"expected offset given for partition {p}, which has no rows")
             if not isinstance(k, int) or isinstance(k, bool) or k < 0:
                 raise InvalidOffset(partition=p, offset=k, reason="an expected offset is an integer >= 0")
+        if producer is not None:
+            producer.validate({p: rows.num_rows for p, rows in payload.items()})
         return payload
 
     def add_partitions(self, count: int) -> dict[str, int]:

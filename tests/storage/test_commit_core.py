@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import pyarrow as pa
 import pytest
@@ -18,30 +17,12 @@ from storage.commit import commit
 from storage.errors import CommitConflict, ConflictError, OffsetMismatch
 from storage.log import AppendRequest, LogTable
 from storage.maintenance import PartitionGrowth
+from tests.interleave import Interleaved
 from validations.contiguity import check_contiguity
 
 
 def payload(*keys: str) -> pa.Table:
     return pa.table({"key": pa.array(keys, pa.large_string()), "value": pa.array(keys, pa.large_string())})
-
-
-@dataclass
-class Interleaved:
-    """Wraps a request; after its first decision, runs ``meanwhile`` (a competing commit)."""
-
-    inner: Any
-    meanwhile: Callable[[], None]
-    decisions: list = field(default_factory=list)
-
-    def decide(self, state, table):
-        decision = self.inner.decide(state, table)
-        self.decisions.append(dict(decision.ranges))
-        if len(self.decisions) == 1:
-            self.meanwhile()
-        return decision
-
-    def result_from_snapshot(self, snapshot):
-        return self.inner.result_from_snapshot(snapshot)
 
 
 def test_i3_decision_held_back_while_others_commit_is_decided_again(catalog):

@@ -1,0 +1,319 @@
+"""Idempotent producers (I4): producer ids, epochs (fencing) and sequences.
+
+* **Ids** are leased from a catalog-wide counter kept in the properties of the system table
+  ``icelog_system.producer_ids``. Each lease is a compare-and-swap commit, so ids are unique
+  in the catalog, never reused, and allocated in increasing order.
+* **State** lives in the log table's ``icelog.producers`` property, changed in the same commit
+  as the rows it describes::
+
+      {"<pid>": {"client": "orders-writer" | null, "epoch": 3, "last_ms": 1763800000000,
+                 "partitions": {"0": {"last_seq": 41, "batches": [[first_seq, last_seq, base_offset, next_offset], ...]}}}}
+
+  Only the last :data:`BATCHES_KEPT` batches per partition are remembered (as in Kafka).
+* **Admission** happens inside the commit decision, against the exact base of the commit,
+  so a zombie racing the new instance's init is still refused (I3).
+* Producers unused for ``icelog.producer.expiry-ms`` (default 7 days) expire.
+* Rows carry ``producer_id``, ``producer_epoch`` and ``producer_seq``, so the state can be
+  rebuilt from the log (:func:`derive_state`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import IntegerType, NestedField
+
+from storage.commit import Decision, commit
+from storage.errors import (
+    DuplicateSequence,
+    InvalidInput,
+    InvalidProducerEpoch,
+    OutOfOrderSequence,
+    ProducerFenced,
+    UnknownProducer,
+)
+from storage.state import VERSION, LogState
+
+BATCHES_KEPT = 5
+EXPIRY_MS = "icelog.producer.expiry-ms"
+EXPIRY_MS_DEFAULT = 7 * 24 * 3600 * 1000
+SYSTEM_TABLE = "icelog_system.producer_ids"
+NEXT_ID = "icelog.next-producer-id"
+MAX_INT32 = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    """The producer fields of one append: ``first_sequences[p]`` is the batch's first sequence on p."""
+
+    producer_id: int
+    epoch: int
+    first_sequences: Mapping[int, int]
+
+    def validate(self, partitions: Mapping[int, int]) -> None:
+        """Check field types and ranges against the rows per partition (I8)."""
+        for name, value in (("producer id", self.producer_id), ("epoch", self.epoch)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= (2**63 - 1 if name == "producer id" else MAX_INT32):
+                raise InvalidInput(reason=f"{name} must be a non-negative integer, got {value!r}")
+        if set(self.first_sequences) != set(partitions):
+            raise InvalidInput(reason=f"sequences given for partitions {sorted(self.first_sequences)} but rows for {sorted(partitions)}")
+        for p, seq in self.first_sequences.items():
+            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or seq + partitions[p] - 1 > MAX_INT32:
+                raise InvalidInput(reason=f"partition {p}: sequence {seq!r} is not a non-negative 32-bit integer range")
+
+
+@dataclass(frozen=True)
+class Admission:
+    state: LogState
+    lineage: dict[str, str] = field(default_factory=dict)
+    duplicate_of: dict[int, tuple[int, int]] | None = None
+
+
+def expiry_ms(properties: Mapping[str, str]) -> int:
+    return int(properties.get(EXPIRY_MS, EXPIRY_MS_DEFAULT))
+
+
+def live_producers(producers: Mapping[str, Any], now_ms: int, expiry: int) -> dict[str, Any]:
+    return {pid: entry for pid, entry in producers.items() if entry["last_ms"] >= now_ms - expiry}
+
+
+def admit(
+    table: str,
+    state: LogState,
+    batch: ProducerBatch,
+    ranges: Mapping[int, tuple[int, int]],
+    now_ms: int | None = None,
+    expiry: int = EXPIRY_MS_DEFAULT,
+) -> Admission:
+    """Decide one producer batch against the base state (pure).
+
+    Returns:
+        The state with the batch recorded, or ``duplicate_of`` with the original offsets.
+
+    Raises:
+        UnknownProducer, ProducerFenced, InvalidProducerEpoch, OutOfOrderSequence, DuplicateSequence.
+    """
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    producers = live_producers(state.producers, now_ms, expiry)
+    pid = str(batch.producer_id)
+    entry = producers.get(pid)
+    if entry is None:
+        raise UnknownProducer(table=table, producer_id=batch.producer_id)
+    if batch.epoch < entry["epoch"]:
+        raise ProducerFenced(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry["epoch"])
+    if batch.epoch > entry["epoch"]:
+        raise InvalidProducerEpoch(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry["epoch"])
+
+    duplicates: dict[int, tuple[int, int]] = {}
+    partitions = {p: dict(s) for p, s in entry["partitions"].items()}
+    for p, (base, nxt) in sorted(ranges.items()):
+        first = batch.first_sequences[p]
+        last = first + (nxt - base) - 1
+        seen = partitions.get(str(p), {"last_seq": -1, "batches": []})
+        cached = [b for b in seen["batches"] if b[0] == first and b[1] == last]
+        if cached:
+            duplicates[p] = (cached[0][2], cached[0][3])
+            continue
+        if first <= seen["last_seq"]:
+            oldest = seen["batches"][0][0] if seen["batches"] else seen["last_seq"] + 1
+            if first < oldest:  # written, but too long ago for its offsets to be remembered
+                raise DuplicateSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first)
+            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen["last_seq"] + 1)
+        if first != seen["last_seq"] + 1:
+            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen["last_seq"] + 1)
+        partitions[str(p)] = {"last_seq": last, "batches": [*seen["batches"], [first, last, base, nxt]][-BATCHES_KEPT:]}
+    if duplicates:
+        if len(duplicates) != len(ranges):  # commits are atomic, so a half-duplicate is a protocol error
+            p = next(p for p in ranges if p not in duplicates)
+            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1)
+        return Admission(state=state, duplicate_of=duplicates)
+    producers[pid] = {**entry, "last_ms": now_ms, "partitions": partitions}
+    lineage = {"icelog.producer": f"{batch.producer_id}:{batch.epoch}", "icelog.sequences": ",".join(f"{p}:{s}" for p, s in sorted(batch.first_sequences.items()))}
+    return Admission(state=replace(state, producers=producers), lineage=lineage)
+
+
+# --- producer ids -------------------------------------------------------------------------------
+
+
+@dataclass
+class LeaseProducerIds:
+    count: int
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        first = int(table.metadata.properties.get(NEXT_ID, "0"))
+        return Decision(state=state, result=range(first, first + self.count), properties={NEXT_ID: str(first + self.count)})
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return None
+
+
+def _ensure_system_table(catalog: Catalog) -> None:
+    try:
+        catalog.load_table(SYSTEM_TABLE)
+        return
+    except NoSuchTableError:
+        pass
+    try:
+        catalog.create_namespace(SYSTEM_TABLE.split(".")[0])
+    except NamespaceAlreadyExistsError:
+        pass
+    try:
+        catalog.create_table(
+            SYSTEM_TABLE,
+            schema=Schema(NestedField(1, "unused", IntegerType(), required=False)),
+            properties={VERSION: "0", NEXT_ID: "0", "commit.retry.num-retries": "0"},
+        )
+    except TableAlreadyExistsError:
+        pass
+
+
+def lease_producer_ids(catalog: Catalog, count: int = 1) -> range:
+    """Lease ``count`` producer ids, unique in the catalog and never reused."""
+    if not isinstance(count, int) or count < 1:
+        raise InvalidInput(reason=f"lease at least one producer id, not {count!r}")
+    _ensure_system_table(catalog)
+    return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count)).result
+
+
+# --- init (epochs) ------------------------------------------------------------------------------
+
+
+@dataclass
+class ProducerIdentity:
+    producer_id: int
+    epoch: int
+    client_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "epoch": self.epoch}
+
+
+@dataclass
+class InitProducer:
+    """Register a producer on a table, or bump the epoch of the client id's existing producer."""
+
+    table: str
+    client_id: str | None
+    fresh_id: int
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        now_ms = int(time.time() * 1000)
+        producers = live_producers(state.producers, now_ms, expiry_ms(table.metadata.properties))
+        existing = [pid for pid, e in producers.items() if self.client_id is not None and e["client"] == self.client_id]
+        if existing:
+            pid = existing[0]
+            epoch = producers[pid]["epoch"] + 1
+            if epoch > MAX_INT32:
+                raise InvalidInput(reason=f"producer {pid} exhausted its epochs; use a new client id")
+        else:
+            pid, epoch = str(self.fresh_id), 0
+        # A new epoch starts its sequences at 0, as in Kafka; older epochs are fenced from now on.
+        producers[pid] = {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}}
+        return Decision(state=replace(state, producers=producers), result=ProducerIdentity(int(pid), epoch, self.client_id))
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return None
+
+
+def init_producer(catalog: Catalog, table: str, client_id: str | None = None) -> ProducerIdentity:
+    """Initialise a producer for ``table``.
+
+    With a ``client_id`` that already has a producer here, returns the same producer id with
+    the epoch bumped: every batch of an older epoch is rejected from then on.
+
+    Raises:
+        InvalidInput: empty client id.
+        UnknownTable: no such table.
+    """
+    from storage.log import LogTable
+
+    if client_id is not None and (not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 256):
+        raise InvalidInput(reason="a client id is a non-empty string of at most 256 characters")
+    log_table = LogTable.open(catalog, table)
+    fresh = lease_producer_ids(catalog, 1)[0]
+    return commit(catalog, log_table.identifier, InitProducer(log_table.identifier, client_id, fresh)).result
+
+
+# --- rebuild from rows --------------------------------------------------------------------------
+
+
+def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Any]:
+    """Producer state as the rows say it is: the newest epoch per producer, last batches per partition.
+
+    A batch is a run of rows of one (producer, epoch, partition) committed together (one
+    ``log_timestamp``). Client ids and fenced-but-unused epochs are not in rows.
+    """
+    from validations.sql import planned_paths
+    import duckdb
+
+    paths = planned_paths(table, snapshot_id)
+    if not paths:
+        return {}
+    rows = duckdb.connect().execute(
+        """
+        SELECT producer_id, producer_epoch, log_partition, min(producer_seq), max(producer_seq),
+               min(log_offset), max(log_offset) + 1, epoch_ms(max(log_timestamp))
+        FROM read_parquet($paths)
+        WHERE producer_id IS NOT NULL
+        GROUP BY producer_id, producer_epoch, log_partition, log_timestamp
+        ORDER BY producer_id, log_partition, min(log_offset)
+        """,
+        {"paths": paths},
+    ).fetchall()
+    derived: dict[str, Any] = {}
+    for pid, epoch, p, first_seq, last_seq, base, nxt, last_ms in rows:
+        entry = derived.setdefault(str(pid), {"client": None, "epoch": epoch, "last_ms": last_ms, "partitions": {}})
+        if epoch < entry["epoch"]:
+            continue
+        if epoch > entry["epoch"]:
+            entry.update(epoch=epoch, partitions={})
+        entry["last_ms"] = max(entry["last_ms"], last_ms)
+        part = entry["partitions"].setdefault(str(p), {"last_seq": -1, "batches": []})
+        part["last_seq"] = max(part["last_seq"], last_seq)
+        part["batches"] = [*part["batches"], [first_seq, last_seq, base, nxt]][-BATCHES_KEPT:]
+    return derived
+
+
+def merge_derived(stored: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str, Any]:
+    """What rebuild writes: rows win for sequences; stored state adds client ids and newer epochs."""
+    merged = {pid: dict(entry) for pid, entry in derived.items()}
+    for pid, entry in stored.items():
+        if pid not in merged:
+            merged[pid] = dict(entry)
+            continue
+        merged[pid]["client"] = entry.get("client")
+        merged[pid]["last_ms"] = max(merged[pid]["last_ms"], entry["last_ms"])
+        if entry["epoch"] > merged[pid]["epoch"]:
+            merged[pid].update(epoch=entry["epoch"], partitions=entry["partitions"])
+    return merged
+
+
+@dataclass
+class RebuildProducers:
+    table: str
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        merged = merge_derived(state.producers, derive_state(table))
+        return Decision(state=replace(state, producers=merged), result=merged, write=merged != state.producers)
+
+    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
+        return None
+
+
+def rebuild(catalog: Catalog, table: str) -> dict[str, Any]:
+    """Recompute producer state from the rows and store it (decided on the base it replaces)."""
+    from storage.log import LogTable
+
+    log_table = LogTable.open(catalog, table)
+    outcome = commit(catalog, log_table.identifier, RebuildProducers(log_table.identifier))
+    return outcome.result

@@ -1,0 +1,202 @@
+"""I4: idempotent producers — exactly-once re-sends, sequences, epoch fencing, state from rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import pyarrow as pa
+import pytest
+
+from storage.errors import (
+    DuplicateSequence,
+    InvalidInput,
+    InvalidProducerEpoch,
+    OffsetMismatch,
+    OutOfOrderSequence,
+    ProducerFenced,
+    UnknownProducer,
+)
+from storage.log import AppendRequest, LogTable
+from storage.producers import BATCHES_KEPT, ProducerBatch, derive_state, init_producer, rebuild
+from storage.commit import commit
+from tests.interleave import Interleaved
+from tests.storage.test_concurrency import run_workers
+from tests.storage.test_faults import kill_at
+from validations.producers import check_producers
+
+
+def batch(n: int, tag: str = "r") -> list[dict]:
+    return [{"key": tag, "value": str(i)} for i in range(n)]
+
+
+@pytest.fixture
+def table(catalog) -> LogTable:
+    return LogTable.create(catalog, "db.p", partitions=2)
+
+
+def test_i4_resent_batch_returns_original_offsets_and_writes_nothing(catalog, table):
+    me = init_producer(catalog, "db.p", "app")
+    first = table.append({0: batch(3)}, producer=ProducerBatch(me.producer_id, me.epoch, {0: 0}))
+    table.append({0: batch(2, "other")})
+    snapshot_before = table.table().metadata.current_snapshot_id
+    again = table.append({0: batch(3)}, producer=ProducerBatch(me.producer_id, me.epoch, {0: 0}))
+    assert again.duplicate and not first.duplicate
+    assert again.ranges == first.ranges == {0: (0, 3)}
+    assert table.table().metadata.current_snapshot_id == snapshot_before
+    assert table.read(0).num_rows == 5
+
+
+def test_i4_duplicate_wins_over_a_stale_expected_offset(catalog, table):
+    me = init_producer(catalog, "db.p")
+    done = table.append({0: batch(2)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    again = table.append({0: batch(2)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    assert again.duplicate and again.ranges == done.ranges
+    with pytest.raises(OffsetMismatch):
+        table.append({0: batch(1)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 2}))
+
+
+def test_i4_sequence_gap_is_out_of_order_and_unknown_id_is_refused(catalog, table):
+    me = init_producer(catalog, "db.p")
+    table.append({0: batch(2)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    with pytest.raises(OutOfOrderSequence) as e:
+        table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 5}))
+    assert (e.value.expected, e.value.sequence) == (2, 5)
+    with pytest.raises(OutOfOrderSequence):  # overlaps a batch but is not the same batch
+        table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 1}))
+    with pytest.raises(UnknownProducer):
+        table.append({0: batch(1)}, producer=ProducerBatch(999_999, 0, {0: 0}))
+    with pytest.raises(InvalidProducerEpoch):
+        table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 7, {0: 2}))
+    with pytest.raises(InvalidInput):
+        table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {1: 2}))
+    with pytest.raises(InvalidInput):
+        table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, -1, {0: 2}))
+    assert table.read(0).num_rows == 2
+
+
+def test_i4_only_the_last_batches_are_remembered(catalog, table):
+    me = init_producer(catalog, "db.p")
+    for b in range(BATCHES_KEPT + 2):
+        table.append({1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {1: b}))
+    assert table.append({1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {1: 6})).duplicate
+    with pytest.raises(DuplicateSequence):
+        table.append({1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {1: 0}))
+
+
+def test_i4_new_instance_fences_the_zombie(catalog, table):
+    zombie = init_producer(catalog, "db.p", "orders")
+    table.append({0: batch(1)}, producer=ProducerBatch(zombie.producer_id, zombie.epoch, {0: 0}))
+    fresh = init_producer(catalog, "db.p", "orders")
+    assert (fresh.producer_id, fresh.epoch) == (zombie.producer_id, zombie.epoch + 1)
+    for seq in (1, 0, 5):
+        with pytest.raises(ProducerFenced) as e:
+            table.append({0: batch(1)}, producer=ProducerBatch(zombie.producer_id, zombie.epoch, {0: seq}))
+        assert e.value.current_epoch == fresh.epoch
+    assert table.append({0: batch(1)}, producer=ProducerBatch(fresh.producer_id, fresh.epoch, {0: 0})).ranges == {0: (1, 2)}
+
+
+def test_i4_zombie_commit_racing_the_new_init_is_fenced(catalog, table):
+    zombie = init_producer(catalog, "db.p", "orders")
+    rows = pa.Table.from_pylist(batch(1), schema=table.payload_schema())
+    request = AppendRequest(table.identifier, {0: rows}, {}, "zombie-commit", ProducerBatch(zombie.producer_id, 0, {0: 0}))
+    racing = Interleaved(request, lambda: init_producer(catalog, "db.p", "orders"))
+    with pytest.raises(ProducerFenced):
+        commit(catalog, table.identifier, racing, commit_id="zombie-commit")
+    assert len(racing.decisions) == 1  # decided once (admitted on the old base), then fenced on the new one
+    assert table.read(0).num_rows == 0
+
+
+def test_i4_producers_expire_after_disuse(catalog):
+    t = LogTable.create(catalog, "db.e", partitions=1, properties={"icelog.producer.expiry-ms": "300"})
+    me = init_producer(catalog, "db.e", "app")
+    t.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    time.sleep(0.5)
+    with pytest.raises(UnknownProducer):
+        t.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 1}))
+    again = init_producer(catalog, "db.e", "app")
+    assert again.producer_id != me.producer_id and again.epoch == 0
+    t.append({0: batch(1)}, producer=ProducerBatch(again.producer_id, 0, {0: 0}))
+    assert list(t.state().producers) == [str(again.producer_id)]  # the expired one was dropped
+
+
+def test_i4_state_rebuilt_from_rows_equals_stored_state(catalog, table):
+    a = init_producer(catalog, "db.p", "a")
+    b = init_producer(catalog, "db.p", "b")
+    for s in range(7):
+        table.append({s % 2: batch(2)}, producer=ProducerBatch(a.producer_id, 0, {s % 2: (s // 2) * 2}))
+    table.append({0: batch(3), 1: batch(1)}, producer=ProducerBatch(b.producer_id, 0, {0: 0, 1: 0}))
+    stored = table.state().producers
+    derived = derive_state(table.table())
+    for pid in stored:
+        assert derived[pid]["partitions"] == stored[pid]["partitions"]
+        assert derived[pid]["epoch"] == stored[pid]["epoch"]
+    assert check_producers(table.table()).ok
+    # Lose the state, rebuild it from the rows, and carry on exactly where the producer was.
+    with table.table().transaction() as txn:
+        txn.set_properties({"icelog.producers": "{}"})
+    assert not check_producers(table.table()).ok
+    rebuilt = rebuild(catalog, "db.p")
+    assert {pid: e["partitions"] for pid, e in rebuilt.items()} == {pid: e["partitions"] for pid, e in stored.items()}
+    assert check_producers(table.table()).ok
+    assert table.append({0: batch(3)}, producer=ProducerBatch(b.producer_id, 0, {0: 0})).duplicate
+
+
+def test_i4_validator_catches_stored_state_and_sequence_mismatch(catalog, table):
+    me = init_producer(catalog, "db.p")
+    table.append({0: batch(2)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    state = table.state().producers
+    state[str(me.producer_id)]["partitions"]["0"]["last_seq"] = 9
+    with table.table().transaction() as txn:
+        txn.set_properties({"icelog.producers": json.dumps(state)})
+    kinds = [v.kind for v in check_producers(table.table()).violations]
+    assert kinds == ["producer_state"]
+
+
+def test_i4_unknown_outcome_kill_9_after_swap_then_resend_lands_once(catalog_spec, tmp_path):
+    catalog = catalog_spec.open()
+    t = LogTable.create(catalog, "db.p", partitions=1)
+    me = init_producer(catalog, "db.p", "app")
+    argv = [sys.executable, "-m", "tests.workers", "produce_batch", json.dumps(asdict(catalog_spec)), "db.p", "0", str(me.producer_id), "0", "0", "4", "x"]
+    pause = str(tmp_path / "paused")
+    victim = subprocess.Popen(argv, env={**os.environ, "ICELOG_PAUSE_AT": "after_catalog_swap", "ICELOG_PAUSE_FILE": pause}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_at(victim, pause)
+    resent = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert resent.returncode == 0, resent.stderr
+    assert json.loads(resent.stdout.splitlines()[-1]) == {"range": [0, 4], "duplicate": True}
+    assert t.read(0).num_rows == 4
+    assert check_producers(t.table()).ok
+
+
+def test_i4_retry_storm_each_batch_lands_once_in_order(catalog_spec):
+    catalog = catalog_spec.open()
+    t = LogTable.create(catalog, "db.p", partitions=1)
+    me = init_producer(catalog, "db.p", "storm")
+    batches, size = 6, 2
+    acks = run_workers(catalog_spec, [["resend_storm", "db.p", "0", str(me.producer_id), str(batches), str(size)] for _ in range(4)])
+    assert len(acks) == 4 * batches
+    data = t.read(0)
+    assert data.column("value").to_pylist() == [str(i) for i in range(batches * size)]
+    assert data.column("producer_seq").to_pylist() == list(range(batches * size))
+    written = [a for a in acks if not a["duplicate"]]
+    assert sorted(a["batch"] for a in written) == list(range(batches))
+    assert check_producers(t.table()).ok
+
+
+def test_i4_producer_ids_unique_across_processes(catalog_spec):
+    catalog_spec.open()
+    spec = json.dumps(asdict(catalog_spec))
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.workers", "lease_ids", spec, "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    per_process = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        per_process.append([json.loads(line)["id"] for line in out.splitlines()])
+    ids = [i for ids in per_process for i in ids]
+    assert len(ids) == 20 and len(set(ids)) == 20
+    assert all(ids == sorted(ids) for ids in per_process)  # monotonic within each process
+    assert set(ids) == set(range(20))  # dense: no id skipped, none reused
