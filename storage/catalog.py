@@ -39,6 +39,22 @@ class LogSqlCatalog(SqlCatalog):
         faults.checkpoint(faults.AFTER_METADATA_WRITE)
 
 
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create ``namespace`` unless it exists; safe when processes race to create it.
+
+    pyiceberg's SQL catalog checks, then inserts: the loser of a race gets the database's
+    integrity error instead of ``NamespaceAlreadyExistsError``.
+    """
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        catalog.create_namespace(namespace)
+    except (NamespaceAlreadyExistsError, IntegrityError):
+        if not catalog.namespace_exists(namespace):
+            raise
+
+
 def icelog_home() -> Path:
     return Path(os.environ.get("ICELOG_HOME", ".icelog")).resolve()
 

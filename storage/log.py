@@ -13,12 +13,13 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from storage import schema as cols
+from storage.catalog import ensure_namespace
 from storage.commit import RANGES, CommitOutcome, Decision, commit, load
 from storage.errors import (
     EmptyBatch,
@@ -161,10 +162,7 @@ class LogTable:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
         schema = cols.log_schema(cols.payload_fields(payload))
         props = {**TABLE_DEFAULTS, **(properties or {}), **LogState.initial(partitions).to_properties()}
-        try:
-            catalog.create_namespace(namespace)
-        except NamespaceAlreadyExistsError:
-            pass
+        ensure_namespace(catalog, namespace)
         try:
             catalog.create_table(
                 f"{namespace}.{name}",

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IntegerType, NestedField
 
+from storage.catalog import ensure_namespace
 from storage.commit import Decision, commit
 from storage.errors import (
     DuplicateSequence,
@@ -161,10 +162,7 @@ def _ensure_system_table(catalog: Catalog) -> None:
         return
     except NoSuchTableError:
         pass
-    try:
-        catalog.create_namespace(SYSTEM_TABLE.split(".")[0])
-    except NamespaceAlreadyExistsError:
-        pass
+    ensure_namespace(catalog, SYSTEM_TABLE.split(".")[0])
     try:
         catalog.create_table(
             SYSTEM_TABLE,

@@ -121,3 +121,24 @@ def test_console_script_text_output_and_usage_error(catalog_spec, tmp_path):
     assert done.returncode == 0 and "created db.events" in done.stdout
     usage = subprocess.run([*exe, "produce", "db.events"], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "--partition" in usage.stderr
+
+
+def test_producers_cli_idempotent_produce_and_fencing(run):
+    run("topics", "create", "db.events", "--partitions", "2")
+    first = run("producers", "init", "db.events", "--client-id", "app")
+    assert first == {"producer_id": first["producer_id"], "epoch": 0}
+    args = ["produce", "db.events", "--partition", "1", "--producer-id", str(first["producer_id"]), "--epoch", "0", "--sequence", "0"]
+    out = run(*args, input=lines({"key": "a"}, {"key": "b"}))
+    assert (out["base_offset"], out["next_offset"], out["duplicate"]) == (0, 2, False)
+    again = run(*args, input=lines({"key": "a"}, {"key": "b"}))
+    assert (again["base_offset"], again["next_offset"], again["duplicate"]) == (0, 2, True)
+    second = run("producers", "init", "db.events", "--client-id", "app")
+    assert second == {"producer_id": first["producer_id"], "epoch": 1}
+    fenced = run(*args[:-1], "2", input=lines({"key": "c"}), code=3)
+    assert fenced["error"] == "ProducerFenced" and fenced["current_epoch"] == 1
+    gap = run("produce", "db.events", "--partition", "1", "--producer-id", str(first["producer_id"]), "--epoch", "1", "--sequence", "4", input=lines({"key": "c"}), code=2)
+    assert gap["error"] == "OutOfOrderSequence" and gap["expected"] == 0
+    listed = run("producers", "list", "db.events")["producers"]
+    assert listed[str(first["producer_id"])]["epoch"] == 1
+    assert run("producers", "rebuild", "db.events")["producers"][str(first["producer_id"])]["client"] == "app"
+    assert run("offsets", "db.events")["partitions"]["1"] == {"start": 0, "end": 2}
