@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -63,19 +64,31 @@ class AppendResult:
 
 @dataclass
 class AppendRequest:
-    """One append of rows to one or more partitions in one commit."""
+    """One append to one or more partitions in one commit.
+
+    Rows come either as ``payload`` (Arrow, system columns added at decision time) or as
+    ``files``: data files already written elsewhere (Spark executors) with their offsets
+    baked in, which is why ``files`` requires an expected offset for each partition.
+    """
 
     table: str
     payload: Mapping[int, pa.Table]
     expected_offsets: Mapping[int, int] = field(default_factory=dict)
     commit_id: str = ""
     producer: Any = None  # storage.producers.ProducerBatch, checked at commit
+    files: Mapping[int, list[DataFile]] = field(default_factory=dict)
+
+    def counts(self) -> dict[int, int]:
+        if self.files:
+            return {p: sum(f.record_count for f in fs) for p, fs in self.files.items()}
+        return {p: rows.num_rows for p, rows in self.payload.items()}
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        for p in self.payload:
+        counts = self.counts()
+        for p in counts:
             if p >= state.partitions:
                 raise UnknownPartition(table=self.table, partition=p, partitions=state.partitions)
-        ranges = {p: (state.end(p), state.end(p) + rows.num_rows) for p, rows in self.payload.items()}
+        ranges = {p: (state.end(p), state.end(p) + n) for p, n in counts.items()}
         lineage: dict[str, str] = {}
         seqs: Mapping[int, int] = {}
         new_state = state
@@ -95,8 +108,11 @@ class AppendRequest:
             if state.end(p) != expected:
                 raise OffsetMismatch(table=self.table, partition=p, expected=expected, actual=state.end(p))
         new_state = new_state.with_ends({p: r[1] for p, r in ranges.items()})
-        rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
         result = AppendResult(self.table, dict(ranges), self.commit_id)
+        if self.files:
+            added = tuple(f for p in sorted(self.files) for f in self.files[p])
+            return Decision(state=new_state, result=result, ranges=ranges, add_files=added, lineage=lineage)
+        rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
         return Decision(state=new_state, result=result, rows=rows, ranges=ranges, lineage=lineage)
 
     def result_from_snapshot(self, snapshot: Snapshot) -> AppendResult:
@@ -161,7 +177,13 @@ class LogTable:
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
         schema = cols.log_schema(cols.payload_fields(payload))
-        props = {**TABLE_DEFAULTS, **(properties or {}), **LogState.initial(partitions).to_properties()}
+        props = {
+            **TABLE_DEFAULTS,
+            # Files written by other engines (Spark) carry no Iceberg field ids: map by name.
+            "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
+            **(properties or {}),
+            **LogState.initial(partitions).to_properties(),
+        }
         ensure_namespace(catalog, namespace)
         try:
             catalog.create_table(
@@ -231,6 +253,60 @@ class LogTable:
         request = AppendRequest(
             self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer
         )
+        return self._commit(request).result
+
+    def commit_files(
+        self,
+        files: Mapping[int, list[str]],
+        expected_offsets: Mapping[int, int],
+        *,
+        producer: Any = None,
+        commit_id: str | None = None,
+    ) -> AppendResult:
+        """Commit Parquet files written elsewhere (e.g. by Spark executors) as one append.
+
+        Each file must hold rows of one partition, with consecutive offsets; together the
+        files of a partition must cover ``[expected, expected + rows)`` exactly. This is
+        checked from the files' statistics before anything is committed.
+
+        Args:
+            files: Parquet file paths per partition (inside the table's location).
+            expected_offsets: The log end offset each partition had when the offsets were
+                assigned; required for every partition in ``files``.
+            producer: Optional idempotent-producer batch.
+            commit_id: Idempotency key.
+
+        Raises:
+            InvalidInput: a file breaks the rules above; nothing is committed.
+            OffsetMismatch: the log moved since the offsets were assigned.
+        """
+        import uuid
+
+        from storage.files import data_files_from_parquet, file_offset_range, file_partition
+
+        table = self.table()
+        state = LogState.from_metadata(table.metadata)
+        if set(expected_offsets) != set(files) or not files:
+            raise InvalidInput(reason="pre-written files need an expected offset for each of their partitions")
+        offset_id = table.schema().find_field(cols.OFFSET).field_id
+        described: dict[int, list[DataFile]] = {}
+        for p, paths in files.items():
+            if not 0 <= p < state.partitions:
+                raise UnknownPartition(table=self.identifier, partition=p, partitions=state.partitions)
+            try:
+                data_files = data_files_from_parquet(table, paths)
+            except (ValueError, TypeError, KeyError) as e:
+                raise cols.SchemaMismatch(table=self.identifier, reason=str(e)) from e
+            spans = sorted((*file_offset_range(f, offset_id), f) for f in data_files if f.record_count)
+            cursor = expected_offsets[p]
+            for first, nxt, f in spans:
+                if file_partition(f) != p or first != cursor or nxt - first != f.record_count:
+                    raise InvalidInput(reason=f"{f.file_path}: not partition {p} offsets {cursor}.. in consecutive order")
+                cursor = nxt
+            described[p] = [s[2] for s in spans]
+        if producer is not None:
+            producer.validate({p: sum(f.record_count for f in fs) for p, fs in described.items()})
+        request = AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
         return self._commit(request).result
 
     def _commit(self, request: Any) -> CommitOutcome:

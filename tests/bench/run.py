@@ -1,0 +1,206 @@
+"""``make bench``: icelog figures beside references measured in the same run, on this machine.
+
+Prints a table and writes ``bench-results/latest.json``. Machines here are noisy (2 cores):
+read medians and ratios, not single numbers. ``--quick`` shrinks every size for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.catalog import LogSqlCatalog
+from storage.log import LogTable
+from storage.producers import ProducerBatch, init_producer
+from validations.contiguity import check_contiguity
+from validations.sql import planned_paths
+
+RESULTS: list[dict[str, Any]] = []
+
+
+def record(name: str, value: float, unit: str, reference: str = "", ref_value: float | None = None, target: str = "") -> None:
+    ratio = value / ref_value if ref_value else None
+    RESULTS.append({"name": name, "value": value, "unit": unit, "reference": reference, "reference_value": ref_value, "ratio": ratio, "target": target})
+    ref = f"{ref_value:,.1f} {unit} ({reference})" if ref_value is not None else reference
+    ratio_text = f"  ratio {ratio:.2f}" if ratio is not None else ""
+    print(f"{name:<58} {value:>12,.1f} {unit:<7} | {ref}{ratio_text}  {target}", flush=True)
+
+
+def pcts(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1000, ordered[int(0.95 * (len(ordered) - 1))] * 1000
+
+
+def catalog(root: Path, name: str = "bench") -> LogSqlCatalog:
+    (root / "warehouse").mkdir(parents=True, exist_ok=True)
+    return LogSqlCatalog(name, uri=f"sqlite:///{root / 'catalog.db'}", warehouse=f"file://{root / 'warehouse'}")
+
+
+def batch(n: int, seed: int = 0) -> pa.Table:
+    return pa.table({"key": pa.array([f"k{(seed + i) % 997}" for i in range(n)], pa.large_string()), "value": pa.array(["v" * 16] * n, pa.large_string())})
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_append_latency(root: Path, checkpoints: list[int], samples: int) -> LogTable:
+    """Conditional 1,000-row appends at growing history, beside plain pyiceberg Table.append."""
+    cat = catalog(root / "latency")
+    t = LogTable.create(cat, "bench.latency", partitions=1)
+    rows = batch(1000)
+    done = 0
+    for checkpoint in checkpoints:
+        while done < checkpoint - samples:
+            t.append({0: rows})
+            done += 1
+        lat = []
+        for _ in range(samples):
+            end = t.watermarks()[0].end
+            lat.append(timed(lambda: t.append({0: rows}, {0: end})))
+            done += 1
+        p50, p95 = pcts(lat)
+        ref = pyiceberg_append_latency(root / f"plain{checkpoint}", min(checkpoint, 300), samples)
+        record(f"conditional append 1k rows @ {checkpoint} commits: p50", p50, "ms", f"plain pyiceberg append @ {min(checkpoint, 300)} commits p50", ref[0], "target <= 50 ms")
+        record(f"conditional append 1k rows @ {checkpoint} commits: p95", p95, "ms", "plain pyiceberg p95", ref[1])
+    return t
+
+
+def pyiceberg_append_latency(root: Path, history: int, samples: int) -> tuple[float, float]:
+    cat = catalog(root)
+    cat.create_namespace("plain")
+    schema = pa.schema([("key", pa.large_string()), ("value", pa.large_string())])
+    table = cat.create_table("plain.t", schema=schema)
+    rows = batch(1000).cast(schema)
+    for _ in range(max(0, history - samples)):
+        table.append(rows)
+    lat = [timed(lambda: table.append(rows)) for _ in range(samples)]
+    return pcts(lat)
+
+
+def bench_idempotent_overhead(root: Path, samples: int) -> None:
+    cat = catalog(root / "idem")
+    plain = LogTable.create(cat, "bench.plain", partitions=1)
+    idem = LogTable.create(cat, "bench.idem", partitions=1)
+    me = init_producer(cat, "bench.idem", "bench")
+    rows = batch(1000)
+    for _ in range(10):  # warm up both
+        plain.append({0: rows})
+    seq = 0
+    for _ in range(10):
+        idem.append({0: rows}, producer=ProducerBatch(me.producer_id, 0, {0: seq}))
+        seq += 1000
+    plain_lat, idem_lat = [], []
+    for _ in range(samples):
+        end = plain.watermarks()[0].end
+        plain_lat.append(timed(lambda: plain.append({0: rows}, {0: end})))
+        end = idem.watermarks()[0].end
+        idem_lat.append(timed(lambda: idem.append({0: rows}, {0: end}, producer=ProducerBatch(me.producer_id, 0, {0: seq}))))
+        seq += 1000
+    record("idempotent+conditional append 1k rows p50", pcts(idem_lat)[0], "ms", "plain conditional append p50", pcts(plain_lat)[0], "target overhead <= 10%")
+
+
+def bench_producer_state(root: Path, producers: int, batches: int) -> None:
+    cat = catalog(root / "pstate")
+    t = LogTable.create(cat, "bench.p", partitions=1, properties={"icelog.producer.expiry-ms": "2000"})
+    ids = [init_producer(cat, "bench.p", f"c{i}").producer_id for i in range(producers)]
+    seqs = dict.fromkeys(ids, 0)
+    per = batches // producers
+    started = time.perf_counter()
+    for round_ in range(per):
+        for pid in ids:
+            t.append({0: [{"key": "k"}]}, producer=ProducerBatch(pid, 0, {0: seqs[pid]}))
+            seqs[pid] += 1
+    peak = len(t.table().metadata.properties["icelog.producers"])
+    time.sleep(2.1)
+    survivor = init_producer(cat, "bench.p", "survivor")
+    t.append({0: [{"key": "k"}]}, producer=ProducerBatch(survivor.producer_id, 0, {0: 0}))
+    after = len(t.table().metadata.properties["icelog.producers"])
+    record(f"producer state after {per * producers:,} batches / {producers:,} producers", peak / 1024, "KiB", f"{(time.perf_counter() - started):.0f} s to write; after expiry (1 active)", after / 1024, "O(active producers)")
+
+
+def bench_bulk(root: Path, rows: int) -> None:
+    cat = catalog(root / "bulk")
+    t = LogTable.create(cat, "bench.bulk", partitions=1)
+    data = pa.table({"key": pa.array(np.char.add("k", (np.arange(rows) % 1000).astype(str)), pa.large_string()), "value": pa.nulls(rows, pa.large_string())})
+    elapsed = timed(lambda: t.append({0: data}))
+    full = t.read(0, 0, 1)  # correctness guard: the rows are there
+    assert full.num_rows == 1 and t.watermarks()[0].end == rows
+    arrow = t.table().scan(limit=1).to_arrow().schema
+    ref_table = pa.table({
+        "log_partition": pa.array(np.zeros(rows, np.int32)), "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
+        "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+        "producer_id": pa.nulls(rows, pa.int64()), "producer_epoch": pa.nulls(rows, pa.int32()), "producer_seq": pa.nulls(rows, pa.int32()),
+        "key": data["key"], "value": data["value"]}).cast(arrow)
+    ref = timed(lambda: pq.write_table(ref_table, root / "bulk_ref.parquet", compression="zstd"))
+    record(f"bulk append {rows:,} narrow rows", rows / elapsed / 1e6, "Mrows/s", "pyarrow.parquet.write_table, same rows", rows / ref / 1e6, "target >= 0.7x")
+
+
+def bench_validation(root: Path, rows: int) -> None:
+    cat = catalog(root / "deep")
+    t = LogTable.create(cat, "bench.deep", partitions=4, payload=[{"name": "v", "type": "int"}])
+    chunk = 10_000_000
+    for start in range(0, rows, chunk * 4):
+        n = min(chunk, (rows - start) // 4)
+        t.append({p: pa.table({"v": pa.array(np.arange(n, dtype=np.int32))}) for p in range(4)})
+    table = t.table()
+    report = check_contiguity(table, deep=True)
+    assert report.ok and report.rows == rows, report.violations[:3]
+    deep_s = min(timed(lambda: check_contiguity(table, deep=True)) for _ in range(3))
+    paths = planned_paths(table)
+    con = duckdb.connect()
+    naive = min(timed(lambda: con.execute("SELECT log_partition, count(DISTINCT log_offset), min(log_offset), max(log_offset) FROM read_parquet($p) GROUP BY 1", {"p": paths}).fetchall()) for _ in range(2))
+    record(f"deep validation of {rows:,} rows", rows / deep_s / 1e6, "Mrows/s", "naive DuckDB count(distinct) per partition", rows / naive / 1e6, "target >= 50 Mrows/s")
+    size = sum(os.path.getsize(p) for p in paths)
+    dest = root / "cp_ref"
+    dest.mkdir()
+    cp = timed(lambda: subprocess.run(["cp", *paths, str(dest)], check=True))
+    record(f"deep validation throughput ({size / 1e6:,.0f} MB of Parquet)", size / deep_s / 1e6, "MB/s", "cp of the same files", size / cp / 1e6)
+
+
+def bench_metadata_check(t: LogTable) -> None:
+    table = t.table()
+    files = len(list(table.scan().plan_files()))
+    elapsed = min(timed(lambda: check_contiguity(table)) for _ in range(3))
+    record(f"metadata-only check, {files:,} files", elapsed * 1000, "ms", "", None, "target < 1000 ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
+    parser.add_argument("--out", default="bench-results/latest.json")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="icelog-bench-"))
+    q = args.quick
+    print(f"{'figure':<58} {'value':>12} {'unit':<7} | reference (same run)")
+    try:
+        history = bench_append_latency(root, [10, 100] if q else [10, 1_000, 10_000], 10 if q else 50)
+        bench_metadata_check(history)
+        bench_idempotent_overhead(root, 10 if q else 100)
+        bench_producer_state(root, 20 if q else 1_000, 200 if q else 10_000)
+        bench_bulk(root, 200_000 if q else 5_000_000)
+        bench_validation(root, 4_000_000 if q else 100_000_000)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"quick": q, "cpus": os.cpu_count(), "results": RESULTS}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
