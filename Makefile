@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo test test-all bench lock clean
+.PHONY: setup demo test bench lock clean airflow
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh
 	bash infra/system-deps.sh
@@ -18,7 +18,7 @@ $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/python -m pipelines.demo
+	$(BIN)/python -m infra.demo
 
 test: setup
 	$(BIN)/python -m pytest
@@ -32,3 +32,7 @@ lock:
 
 clean:
 	rm -rf $(VENV) .icelog
+
+# The Airflow UI (standalone: scheduler, API server, DAG processor) on the icelog DAGs.
+airflow: setup
+	$(BIN)/python -m infra.airflow standalone

@@ -1,0 +1,34 @@
+"""Shared wiring for the icelog DAGs: which tables, their Assets, the retry policy.
+
+Only the standard library and ``airflow.sdk`` are imported here: DAG parsing stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import Asset, ExceptionRetryPolicy, RetryAction, RetryRule
+
+# Log tables the scheduled DAGs serve: ICELOG_TABLES="demo.flights,db.events".
+TABLES = [t.strip() for t in os.environ.get("ICELOG_TABLES", "demo.flights").split(",") if t.strip()]
+LANDING = os.environ.get("ICELOG_LANDING", "")
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$"
+
+
+def table_asset(table: str) -> Asset:
+    return Asset(name=table, uri=f"icelog://{table.replace('.', '/')}", group="icelog")
+
+
+# Retry semantics live in icelog's exception types, not in messages: transient errors and
+# offset mismatches (another writer moved the log; the job re-reads the watermarks) retry,
+# every other icelog error fails at once.
+RETRY_POLICY = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(exception="storage.errors.TransientError", action=RetryAction.RETRY, retry_delay=timedelta(seconds=10), reason="transient commit failure"),
+        RetryRule(exception="storage.errors.OffsetMismatch", action=RetryAction.RETRY, retry_delay=timedelta(seconds=5), reason="log moved since job start"),
+        RetryRule(exception="storage.errors.IcelogError", action=RetryAction.FAIL, reason="terminal: bad input, fenced, or violations"),
+    ],
+)
+
+DEFAULT_ARGS = {"owner": "icelog", "retries": 3, "retry_delay": timedelta(seconds=30), "retry_policy": RETRY_POLICY}

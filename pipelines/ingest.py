@@ -1,0 +1,222 @@
+"""The ingest job: landing files -> a log table, exactly once per run key.
+
+Spark's executors read the source, route rows to log partitions, number them from the
+watermarks read at job start, and write Parquet data files (one log partition and one
+contiguous offset range per file). The driver then commits those files in one conditional,
+idempotent commit through ``storage``: rows never funnel through the driver.
+
+Idempotence: the producer's client id is derived from the run key (for example
+``ingest:2013-01-05``), and each partition's batch starts at sequence 0. Re-running a run
+(or a backfill of the same interval) re-sends the same batches, which the commit
+recognises as duplicates: nothing is written twice (I4). The dedupe window is the
+producer expiry (``icelog.producer.expiry-ms``, 7 days by default).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import structlog
+
+from storage import schema as cols
+from storage.catalog import open_catalog
+from storage.errors import InvalidInput, OffsetMismatch
+from storage.log import LogTable
+from storage.producers import ProducerBatch, ProducerIdentity, init_producer
+
+log = structlog.get_logger("icelog.ingest")
+KEY_COLUMN = "icelog.key-column"
+FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}
+
+
+@dataclass
+class IngestResult:
+    table: str
+    run_key: str
+    rows: int
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    duplicate: bool = False
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def producer_for_run(catalog: Any, table: str, run_key: str) -> ProducerIdentity:
+    """The producer of a run: reused as is when the run key already has one (no epoch bump,
+    so a re-run's batches are recognised as duplicates), created otherwise."""
+    client_id = f"ingest:{run_key}"
+    for pid, entry in LogTable.open(catalog, table).state().producers.items():
+        if entry["client"] == client_id:
+            return ProducerIdentity(int(pid), entry["epoch"], client_id)
+    return init_producer(catalog, table, client_id)
+
+
+def source_files(source: str) -> list[str]:
+    """Files of a landing path: a file, a folder (recursively), or a glob."""
+    if os.path.isdir(source):
+        found = [p for p in glob.glob(os.path.join(source, "**", "*"), recursive=True) if os.path.isfile(p) and not os.path.basename(p).startswith(("_", "."))]
+    else:
+        found = [p for p in glob.glob(source) if os.path.isfile(p)]
+    return sorted(found)
+
+
+def ingest(
+    spark: Any,
+    table: str,
+    source: str,
+    run_key: str,
+    *,
+    fmt: str = "parquet",
+    key_column: str | None = None,
+    partition_column: str | None = None,
+    catalog_name: str | None = None,
+    only_partitions: list[int] | None = None,
+) -> IngestResult:
+    """Ingest the files under ``source`` into ``table`` exactly once for ``run_key``.
+
+    Args:
+        spark: A SparkSession (``pipelines.spark.spark_session``).
+        table: The log table.
+        source: Landing file, folder or glob.
+        run_key: Idempotency key of this run (the same interval must use the same key).
+        fmt: ``parquet``, ``csv`` (with header) or ``json``/``jsonl`` (JSON Lines).
+        key_column: Route rows by CRC-32 of this column (``storage.keys``); default: the
+            table property ``icelog.key-column``, else ``key``.
+        partition_column: Or take the log partition from this integer column.
+        catalog_name: pyiceberg catalog name (default: the embedded one).
+        only_partitions: Load only rows routed to these log partitions.
+
+    Raises:
+        InvalidInput / SchemaMismatch: bad format, columns or partition values (nothing written).
+        OffsetMismatch: another writer appended since the job started; re-run the job.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    if fmt not in FORMATS:
+        raise InvalidInput(reason=f"unknown source format {fmt!r}; one of {sorted(FORMATS)}")
+    if key_column is not None and partition_column is not None:
+        raise InvalidInput(reason="route rows by key_column or by partition_column, not both")
+    catalog = open_catalog(catalog_name)
+    log_table = LogTable.open(catalog, table)
+    if partition_column is None:
+        key_column = key_column or log_table.table().metadata.properties.get(KEY_COLUMN, "key")
+    bound = log.bind(table=log_table.identifier, run_key=run_key)
+    files = source_files(source)
+    if not files:
+        bound.info("no landing files", source=source)
+        return IngestResult(log_table.identifier, run_key, 0, seconds=time.perf_counter() - started)
+
+    iceberg = log_table.table()
+    state = log_table.state()
+    ends = {p: w.end for p, w in state.watermarks.items()}
+    payload = cols.payload_arrow_schema(iceberg.schema())
+    reader = spark.read.format(FORMATS[fmt])
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    df = reader.load(files)
+    route = key_column or partition_column
+    unknown = [c for c in (route,) if c not in df.columns]
+    missing_required = [f.name for f in payload if not f.nullable and f.name not in df.columns]
+    if unknown or missing_required:
+        raise cols.SchemaMismatch(table=log_table.identifier, reason=f"source lacks columns {unknown + missing_required}; it has {df.columns}")
+
+    partitions = state.partitions
+    if only_partitions is not None and not set(only_partitions) <= set(range(partitions)):
+        raise InvalidInput(reason=f"partitions {sorted(only_partitions)} are not all in 0..{partitions - 1}")
+    if key_column:
+        part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(partitions)).cast("int")
+    else:
+        part = F.col(partition_column).cast("int")
+    # Source order (file, then position) numbers the rows, so a re-run assigns the same offsets.
+    df = df.withColumn(cols.PARTITION, part).withColumn("_file", F.col("_metadata.file_path")).withColumn("_pos", F.monotonically_increasing_id())
+    bad = df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions)).limit(1).collect()
+    if bad:
+        raise InvalidInput(reason=f"row routed to partition {bad[0][cols.PARTITION]!r}, outside 0..{partitions - 1}")
+
+    identity = producer_for_run(catalog, log_table.identifier, run_key)
+    # Partitions this run already wrote (an earlier, partial backfill): recorded per partition
+    # in the producer's state; re-sending them alongside new ones would be a half-duplicate.
+    done = {int(p): tuple(s["batches"][0][2:]) for p, s in state.producers.get(str(identity.producer_id), {}).get("partitions", {}).items() if s["batches"]}
+    wanted = set(range(partitions) if only_partitions is None else only_partitions) - set(done)
+    if not wanted:
+        bound.info("run already ingested", partitions=sorted(done))
+        return IngestResult(log_table.identifier, run_key, 0, done, True, state.snapshot_id, time.perf_counter() - started)
+    df = df.where(F.col(cols.PARTITION).isin(sorted(wanted)))
+    ends_map = F.create_map(*[x for p, e in ends.items() for x in (F.lit(p), F.lit(e))])
+    index = F.row_number().over(Window.partitionBy(cols.PARTITION).orderBy("_file", "_pos")) - 1
+    now_us = int(time.time() * 1_000_000)
+    numbered = (
+        df.withColumn("_idx", index.cast("long"))
+        .withColumn(cols.OFFSET, F.element_at(ends_map, F.col(cols.PARTITION)) + F.col("_idx"))
+        .withColumn(cols.TIMESTAMP, F.timestamp_micros(F.lit(now_us)))
+        .withColumn(cols.PRODUCER_ID, F.lit(identity.producer_id).cast("long"))
+        .withColumn(cols.PRODUCER_EPOCH, F.lit(identity.epoch).cast("int"))
+        .withColumn(cols.PRODUCER_SEQ, F.col("_idx").cast("int"))
+    )
+    # coalesce() with a literal makes a column non-nullable, as the table's required system
+    # columns demand (every row was checked to route to a known partition above).
+    columns = [F.coalesce(F.col(cols.PARTITION).cast("int"), F.lit(-1)).alias(cols.PARTITION),
+               F.coalesce(F.col(cols.OFFSET).cast("long"), F.lit(-1)).alias(cols.OFFSET), F.col(cols.TIMESTAMP),
+               F.col(cols.PRODUCER_ID), F.col(cols.PRODUCER_EPOCH), F.col(cols.PRODUCER_SEQ)]
+    for f in payload:
+        spark_type = _spark_type(f.type)
+        columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
+    staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{uuid.uuid4().hex}"
+    (
+        numbered.select(*columns, F.col(cols.PARTITION).alias("_p"))
+        .repartition(F.col(cols.PARTITION))
+        .sortWithinPartitions(cols.PARTITION, cols.OFFSET)
+        .write.partitionBy("_p")
+        .parquet(staging)
+    )
+    written: dict[int, list[str]] = {}
+    for path in glob.glob(os.path.join(staging, "_p=*", "*.parquet")):
+        written.setdefault(int(path.split("_p=")[1].split("/")[0]), []).append(path)
+    rows = 0
+    try:
+        counts = {p: sum(_rows(f) for f in fs) for p, fs in written.items()}
+        rows = sum(counts.values())
+        result = log_table.commit_files(
+            written,
+            {p: ends[p] for p in written},
+            producer=ProducerBatch(identity.producer_id, identity.epoch, {p: 0 for p in written}),
+        )
+    except OffsetMismatch:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if result.duplicate:
+        shutil.rmtree(staging, ignore_errors=True)  # never committed: this run had landed before
+    bound.info("ingested", rows=rows, duplicate=result.duplicate, snapshot_id=result.snapshot_id)
+    return IngestResult(log_table.identifier, run_key, rows, dict(result.ranges), result.duplicate, result.snapshot_id, time.perf_counter() - started)
+
+
+def _rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(path).num_rows
+
+
+def _spark_type(arrow_type: Any) -> str:
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_large_string(arrow_type) or t.is_string(arrow_type):
+        return "string"
+    if t.is_timestamp(arrow_type):
+        return "timestamp" if arrow_type.tz else "timestamp_ntz"
+    mapping = {pa.int32(): "int", pa.int64(): "long", pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean", pa.date32(): "date"}
+    if arrow_type in mapping:
+        return mapping[arrow_type]
+    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
+        return "binary"
+    raise InvalidInput(reason=f"unsupported payload type {arrow_type}")
