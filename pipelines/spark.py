@@ -41,6 +41,9 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
         conf: Extra Spark settings.
     """
     check_java()
+    # Bind the driver to loopback unless told otherwise: a one-machine default should not
+    # advertise itself on whatever interface the hostname resolves to.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("ICELOG_SPARK_MASTER", "local[*]")

@@ -139,10 +139,20 @@ class Compaction:
 
 
 def _small_runs(entries: list[tuple[int, int, DataFile]], target_rows: int) -> Iterator[list]:
+    """Runs of small files whose offset ranges follow each other exactly.
+
+    A discontinuity (a gap or an overlap: a broken log) ends a run, so compaction never
+    merges across it and the evidence stays where the validators can see it.
+    """
     run: list = []
     rows = 0
     for entry in entries:
         n = entry[2].record_count
+        broken = bool(run) and entry[0] != run[-1][1]
+        if broken:
+            if len(run) >= COMPACT_MIN_FILES:
+                yield run
+            run, rows = [], 0
         if n >= target_rows or rows + n > target_rows:
             if len(run) >= COMPACT_MIN_FILES:
                 yield run
@@ -155,8 +165,9 @@ def _small_runs(entries: list[tuple[int, int, DataFile]], target_rows: int) -> I
 
 
 def _read_file(table: Table, data_file: DataFile) -> pa.Table:
+    schema = table.schema().as_arrow()
     with table.io.new_input(data_file.file_path).open() as f:
-        return pq.read_table(f).sort_by(cols.OFFSET)
+        return pq.read_table(f).select(schema.names).cast(schema).sort_by(cols.OFFSET)
 
 
 def expire_snapshots(catalog: Catalog, identifier: str, keep: int = 1, older_than_ms: int | None = None) -> int:

@@ -70,3 +70,15 @@ def test_orphan_cleanup_spares_young_files(catalog):
     assert remove_orphan_files(catalog, t.identifier, older_than_s=3600) == []
     assert remove_orphan_files(catalog, t.identifier, older_than_s=0) == [stray]
     assert t.read(0).num_rows == 6
+
+
+def test_compaction_never_merges_across_a_gap(catalog):
+    from tests.validations.test_contiguity import plant
+
+    t = LogTable.create(catalog, "db.r", partitions=1)
+    fill(t, 0, 9, size=1)
+    plant(t, 0, [12])  # offsets 9..11 missing
+    report = maintain(catalog, t.identifier, keep_snapshots=1, orphan_age_s=0)
+    assert report["compaction"] == {"rewritten_files": 9, "new_files": 1}
+    gaps = [v for v in check_contiguity(t.table(), deep=True).violations if v.kind == "gap"]
+    assert [(g.first, g.last) for g in gaps] == [(9, 11)]

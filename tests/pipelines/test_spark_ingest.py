@@ -1,0 +1,161 @@
+"""The Spark ingest job: executors write, the driver commits once; exactly once per run key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.ingest import ingest
+from pipelines.spark import read_log
+from storage.errors import InvalidInput, SchemaMismatch
+from storage.keys import partition_for_key
+from storage.log import LogTable
+from storage.maintenance import remove_orphan_files
+from tests.storage.test_faults import kill_at
+from validations.contiguity import check_contiguity
+from validations.producers import check_producers
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pipelines.spark import spark_session
+
+    session = spark_session("local[2]", "icelog-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def env_catalog(sqlite_spec, monkeypatch):
+    for key, value in sqlite_spec.env().items():
+        monkeypatch.setenv(key, value)
+    return sqlite_spec
+
+
+def write_landing(folder: Path, files: int = 3, rows: int = 200) -> list[dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    all_rows = []
+    for f in range(files):
+        rows_f = [{"key": f"k{(f * 7 + i) % 23}", "value": f"f{f}-{i}"} for i in range(rows)]
+        pq.write_table(pa.Table.from_pylist(rows_f), folder / f"part-{f}.parquet")
+        all_rows += rows_f
+    return all_rows
+
+
+def table_rows(t: LogTable) -> dict[int, list[tuple]]:
+    return {p: list(zip(*[t.read(p).column(c).to_pylist() for c in ("log_offset", "key", "value")])) for p in t.watermarks()}
+
+
+def test_ingest_routes_by_key_hash_and_numbers_rows_in_source_order(spark, env_catalog, tmp_path):
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=4)
+    source = write_landing(tmp_path / "landing")
+    result = ingest(spark, "db.events", str(tmp_path / "landing"), "run-1", catalog_name=env_catalog.name)
+    assert result.rows == 600 and not result.duplicate
+    rows = table_rows(t)
+    for p, entries in rows.items():
+        assert [o for o, _, _ in entries] == list(range(len(entries)))
+        assert all(partition_for_key(k, 4) == p for _, k, _ in entries)
+        assert [(k, v) for _, k, v in entries] == [(r["key"], r["value"]) for r in source if partition_for_key(r["key"], 4) == p]
+    assert check_contiguity(t.table(), deep=True).ok
+    assert check_producers(t.table()).ok
+    assert read_log(spark, t, 1, 2, 5).count() == 3
+    assert read_log(spark, t).count() == 600
+
+
+def test_i4_rerunning_a_run_leaves_the_table_identical(spark, env_catalog, tmp_path):
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=3)
+    write_landing(tmp_path / "landing")
+    first = ingest(spark, "db.events", str(tmp_path / "landing"), "day-1", catalog_name=env_catalog.name)
+    before = (t.table().metadata.current_snapshot_id, table_rows(t))
+    again = ingest(spark, "db.events", str(tmp_path / "landing"), "day-1", catalog_name=env_catalog.name)
+    assert again.duplicate and again.ranges == first.ranges
+    assert (t.table().metadata.current_snapshot_id, table_rows(t)) == before
+    other = ingest(spark, "db.events", str(tmp_path / "landing"), "day-2", catalog_name=env_catalog.name)
+    assert not other.duplicate and sum(b - a for a, b in other.ranges.values()) == 600
+
+
+def test_partial_partitions_then_the_rest_equals_one_full_run(spark, env_catalog, tmp_path):
+    write_landing(tmp_path / "landing")
+    full = LogTable.create(env_catalog.open(), "db.full", partitions=4)
+    ingest(spark, "db.full", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name)
+    split = LogTable.create(env_catalog.open(), "db.split", partitions=4)
+    ingest(spark, "db.split", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name, only_partitions=[1, 3])
+    assert split.watermarks()[0].end == 0 and split.watermarks()[1].end > 0
+    rest = ingest(spark, "db.split", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name)
+    assert set(rest.ranges) == {0, 2}
+    assert table_rows(split) == table_rows(full)
+    assert ingest(spark, "db.split", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name).duplicate
+
+
+def test_csv_and_json_lines_sources(spark, env_catalog, tmp_path):
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=2)
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "a.csv").write_text("key,value\na,1\nb,2\n")
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "a.jsonl").write_text('{"key": "c", "value": "3"}\n{"key": "d"}\n')
+    assert ingest(spark, "db.events", str(tmp_path / "csv"), "c", fmt="csv", catalog_name=env_catalog.name).rows == 2
+    assert ingest(spark, "db.events", str(tmp_path / "json"), "j", fmt="jsonl", catalog_name=env_catalog.name).rows == 2
+    values = sorted(v for p in (0, 1) for v in t.read(p).column("value").to_pylist() if v)
+    assert values == ["1", "2", "3"]
+
+
+def test_i8_bad_sources_change_nothing(spark, env_catalog, tmp_path):
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=2, payload=[{"name": "key", "type": "string"}, {"name": "n", "type": "long", "required": True}])
+    write_landing(tmp_path / "landing", files=1, rows=5)  # has no column n
+    with pytest.raises(SchemaMismatch):
+        ingest(spark, "db.events", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name)
+    with pytest.raises(InvalidInput):
+        ingest(spark, "db.events", str(tmp_path / "landing"), "r", fmt="xml", catalog_name=env_catalog.name)
+    with pytest.raises(InvalidInput):
+        ingest(spark, "db.events", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name, only_partitions=[7])
+    assert t.table().metadata.current_snapshot_id is None
+    assert ingest(spark, "db.events", str(tmp_path / "empty"), "r", catalog_name=env_catalog.name).rows == 0
+
+
+def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_catalog, tmp_path):
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=3)
+    write_landing(tmp_path / "landing")
+    argv = [sys.executable, "-m", "tests.spark_worker", json.dumps(asdict(env_catalog)), "db.events", str(tmp_path / "landing"), "run-k"]
+    pause = str(tmp_path / "paused")
+    driver = subprocess.Popen(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]", "ICELOG_PAUSE_AT": "after_data_files", "ICELOG_PAUSE_FILE": pause}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_at(driver, pause, timeout=300)
+    # Files were written but never committed: no reader sees any of them.
+    assert t.table().metadata.current_snapshot_id is None
+    assert all(w.end == 0 for w in t.watermarks().values())
+    rerun = subprocess.run(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]"}, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert json.loads(rerun.stdout.splitlines()[-1])["duplicate"] is False
+    assert sum(w.end for w in t.watermarks().values()) == 600
+    assert check_contiguity(t.table(), deep=True).ok
+    assert remove_orphan_files(env_catalog.open(), "db.events", older_than_s=0)  # the dead driver's files
+    assert sum(t.read(p).num_rows for p in range(3)) == 600
+
+
+@pytest.mark.integration
+def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_path):
+    from infra import spark_cluster
+
+    write_landing(tmp_path / "landing", files=4, rows=300)
+    cat = env_catalog.open()
+    local, cluster = LogTable.create(cat, "db.local", partitions=4), LogTable.create(cat, "db.cluster", partitions=4)
+    directory = Path(tempfile.mkdtemp(prefix="icelog-spark-"))
+    master = spark_cluster.start(directory, workers=2)
+    try:
+        for table, spark_master in (("db.cluster", master), ("db.local", "local[2]")):
+            argv = [sys.executable, "-m", "tests.spark_worker", json.dumps(asdict(env_catalog)), table, str(tmp_path / "landing"), "run"]
+            done = subprocess.run(argv, env={**os.environ, "ICELOG_SPARK_MASTER": spark_master}, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        assert any((directory / "work0").iterdir()) or any((directory / "work1").iterdir())  # executors really ran there
+    finally:
+        spark_cluster.stop(directory)
+    assert table_rows(cluster) == table_rows(local)
+    assert sum(len(v) for v in table_rows(local).values()) == 1200
