@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # System packages a fresh Debian machine needs: PostgreSQL (the production-style catalog in
-# tests) and Java (Spark). Idempotent; installs only what is missing. Needs root (or sudo).
+# tests), Java (Spark) and Chromium (the report's browser test). Idempotent; installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # the report's browser test
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing system packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -280,15 +280,17 @@ def producers_rebuild(ctx: Context, table: str) -> None:
 @cli.command()
 @click.argument("table")
 @click.option("--deep", is_flag=True, help="Read every offset with DuckDB (default: manifests only).")
-@click.option("--snapshot", "snapshot_id", type=int, default=None)
+@click.option("--check", "check_names", multiple=True, help="Run these checks (repeatable): contiguity, contiguity-deep, producers.")
+@click.option("--snapshot", "snapshot_id", type=int, default=None, help="Check an older snapshot (watermarks are only kept for the current one).")
 @click.pass_obj
 @handled
-def validate(ctx: Context, table: str, deep: bool, snapshot_id: int | None) -> None:
-    """Check I1 contiguity and watermarks; exit 1 on any violation."""
+def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...], snapshot_id: int | None) -> None:
+    """Check I1 contiguity and watermarks (and more with --check); exit 1 on any violation."""
     from storage.log import LogTable
-    from validations.contiguity import check_contiguity
+    from validations.checks import run_checks
 
-    report = check_contiguity(LogTable.open(ctx.catalog, table).table(), deep=deep, snapshot_id=snapshot_id)
+    names = check_names or (("contiguity-deep",) if deep else ("contiguity",))
+    report = run_checks(LogTable.open(ctx.catalog, table).table(), names, snapshot_id)
 
     def text(d: dict) -> None:
         click.echo(f"{d['table']}: {'OK' if d['ok'] else 'VIOLATIONS'} ({d['rows']} rows, {', '.join(d['checks'])}, {d['seconds']} s)")
@@ -301,20 +303,49 @@ def validate(ctx: Context, table: str, deep: bool, snapshot_id: int | None) -> N
 
 
 @cli.command()
+@click.argument("table")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for index.html (default: $ICELOG_HOME/reports/TABLE).")
+@click.option("--no-gx", is_flag=True, help="Skip the Great Expectations suite.")
+@click.option("--expectations", type=click.Path(dir_okay=False), default=None, help="Payload expectations file (default: expectations/TABLE.json).")
+@click.pass_obj
+@handled
+def report(ctx: Context, table: str, out: str | None, no_gx: bool, expectations: str | None) -> None:
+    """Write an HTML report: partitions, commit history chart, validation, GX Data Docs."""
+    from storage.catalog import icelog_home
+    from storage.log import LogTable
+    from validations.report import build_report
+
+    log_table = LogTable.open(ctx.catalog, table)
+    target = out or str(icelog_home() / "reports" / log_table.identifier)
+    with _progress(ctx, f"building the report of {log_table.identifier}"):
+        page = build_report(log_table.table(), target, gx=not no_gx, expectations_file=expectations)
+    doc = json.loads((page.parent / "report.json").read_text())
+    ctx.emit({"table": log_table.identifier, "ok": doc["ok"], "report": str(page)}, lambda d: click.echo(f"{'OK' if d['ok'] else 'VIOLATIONS'}: file://{d['report']}"))
+
+
+def _progress(ctx: Context, what: str):
+    """A spinner on stderr for long work in text mode (JSON output stays clean)."""
+    import contextlib
+
+    if ctx.output == "json":
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(what)
+
+
+@cli.command()
 @click.argument("query")
-@click.option("--snapshot", "snapshot_id", type=int, default=None, help="Time travel (needs --table).")
+@click.option("--snapshot", "snapshot_id", type=int, default=None, help="Time travel to this snapshot (needs --table).")
+@click.option("--as-of", "as_of", default=None, help="Time travel: every table as it was at this ISO-8601 time.")
 @click.option("--table", "only", default=None, help="Expose only this table.")
 @click.pass_obj
 @handled
-def sql(ctx: Context, query: str, snapshot_id: int | None, only: str | None) -> None:
+def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
     """Run a DuckDB QUERY with every log table as a view (e.g. select count(*) from db.events)."""
     import duckdb
 
-    from validations.sql import connect
-
-    if snapshot_id is not None and not only:
-        raise InvalidInput(reason="--snapshot names one table's snapshot: add --table")
-    con = connect(ctx.catalog, snapshot_id=snapshot_id, only=only)
+    con = _duckdb(ctx, snapshot_id, as_of, only)
     try:
         cursor = con.execute(query)
     except duckdb.Error as e:
@@ -322,6 +353,53 @@ def sql(ctx: Context, query: str, snapshot_id: int | None, only: str | None) -> 
     columns = [d[0] for d in cursor.description or []]
     rows = cursor.fetchall()
     ctx.emit({"columns": columns, "rows": [list(r) for r in rows]}, lambda d: _table(d["rows"], d["columns"]))
+
+
+@cli.command("duckdb")
+@click.option("--snapshot", "snapshot_id", type=int, default=None)
+@click.option("--as-of", "as_of", default=None)
+@click.option("--table", "only", default=None)
+@click.pass_obj
+@handled
+def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
+    """An interactive DuckDB prompt with every log table as a view (end with Ctrl-D)."""
+    import duckdb
+
+    con = _duckdb(ctx, snapshot_id, as_of, only)
+    click.echo("icelog duckdb: log tables are views (try: show all tables). End with Ctrl-D.", err=True)
+    buffer = ""
+    while True:
+        try:
+            line = input("duckdb> " if not buffer else "   ...> ")
+        except EOFError:
+            break
+        buffer += line + "\n"
+        if not buffer.strip().endswith(";"):
+            continue
+        try:
+            result = con.sql(buffer)
+            if result is not None:
+                click.echo(str(result))
+        except duckdb.Error as e:
+            click.echo(f"error: {e}", err=True)
+        buffer = ""
+
+
+def _duckdb(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None):
+    from datetime import datetime, timezone
+
+    from validations.sql import connect
+
+    if snapshot_id is not None and not only:
+        raise InvalidInput(reason="--snapshot names one table's snapshot: add --table")
+    as_of_ms = None
+    if as_of is not None:
+        try:
+            moment = datetime.fromisoformat(as_of)
+        except ValueError as e:
+            raise InvalidInput(reason=f"--as-of: not an ISO-8601 time: {as_of!r}") from e
+        as_of_ms = int((moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+    return connect(ctx.catalog, snapshot_id=snapshot_id, as_of_ms=as_of_ms, only=only)
 
 
 @cli.command()

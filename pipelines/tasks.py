@@ -14,7 +14,6 @@ from typing import Any
 
 from storage.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
-from validations.violations import Violation
 
 
 class ValidationFailed(IcelogError):
@@ -63,18 +62,27 @@ def backfill(table: str, start: str, end: str, *, landing: str | None = None, fm
     return {"table": table, "days": days, "rows": rows, "rows_written": written}
 
 
-def validate(table: str, *, deep: bool = True, catalog: str | None = None) -> dict[str, Any]:
-    """Run every check on ``table``; raise :class:`ValidationFailed` on any violation."""
+def validate(table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True) -> dict[str, Any]:
+    """Run every registered check on ``table`` and publish its report (HTML, GX Data Docs)
+    under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` on any violation."""
     from storage.log import LogTable
-    from validations.contiguity import check_contiguity
-    from validations.producers import check_producers
+    from validations.checks import run_checks
 
-    iceberg = LogTable.open(open_catalog(catalog), table).table()
-    reports = [check_contiguity(iceberg, deep=deep), check_producers(iceberg)]
-    violations: list[Violation] = [v for r in reports for v in r.violations]
-    summary = {"table": table, "ok": not violations, "checks": [c for r in reports for c in r.checks], "violations": [v.to_dict() for v in violations], "rows": reports[0].rows}
-    if violations:
-        raise ValidationFailed(table=table, count=len(violations), first=violations[0].detail)
+    log_table = LogTable.open(open_catalog(catalog), table)
+    iceberg = log_table.table()
+    checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers"))
+    summary = checks.to_dict()
+    if report:
+        import json
+
+        from validations.report import build_report
+
+        page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier)
+        summary["report"] = str(page)
+        quality = json.loads((page.parent / "report.json").read_text())["quality"]
+        summary["quality_ok"] = quality["success"] if quality else None
+    if checks.violations:
+        raise ValidationFailed(table=table, count=len(checks.violations), first=checks.violations[0].detail)
     return summary
 
 

@@ -142,3 +142,20 @@ def test_producers_cli_idempotent_produce_and_fencing(run):
     assert listed[str(first["producer_id"])]["epoch"] == 1
     assert run("producers", "rebuild", "db.events")["producers"][str(first["producer_id"])]["client"] == "app"
     assert run("offsets", "db.events")["partitions"]["1"] == {"start": 0, "end": 2}
+
+
+def test_validate_checks_time_travel_and_report(run, catalog_spec, tmp_path):
+    run("topics", "create", "db.events", "--partitions", "1")
+    first = run("produce", "db.events", "--partition", "0", input=lines({"key": "a"}))
+    run("produce", "db.events", "--partition", "0", input=lines({"key": "b"}, {"key": "c"}))
+    both = run("validate", "db.events", "--check", "contiguity-deep", "--check", "producers")
+    assert both["ok"] and both["checks"] == ["contiguity-deep", "watermark", "producer-sequences", "producer-state"]
+    assert run("validate", "db.events", "--check", "nope", code=2)["error"] == "InvalidInput"
+    old = run("validate", "db.events", "--deep", "--snapshot", str(first["snapshot_id"]))
+    assert old["ok"] and old["rows"] == 1
+    assert run("sql", "--table", "db.events", "--snapshot", str(first["snapshot_id"]), "select count(*) from db.events")["rows"] == [[1]]
+    assert run("sql", "--as-of", "2001-01-01T00:00:00", "select count(*) from db.events")["rows"] == [[0]]
+    assert run("sql", "--as-of", "2999-01-01", "select count(*) from db.events")["rows"] == [[3]]
+    assert run("sql", "--as-of", "yesterday", "select 1", code=2)["error"] == "InvalidInput"
+    out = run("report", "db.events", "--out", str(tmp_path / "r"), "--no-gx")
+    assert out["ok"] and (tmp_path / "r" / "index.html").exists()

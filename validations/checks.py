@@ -1,0 +1,47 @@
+"""The registry of checks: every check takes (table, snapshot_id) and returns a CheckReport.
+
+Later capabilities (transactions, mirrors, consumer groups) register their checks here in
+the same shape, so the CLI, the validate DAG and the report pick them up unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from pyiceberg.table import Table
+
+from storage.errors import InvalidInput
+from validations.contiguity import check_contiguity
+from validations.producers import check_producers
+from validations.violations import CheckReport
+
+Check = Callable[[Table, "int | None"], CheckReport]
+
+CHECKS: dict[str, Check] = {
+    "contiguity": lambda table, snapshot_id: check_contiguity(table, snapshot_id=snapshot_id),
+    "contiguity-deep": lambda table, snapshot_id: check_contiguity(table, deep=True, snapshot_id=snapshot_id),
+    "producers": check_producers,
+}
+DEFAULT = ("contiguity-deep", "producers")
+
+
+def register(name: str, check: Check) -> None:
+    CHECKS[name] = check
+
+
+def run_checks(table: Table, names: tuple[str, ...] | list[str] = DEFAULT, snapshot_id: int | None = None) -> CheckReport:
+    """Run the named checks on one snapshot and merge their reports."""
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise InvalidInput(reason=f"unknown checks {unknown}; known: {sorted(CHECKS)}")
+    started = time.perf_counter()
+    reports = [CHECKS[n](table, snapshot_id) for n in names]
+    return CheckReport(
+        table=reports[0].table,
+        snapshot_id=reports[0].snapshot_id,
+        checks=[c for r in reports for c in r.checks],
+        violations=[v for r in reports for v in r.violations],
+        rows=max(r.rows for r in reports),
+        seconds=time.perf_counter() - started,
+    )
