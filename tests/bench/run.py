@@ -180,6 +180,48 @@ def bench_metadata_check(t: LogTable) -> None:
     record(f"metadata-only check, {files:,} files", elapsed * 1000, "ms", "", None, "target < 1000 ms")
 
 
+def bench_spark_ingest(root: Path, rows: int) -> None:
+    """The Spark ingest job beside a plain df.write.parquet of the same DataFrame."""
+    from pipelines.ingest import ingest
+    from pipelines.spark import spark_session
+    from storage.catalog import LogSqlCatalog
+
+    landing = root / "spark-landing"
+    landing.mkdir(parents=True)
+    per_file = rows // 8
+    for f in range(8):
+        n = np.arange(f * per_file, (f + 1) * per_file)
+        pq.write_table(pa.table({"key": pa.array(np.char.add("k", (n % 10_000).astype(str))), "value": pa.array(n.astype(str))}), landing / f"part-{f}.parquet")
+    os.environ["PYICEBERG_CATALOG__SPARKBENCH__URI"] = f"sqlite:///{root / 'spark.db'}"
+    os.environ["PYICEBERG_CATALOG__SPARKBENCH__WAREHOUSE"] = f"file://{root / 'spark-wh'}"
+    (root / "spark-wh").mkdir()
+    cat = LogSqlCatalog("sparkbench", uri=os.environ["PYICEBERG_CATALOG__SPARKBENCH__URI"], warehouse=os.environ["PYICEBERG_CATALOG__SPARKBENCH__WAREHOUSE"])
+    spark = spark_session("local[*]", "icelog-bench")
+    df = spark.read.parquet(str(landing))
+    df.count()  # warm the session and the file listing for both sides
+    times, refs = [], []
+    for i in range(3):
+        LogTable.create(cat, f"bench.spark{i}", partitions=8)
+        times.append(timed(lambda: ingest(spark, f"bench.spark{i}", str(landing), f"run{i}", catalog_name="sparkbench")))
+        refs.append(timed(lambda: spark.read.parquet(str(landing)).write.mode("overwrite").parquet(str(root / f"plain{i}"))))
+    assert LogTable(cat, "bench.spark0").state().watermarks[0].end > 0
+    record(f"Spark ingest of {rows:,} narrow rows (median of 3)", rows / statistics.median(times) / 1e6, "Mrows/s", "plain df.write.parquet of the same DataFrame", rows / statistics.median(refs) / 1e6, "target >= 0.8x")
+    spark.stop()
+
+
+def bench_gx(root: Path) -> None:
+    from pipelines.flights import create_table, load_flights
+    from validations.quality import run_suite
+
+    cat = catalog(root / "gx")
+    table, _ = create_table(cat)
+    flights = load_flights()
+    table.append({p: flights.slice(p * 42_097, 42_097) for p in range(8)})
+    elapsed = timed(lambda: run_suite(table.table(), docs_root=root / "gx-docs"))
+    again = timed(lambda: run_suite(table.table(), docs_root=root / "gx-docs"))
+    record(f"GX suite on {flights.num_rows:,} flights rows (first run, incl. import)", elapsed, "s", "second run, same process", again)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
@@ -195,6 +237,8 @@ def main() -> None:
         bench_producer_state(root, 20 if q else 1_000, 200 if q else 10_000)
         bench_bulk(root, 200_000 if q else 5_000_000)
         bench_validation(root, 4_000_000 if q else 100_000_000)
+        bench_gx(root)
+        bench_spark_ingest(root, 400_000 if q else 10_000_000)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
