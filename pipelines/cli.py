@@ -416,7 +416,8 @@ def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes
     from storage.maintenance import maintain as run
 
     name = LogTable.open(ctx.catalog, table).identifier
-    report = run(ctx.catalog, name, retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots, orphan_age_s=orphan_age_s)
+    with _progress(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
+        report = run(ctx.catalog, name, retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots, orphan_age_s=orphan_age_s)
     ctx.emit(report, lambda d: click.echo(json.dumps(d, indent=2, default=str)))
 
 

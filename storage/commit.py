@@ -162,6 +162,9 @@ def commit(
 
         key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
         if written is None or written[0] != key:
+            if written is not None:
+                # The commit id is not in the table, so the last attempt's files never landed.
+                _discard(table, written[1])
             written = (key, write_rows(table, decision.rows) if decision.rows else [])
         faults.checkpoint(faults.AFTER_DATA_FILES)
 
@@ -187,6 +190,14 @@ def commit(
     if unknown is not None:
         raise CommitOutcomeUnknown(table=identifier, commit_id=commit_id, reason=repr(unknown))
     raise CommitConflict(table=identifier, attempts=attempt)
+
+
+def _discard(table: Table, files: list[DataFile]) -> None:
+    for data_file in files:
+        try:
+            table.io.delete(data_file.file_path)
+        except OSError:
+            pass  # orphan cleanup (storage.maintenance) gets it later
 
 
 def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:

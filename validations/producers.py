@@ -28,7 +28,7 @@ def sequence_violations(table: Table, snapshot_id: int | None = None) -> list[Vi
                  lag(producer_seq) OVER (PARTITION BY producer_id, producer_epoch, log_partition ORDER BY log_offset) AS prev_seq
           FROM read_parquet($paths) WHERE producer_id IS NOT NULL)
         WHERE prev_seq IS NOT NULL AND producer_seq <> prev_seq + 1
-        ORDER BY 1, 2, 3, 4 LIMIT 1000
+        ORDER BY 1, 2, 3, 4
         """,
         {"paths": paths},
     ).fetchall()

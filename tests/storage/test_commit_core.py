@@ -145,3 +145,16 @@ def test_i1_i2_randomized_threads_keep_every_partition_contiguous(sqlite_spec, p
         for partition, (lo, hi), tag in acked:
             if partition == p:
                 assert keys[lo:hi] == [tag] * (hi - lo)
+
+
+def test_files_of_a_superseded_decision_are_deleted(catalog):
+    import os
+
+    t = LogTable.create(catalog, "db.t", partitions=1)
+    request = Interleaved(AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), lambda: t.append({0: [{"key": "other"}]}))
+    commit(catalog, t.identifier, request, commit_id="c1")
+    table = t.table()
+    live = {task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()}
+    data_dir = table.metadata.location.removeprefix("file://") + "/data"
+    on_disk = {os.path.join(d, f) for d, _, names in os.walk(data_dir) for f in names if f.endswith(".parquet")}
+    assert on_disk == live  # the first attempt's file (offset 0) was removed, not left behind

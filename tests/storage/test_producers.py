@@ -200,3 +200,15 @@ def test_i4_producer_ids_unique_across_processes(catalog_spec):
     assert len(ids) == 20 and len(set(ids)) == 20
     assert all(ids == sorted(ids) for ids in per_process)  # monotonic within each process
     assert set(ids) == set(range(20))  # dense: no id skipped, none reused
+
+
+def test_i4_validator_reports_every_sequence_break_exactly(catalog, table):
+    me = init_producer(catalog, "db.p")
+    table.append({0: batch(3)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    iceberg = table.table()
+    schema = iceberg.schema().as_arrow()
+    rows = [{**{f.name: None for f in schema}, "log_partition": 0, "log_offset": 3 + i, "log_timestamp": 0,
+             "producer_id": me.producer_id, "producer_epoch": 0, "producer_seq": s} for i, s in enumerate((7, 8, 4))]
+    iceberg.append(pa.Table.from_pylist(rows).cast(schema))  # seq 2 -> 7 and 8 -> 4: two breaks
+    breaks = [(v.first, v.extra["sequence"], v.extra["expected"]) for v in check_producers(table.table()).violations if v.kind == "sequence"]
+    assert breaks == [(3, 7, 3), (5, 4, 9)]
