@@ -180,6 +180,7 @@ def commit(
             unknown = e
         else:
             faults.checkpoint(faults.AFTER_CATALOG_SWAP)
+            _delete_old_metadata(catalog, table, response.metadata)
             snapshot_id = response.metadata.current_snapshot_id
             _attach_snapshot(decision.result, snapshot_id)
             bound.debug("committed", attempt=attempt, snapshot_id=snapshot_id)
@@ -190,6 +191,16 @@ def commit(
     if unknown is not None:
         raise CommitOutcomeUnknown(table=identifier, commit_id=commit_id, reason=repr(unknown))
     raise CommitConflict(table=identifier, attempts=attempt)
+
+
+def _delete_old_metadata(catalog: Catalog, table: Table, new: TableMetadata) -> None:
+    """What pyiceberg's Table._do_commit does after a commit (we call the catalog directly):
+    drop metadata files that fell out of the metadata log
+    (``write.metadata.delete-after-commit.enabled``), so they do not pile up."""
+    try:
+        catalog._delete_old_metadata(table.io, table.metadata, new)
+    except Exception as e:  # a leftover file is harmless; orphan cleanup removes it later
+        log.warning("could not delete old metadata files", table=table.name(), error=repr(e))
 
 
 def _discard(table: Table, files: list[DataFile]) -> None:

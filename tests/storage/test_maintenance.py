@@ -82,3 +82,11 @@ def test_compaction_never_merges_across_a_gap(catalog):
     assert report["compaction"] == {"rewritten_files": 9, "new_files": 1}
     gaps = [v for v in check_contiguity(t.table(), deep=True).violations if v.kind == "gap"]
     assert [(g.first, g.last) for g in gaps] == [(9, 11)]
+
+
+def test_metadata_files_stay_bounded_as_commits_pile_up(catalog):
+    t = LogTable.create(catalog, "db.r", partitions=1)
+    fill(t, 0, 25, size=1)
+    metadata_dir = t.table().metadata.location.removeprefix("file://") + "/metadata"
+    json_files = [f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]
+    assert len(json_files) <= 12  # write.metadata.previous-versions-max=10, plus the current one
