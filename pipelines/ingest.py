@@ -98,7 +98,6 @@ def ingest(
         InvalidInput / SchemaMismatch: bad format, columns or partition values (nothing written).
         OffsetMismatch: another writer appended since the job started; re-run the job.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
@@ -137,8 +136,7 @@ def ingest(
         part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(partitions)).cast("int")
     else:
         part = F.col(partition_column).cast("int")
-    # Source order (file, then position) numbers the rows, so a re-run assigns the same offsets.
-    df = df.withColumn(cols.PARTITION, part).withColumn("_file", F.col("_metadata.file_path")).withColumn("_pos", F.monotonically_increasing_id())
+    df = df.withColumn(cols.PARTITION, part)
     if partition_column:  # a key hash is always in range; a user's column may not be
         bad = df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions)).limit(1).collect()
         if bad:
@@ -153,30 +151,29 @@ def ingest(
         bound.info("run already ingested", partitions=sorted(done))
         return IngestResult(log_table.identifier, run_key, 0, done, True, state.snapshot_id, time.perf_counter() - started)
     df = df.where(F.col(cols.PARTITION).isin(sorted(wanted)))
-    ends_map = F.create_map(*[x for p, e in ends.items() for x in (F.lit(p), F.lit(e))])
-    index = F.row_number().over(Window.partitionBy(cols.PARTITION).orderBy("_file", "_pos")) - 1
-    now_us = int(time.time() * 1_000_000)
-    numbered = (
-        df.withColumn("_idx", index.cast("long"))
-        .withColumn(cols.OFFSET, F.element_at(ends_map, F.col(cols.PARTITION)) + F.col("_idx"))
-        .withColumn(cols.TIMESTAMP, F.timestamp_micros(F.lit(now_us)))
-        .withColumn(cols.PRODUCER_ID, F.lit(identity.producer_id).cast("long"))
-        .withColumn(cols.PRODUCER_EPOCH, F.lit(identity.epoch).cast("int"))
-        .withColumn(cols.PRODUCER_SEQ, F.col("_idx").cast("int"))
-    )
-    # coalesce() with a literal makes a column non-nullable, as the table's required system
-    # columns demand (every row was checked to route to a known partition above).
-    columns = [F.coalesce(F.col(cols.PARTITION).cast("int"), F.lit(-1)).alias(cols.PARTITION),
-               F.coalesce(F.col(cols.OFFSET).cast("long"), F.lit(-1)).alias(cols.OFFSET), F.col(cols.TIMESTAMP),
-               F.col(cols.PRODUCER_ID), F.col(cols.PRODUCER_EPOCH), F.col(cols.PRODUCER_SEQ)]
+    payload_columns = []
     for f in payload:
         spark_type = _spark_type(f.type)
-        columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
+        payload_columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
+    routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), *payload_columns, F.col("_metadata.file_path").alias("_file"), F.col("_metadata.file_block_start").alias("_block"))
+
+    # Pass 1: rows per (input task, log partition). Pass 2 numbers each task's rows from the
+    # base offset its slice starts at, so no shuffle is needed; every task writes one file per
+    # log partition holding a contiguous offset range. commit_files re-checks that the files
+    # tile each partition exactly, so a split planned differently in the two passes fails
+    # loudly instead of committing a gap.
+    counts = routed.groupBy(F.spark_partition_id().alias("_task"), cols.PARTITION).agg(F.count("*").alias("n"), F.min(F.struct("_file", "_block")).alias("_start")).collect()
+    bases = slice_bases([(r["_task"], r[cols.PARTITION], r["n"], (r["_start"]["_file"], r["_start"]["_block"])) for r in counts], ends)
+    now_us = int(time.time() * 1_000_000)
+    routed = routed.drop("_file", "_block")
+    numbered = routed.mapInArrow(
+        _numberer(bases, ends, identity.producer_id, identity.epoch, now_us),
+        _numbered_schema(routed.schema),
+    )
     staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{uuid.uuid4().hex}"
     (
-        # The window's shuffle already put each log partition in one task: sort locally, write.
-        numbered.select(*columns, F.col(cols.PARTITION).alias("_p"))
-        .sortWithinPartitions(cols.PARTITION, cols.OFFSET)
+        numbered.withColumn("_p", F.col(cols.PARTITION))
+        .sortWithinPartitions("_p", cols.OFFSET)  # the partitioned writer sorts by _p anyway; keep offsets in order
         .write.partitionBy("_p")
         .parquet(staging)
     )
@@ -199,6 +196,79 @@ def ingest(
         shutil.rmtree(staging, ignore_errors=True)  # never committed: this run had landed before
     bound.info("ingested", rows=rows, duplicate=result.duplicate, snapshot_id=result.snapshot_id)
     return IngestResult(log_table.identifier, run_key, rows, dict(result.ranges), result.duplicate, result.snapshot_id, time.perf_counter() - started)
+
+
+def slice_bases(counts: list[tuple[int, int, int, tuple[str, int]]], ends: dict[int, int]) -> dict[tuple[int, int], int]:
+    """First offset of each (task, partition) slice.
+
+    Slices follow each other in source order: tasks ordered by the (file, block) they read
+    (Spark schedules splits by size, not by name; ``pipelines.spark`` keeps one file per
+    split), rows in the order each task reads them.
+
+    Args:
+        counts: ``(task, partition, rows, (file, block start))`` from pass 1.
+        ends: Log end offset per partition at job start.
+    """
+    first_file: dict[int, tuple[str, int]] = {}
+    for task, _, _, start in counts:
+        first_file[task] = min(first_file.get(task, start), start)
+    bases: dict[tuple[int, int], int] = {}
+    cursor = dict(ends)
+    for task, partition, n, _ in sorted(counts, key=lambda c: (first_file[c[0]], c[0])):
+        bases[(task, partition)] = cursor[partition]
+        cursor[partition] += n
+    return bases
+
+
+def _numbered_schema(routed: Any) -> Any:
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType, TimestampType
+
+    system = [
+        StructField(cols.PARTITION, IntegerType(), nullable=False),
+        StructField(cols.OFFSET, LongType(), nullable=False),
+        StructField(cols.TIMESTAMP, TimestampType(), nullable=False),
+        StructField(cols.PRODUCER_ID, LongType(), nullable=False),
+        StructField(cols.PRODUCER_EPOCH, IntegerType(), nullable=False),
+        StructField(cols.PRODUCER_SEQ, IntegerType(), nullable=False),
+    ]
+    return StructType(system + [f for f in routed.fields if f.name != cols.PARTITION])
+
+
+def _numberer(bases: dict[tuple[int, int], int], ends: dict[int, int], producer_id: int, epoch: int, now_us: int):
+    """The executor side of pass 2: Arrow batches in, system columns numbered, out."""
+
+    def number(batches):
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        task = TaskContext.get().partitionId()
+        cursor: dict[int, int] = {}
+        for batch in batches:
+            parts = batch.column(cols.PARTITION).to_numpy(zero_copy_only=False).astype(np.int32)
+            offsets = np.empty(len(parts), dtype=np.int64)
+            seqs = np.empty(len(parts), dtype=np.int32)
+            for p in np.unique(parts):
+                mask = parts == p
+                first = cursor.get(int(p), bases[(task, int(p))])
+                n = int(mask.sum())
+                offsets[mask] = np.arange(first, first + n, dtype=np.int64)
+                seqs[mask] = np.arange(first - ends[int(p)], first - ends[int(p)] + n, dtype=np.int32)
+                cursor[int(p)] = first + n
+            n = len(parts)
+            system = [
+                pa.array(parts, pa.int32()),
+                pa.array(offsets),
+                pa.array(np.full(n, now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(np.full(n, producer_id, dtype=np.int64)),
+                pa.array(np.full(n, epoch, dtype=np.int32)),
+                pa.array(seqs),
+            ]
+            names = [cols.PARTITION, cols.OFFSET, cols.TIMESTAMP, cols.PRODUCER_ID, cols.PRODUCER_EPOCH, cols.PRODUCER_SEQ]
+            payload = [c for c in batch.schema.names if c != cols.PARTITION]
+            yield pa.RecordBatch.from_arrays(system + [batch.column(c) for c in payload], names + payload)
+
+    return number
 
 
 def _rows(path: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 from storage.errors import InvalidInput
@@ -44,6 +45,9 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
     # Bind the driver to loopback unless told otherwise: a one-machine default should not
     # advertise itself on whatever interface the hostname resolves to.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Executors run icelog's Arrow numbering in Python: the same interpreter (and packages)
+    # as the driver, unless the deployment says otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("ICELOG_SPARK_MASTER", "local[*]")
@@ -56,6 +60,11 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
         .config("spark.sql.parquet.compression.codec", "zstd")
         .config("spark.sql.shuffle.partitions", os.environ.get("ICELOG_SPARK_SHUFFLE_PARTITIONS", "8"))
         .config("spark.ui.showConsoleProgress", "false")
+        # One input split never packs two files, so ingest can number rows in file order
+        # without a shuffle (pipelines.ingest.slice_bases).
+        .config("spark.sql.files.maxPartitionBytes", "134217728")
+        .config("spark.sql.files.openCostInBytes", "134217728")
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.driver.memory", os.environ.get("ICELOG_SPARK_DRIVER_MEMORY", "2g"))
     )
     for key, value in (conf or {}).items():

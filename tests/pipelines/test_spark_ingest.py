@@ -159,3 +159,11 @@ def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_pa
         spark_cluster.stop(directory)
     assert table_rows(cluster) == table_rows(local)
     assert sum(len(v) for v in table_rows(local).values()) == 1200
+
+
+def test_slice_bases_follow_source_order_per_partition():
+    from pipelines.ingest import slice_bases
+
+    # Task 1 reads file a, task 0 reads file b: a's rows come first in every partition.
+    counts = [(0, 0, 5, ("b", 0)), (0, 1, 2, ("b", 0)), (1, 0, 3, ("a", 0)), (2, 0, 4, ("a", 100))]
+    assert slice_bases(counts, {0: 10, 1: 7}) == {(1, 0): 10, (2, 0): 13, (0, 0): 17, (0, 1): 7}
