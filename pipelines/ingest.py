@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from storage import faults
 from storage import schema as cols
 from storage.catalog import open_catalog
 from storage.errors import InvalidInput, OffsetMismatch
@@ -155,35 +156,25 @@ def ingest(
     for f in payload:
         spark_type = _spark_type(f.type)
         payload_columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
-    routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), *payload_columns, F.col("_metadata.file_path").alias("_file"), F.col("_metadata.file_block_start").alias("_block"))
+    routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), *payload_columns)
 
     # Pass 1: rows per (input task, log partition). Pass 2 numbers each task's rows from the
-    # base offset its slice starts at, so no shuffle is needed; every task writes one file per
-    # log partition holding a contiguous offset range. commit_files re-checks that the files
-    # tile each partition exactly, so a split planned differently in the two passes fails
-    # loudly instead of committing a gap.
-    counts = routed.groupBy(F.spark_partition_id().alias("_task"), cols.PARTITION).agg(F.count("*").alias("n"), F.min(F.struct("_file", "_block")).alias("_start")).collect()
-    bases = slice_bases([(r["_task"], r[cols.PARTITION], r["n"], (r["_start"]["_file"], r["_start"]["_block"])) for r in counts], ends)
-    now_us = int(time.time() * 1_000_000)
-    routed = routed.drop("_file", "_block")
-    numbered = routed.mapInArrow(
-        _numberer(bases, ends, identity.producer_id, identity.epoch, now_us),
-        _numbered_schema(routed.schema),
-    )
+    # base offset its slice starts at (no shuffle), and the executor writes one Parquet file
+    # per log partition it holds, with the table's schema and field ids, in offset order.
+    # commit_files re-checks that the files tile each partition exactly, so splits planned
+    # differently in the two passes would fail loudly instead of committing a gap.
+    counts = routed.groupBy(F.spark_partition_id().alias("_task"), cols.PARTITION).count().collect()
+    bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
     staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{uuid.uuid4().hex}"
-    (
-        numbered.withColumn("_p", F.col(cols.PARTITION))
-        .sortWithinPartitions("_p", cols.OFFSET)  # the partitioned writer sorts by _p anyway; keep offsets in order
-        .write.partitionBy("_p")
-        .parquet(staging)
-    )
+    writer = SliceWriter(bases, ends, identity.producer_id, identity.epoch, int(time.time() * 1_000_000), iceberg.schema().as_arrow(), staging)
+    files = routed.mapInArrow(writer, "path string, partition int, rows long").collect()
     written: dict[int, list[str]] = {}
-    for path in glob.glob(os.path.join(staging, "_p=*", "*.parquet")):
-        written.setdefault(int(path.split("_p=")[1].split("/")[0]), []).append(path)
+    for f in files:
+        written.setdefault(f["partition"], []).append(f["path"])
+    faults.checkpoint(faults.AFTER_INGEST_WRITE)
     rows = 0
     try:
-        counts = {p: sum(_rows(f) for f in fs) for p, fs in written.items()}
-        rows = sum(counts.values())
+        rows = sum(f["rows"] for f in files)
         result = log_table.commit_files(
             written,
             {p: ends[p] for p in written},
@@ -198,83 +189,99 @@ def ingest(
     return IngestResult(log_table.identifier, run_key, rows, dict(result.ranges), result.duplicate, result.snapshot_id, time.perf_counter() - started)
 
 
-def slice_bases(counts: list[tuple[int, int, int, tuple[str, int]]], ends: dict[int, int]) -> dict[tuple[int, int], int]:
-    """First offset of each (task, partition) slice.
+def slice_bases(counts: list[tuple[int, int, int]], ends: dict[int, int]) -> dict[tuple[int, int], int]:
+    """First offset of each (input split, partition) slice: slices follow each other in split order.
 
-    Slices follow each other in source order: tasks ordered by the (file, block) they read
-    (Spark schedules splits by size, not by name; ``pipelines.spark`` keeps one file per
-    split), rows in the order each task reads them.
+    Rows are numbered in Spark's read order: input splits as Spark plans them (one file per
+    split, larger files first; ``pipelines.spark`` fixes the sizes so the plan does not depend
+    on the cluster), rows within a split in file order. The same files give the same offsets.
 
     Args:
-        counts: ``(task, partition, rows, (file, block start))`` from pass 1.
+        counts: ``(task, partition, rows)`` from pass 1.
         ends: Log end offset per partition at job start.
     """
-    first_file: dict[int, tuple[str, int]] = {}
-    for task, _, _, start in counts:
-        first_file[task] = min(first_file.get(task, start), start)
     bases: dict[tuple[int, int], int] = {}
     cursor = dict(ends)
-    for task, partition, n, _ in sorted(counts, key=lambda c: (first_file[c[0]], c[0])):
+    for task, partition, n in sorted(counts):
         bases[(task, partition)] = cursor[partition]
         cursor[partition] += n
     return bases
 
 
-def _numbered_schema(routed: Any) -> Any:
-    from pyspark.sql.types import IntegerType, LongType, StructField, StructType, TimestampType
+@dataclass
+class SliceWriter:
+    """Pass 2, on the executors: number a task's rows and write them, one file per partition.
 
-    system = [
-        StructField(cols.PARTITION, IntegerType(), nullable=False),
-        StructField(cols.OFFSET, LongType(), nullable=False),
-        StructField(cols.TIMESTAMP, TimestampType(), nullable=False),
-        StructField(cols.PRODUCER_ID, LongType(), nullable=False),
-        StructField(cols.PRODUCER_EPOCH, IntegerType(), nullable=False),
-        StructField(cols.PRODUCER_SEQ, IntegerType(), nullable=False),
-    ]
-    return StructType(system + [f for f in routed.fields if f.name != cols.PARTITION])
+    Called by ``mapInArrow`` with the task's Arrow batches; yields one small row per file
+    written (path, partition, rows): only that reaches the driver.
+    """
 
+    bases: dict[tuple[int, int], int]
+    ends: dict[int, int]
+    producer_id: int
+    epoch: int
+    now_us: int
+    schema: Any  # the table's Arrow schema, with Iceberg field ids
+    staging: str
 
-def _numberer(bases: dict[tuple[int, int], int], ends: dict[int, int], producer_id: int, epoch: int, now_us: int):
-    """The executor side of pass 2: Arrow batches in, system columns numbered, out."""
-
-    def number(batches):
+    def __call__(self, batches):
         import numpy as np
         import pyarrow as pa
+        import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         task = TaskContext.get().partitionId()
         cursor: dict[int, int] = {}
-        for batch in batches:
-            parts = batch.column(cols.PARTITION).to_numpy(zero_copy_only=False).astype(np.int32)
-            offsets = np.empty(len(parts), dtype=np.int64)
-            seqs = np.empty(len(parts), dtype=np.int32)
-            for p in np.unique(parts):
-                mask = parts == p
-                first = cursor.get(int(p), bases[(task, int(p))])
-                n = int(mask.sum())
-                offsets[mask] = np.arange(first, first + n, dtype=np.int64)
-                seqs[mask] = np.arange(first - ends[int(p)], first - ends[int(p)] + n, dtype=np.int32)
-                cursor[int(p)] = first + n
-            n = len(parts)
-            system = [
-                pa.array(parts, pa.int32()),
-                pa.array(offsets),
-                pa.array(np.full(n, now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
-                pa.array(np.full(n, producer_id, dtype=np.int64)),
-                pa.array(np.full(n, epoch, dtype=np.int32)),
-                pa.array(seqs),
-            ]
-            names = [cols.PARTITION, cols.OFFSET, cols.TIMESTAMP, cols.PRODUCER_ID, cols.PRODUCER_EPOCH, cols.PRODUCER_SEQ]
-            payload = [c for c in batch.schema.names if c != cols.PARTITION]
-            yield pa.RecordBatch.from_arrays(system + [batch.column(c) for c in payload], names + payload)
+        pending: dict[int, list[Any]] = {}
+        pending_rows: dict[int, int] = {}
+        files: dict[int, tuple[str, Any]] = {}
+        counts: dict[int, int] = {}
+        payload = [f for f in self.schema if f.name not in cols.SYSTEM_COLUMNS]
 
-    return number
+        def flush(p: int) -> None:
+            # Row groups of ~1M rows: small writes would make many tiny row groups.
+            if p not in files:
+                path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd"))
+            files[p][1].write_table(pa.Table.from_batches(pending.pop(p), schema=self.schema))
+            pending_rows[p] = 0
 
-
-def _rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.read_metadata(path).num_rows
+        try:
+            for batch in batches:
+                parts = batch.column(cols.PARTITION).to_numpy(zero_copy_only=False).astype(np.int32)
+                order = np.argsort(parts, kind="stable")  # group by partition, keep read order
+                grouped = batch.take(pa.array(order))
+                present, starts = np.unique(parts[order], return_index=True)
+                bounds = list(starts) + [len(parts)]
+                for i, p in enumerate(int(x) for x in present):
+                    rows = grouped.slice(bounds[i], bounds[i + 1] - bounds[i])
+                    n = rows.num_rows
+                    first = cursor.get(p, self.bases[(task, p)])
+                    cursor[p] = first + n
+                    seq0 = first - self.ends[p]
+                    columns = [
+                        pa.array(np.full(n, p, dtype=np.int32)),
+                        pa.array(np.arange(first, first + n, dtype=np.int64)),
+                        pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                        pa.array(np.full(n, self.producer_id, dtype=np.int64)),
+                        pa.array(np.full(n, self.epoch, dtype=np.int32)),
+                        pa.array(np.arange(seq0, seq0 + n, dtype=np.int32)),
+                        *(rows.column(f.name).cast(f.type) for f in payload),
+                    ]
+                    pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
+                    pending_rows[p] = pending_rows.get(p, 0) + n
+                    counts[p] = counts.get(p, 0) + n
+                    if pending_rows[p] >= 1_000_000:
+                        flush(p)
+            for p in list(pending):
+                flush(p)
+        finally:
+            for _, w in files.values():
+                w.close()
+        out = pa.schema([("path", pa.string()), ("partition", pa.int32()), ("rows", pa.int64())])
+        for p, (path, _) in sorted(files.items()):
+            yield pa.RecordBatch.from_pylist([{"path": path, "partition": p, "rows": counts[p]}], schema=out)
 
 
 def _spark_type(arrow_type: Any) -> str:

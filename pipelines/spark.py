@@ -64,6 +64,7 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
         # without a shuffle (pipelines.ingest.slice_bases).
         .config("spark.sql.files.maxPartitionBytes", "134217728")
         .config("spark.sql.files.openCostInBytes", "134217728")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.driver.memory", os.environ.get("ICELOG_SPARK_DRIVER_MEMORY", "2g"))
     )

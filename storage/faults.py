@@ -14,6 +14,8 @@ AFTER_DATA_FILES = "after_data_files"
 AFTER_METADATA_WRITE = "after_metadata_write"
 AFTER_CATALOG_SWAP = "after_catalog_swap"
 POINTS = (AFTER_DATA_FILES, AFTER_METADATA_WRITE, AFTER_CATALOG_SWAP)
+# Spark ingest: executors have written the run's files, the driver has not committed them.
+AFTER_INGEST_WRITE = "after_ingest_write"
 
 
 def checkpoint(point: str) -> None:
