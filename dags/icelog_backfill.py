@@ -6,20 +6,16 @@ producer sequences and write nothing.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, task
 
-from dags.icelog_common import DEFAULT_ARGS, LANDING, NAME_PATTERN, TABLES, table_asset
+from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset, task_id
 
 
 @dag(
     dag_id="icelog_backfill",
     schedule=None,
-    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args=DEFAULT_ARGS,
-    tags=["icelog"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
     params={
         "table": Param(TABLES[0], type="string", pattern=NAME_PATTERN, description="Log table, namespace.table"),
         "source": Param(LANDING, type="string", description="Landing root (default: $ICELOG_HOME/landing)"),

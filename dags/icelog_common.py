@@ -8,12 +8,17 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+import pendulum
 from airflow.sdk import Asset, ExceptionRetryPolicy, RetryAction, RetryRule
 
 # Log tables the scheduled DAGs serve: ICELOG_TABLES="demo.flights,db.events".
 TABLES = [t.strip() for t in os.environ.get("ICELOG_TABLES", "demo.flights").split(",") if t.strip()]
 LANDING = os.environ.get("ICELOG_LANDING", "")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$"
+
+
+def task_id(action: str, table: str) -> str:
+    return f"{action}__{table.replace('.', '__')}"
 
 
 def table_asset(table: str) -> Asset:
@@ -32,3 +37,11 @@ RETRY_POLICY = ExceptionRetryPolicy(
 )
 
 DEFAULT_ARGS = {"owner": "icelog", "retries": 3, "retry_delay": timedelta(seconds=30), "retry_policy": RETRY_POLICY}
+
+# What every icelog DAG shares (each DAG adds its id, schedule and doc).
+DAG_DEFAULTS = {
+    "start_date": pendulum.datetime(2013, 1, 1, tz="UTC"),
+    "catchup": False,
+    "default_args": DEFAULT_ARGS,
+    "tags": ["icelog"],
+}

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import dag, task
 
-from dags.icelog_common import DEFAULT_ARGS, LANDING, TABLES, table_asset
+from dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset, task_id
 
 
 @dag(
     dag_id="icelog_ingest",
     schedule="@daily",
-    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
-    catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=["icelog"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 )
 def icelog_ingest():
     for table in TABLES:
 
-        @task(task_id=f"ingest__{table.replace('.', '__')}", outlets=[table_asset(table)])
+        @task(task_id=task_id("ingest", table), outlets=[table_asset(table)])
         def ingest(table: str = table, ds: str | None = None) -> dict:
             from pipelines.tasks import ingest_day
 

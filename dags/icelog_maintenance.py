@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import dag, task
 
-from dags.icelog_common import DEFAULT_ARGS, TABLES
+from dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
 
 
 @dag(
     dag_id="icelog_maintenance",
     schedule="@daily",
-    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
-    catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=["icelog"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 )
 def icelog_maintenance():
     for table in TABLES:
 
-        @task(task_id=f"maintain__{table.replace('.', '__')}")
+        @task(task_id=task_id("maintain", table))
         def maintain(table: str = table) -> dict:
             from pipelines.tasks import maintain as run
 

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import AssetAny, dag, task
 
-from dags.icelog_common import DEFAULT_ARGS, TABLES, table_asset
+from dags.icelog_common import DAG_DEFAULTS, DEFAULT_ARGS, TABLES, table_asset, task_id
 
 
 @dag(
     dag_id="icelog_validate",
     schedule=AssetAny(*[table_asset(t) for t in TABLES]),
-    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args={**DEFAULT_ARGS, "retries": 0},
-    tags=["icelog"],
     doc_md=__doc__,
+    **{**DAG_DEFAULTS, "default_args": {**DEFAULT_ARGS, "retries": 0}},
 )
 def icelog_validate():
     for table in TABLES:
 
-        @task(task_id=f"validate__{table.replace('.', '__')}")
+        @task(task_id=task_id("validate", table))
         def validate(table: str = table) -> dict:
             from pipelines.tasks import validate as run
 
