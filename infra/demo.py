@@ -51,6 +51,8 @@ def main() -> int:
     ok = print_summary(console, log_table)
     total = sum(w.end - w.start for w in log_table.watermarks().values())
     console.print(f"{total:,} rows = the January 2013 flights (27,004): {'[green]yes[/]' if total == 27_004 else '[red]no[/]'}")
+    report = icelog_home() / "reports" / TABLE / "index.html"
+    console.print(f"report (partitions, commit history, violations, GX Data Docs): file://{report}" if report.exists() else "[red]no report was written[/]")
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
     console.print(f"      .venv/bin/icelog sql \"select origin, count(*) from {TABLE} group by 1\"")
