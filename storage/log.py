@@ -31,7 +31,7 @@ from storage.errors import (
     TableAlreadyExists,
     UnknownPartition,
 )
-from storage.state import FORMAT, LogState, Watermark
+from storage.state import FORMAT, FORMAT_VERSION, LogState, Watermark
 
 TABLE_DEFAULTS = {
     "format-version": "2",
@@ -183,6 +183,7 @@ class LogTable:
             "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
             **(properties or {}),
             **LogState.initial(partitions).to_properties(),
+            FORMAT: FORMAT_VERSION,  # marks a log table (the producer-id system table has none)
         }
         ensure_namespace(catalog, namespace)
         try:

@@ -87,7 +87,6 @@ class LogState:
         """The properties that describe this state, with the version already bumped."""
         return {
             VERSION: str(self.version + 1),
-            FORMAT: FORMAT_VERSION,
             PARTITIONS: str(self.partitions),
             WATERMARKS: json.dumps({str(p): [w.start, w.end] for p, w in sorted(self.watermarks.items())}),
             PRODUCERS: json.dumps(self.producers, sort_keys=True, separators=(",", ":")),

@@ -212,3 +212,10 @@ def test_i4_validator_reports_every_sequence_break_exactly(catalog, table):
     iceberg.append(pa.Table.from_pylist(rows).cast(schema))  # seq 2 -> 7 and 8 -> 4: two breaks
     breaks = [(v.first, v.extra["sequence"], v.extra["expected"]) for v in check_producers(table.table()).violations if v.kind == "sequence"]
     assert breaks == [(3, 7, 3), (5, 4, 9)]
+
+
+def test_the_producer_id_table_is_not_a_log_table(catalog, table):
+    from storage.log import list_log_tables
+
+    init_producer(catalog, "db.p", "app")
+    assert list_log_tables(catalog) == ["db.p"]
