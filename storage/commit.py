@@ -42,7 +42,7 @@ from pyiceberg.table.update import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage import faults
-from storage.errors import CommitConflict, CommitOutcomeUnknown, UnknownTable
+from storage.errors import CatalogUnavailable, CommitConflict, CommitOutcomeUnknown, UnknownTable
 from storage.state import VERSION, LogState
 
 log = structlog.get_logger("icelog.commit")
@@ -150,8 +150,16 @@ def commit(
     started = time.monotonic()
     written: tuple[Any, list[DataFile]] | None = None  # (ranges, files) of the last attempt
     unknown: BaseException | None = None
+    read_error: BaseException | None = None
     for attempt in range(1, max_attempts + 1):
-        table = load(catalog, identifier)
+        try:
+            table = load(catalog, identifier)
+        except SQLAlchemyError as e:  # e.g. SQLite busy: nothing decided yet, just read again
+            bound.warning("catalog read failed", attempt=attempt, error=repr(e))
+            read_error = e
+            time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
+            continue
+        read_error = None
         landed = find_commit(table.metadata, commit_id)
         if landed is not None:
             return CommitOutcome(request.result_from_snapshot(landed), landed.snapshot_id, attempt, True)
@@ -190,6 +198,8 @@ def commit(
         time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
     if unknown is not None:
         raise CommitOutcomeUnknown(table=identifier, commit_id=commit_id, reason=repr(unknown))
+    if read_error is not None:
+        raise CatalogUnavailable(table=identifier, reason=repr(read_error))
     raise CommitConflict(table=identifier, attempts=attempt)
 
 

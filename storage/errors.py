@@ -137,6 +137,13 @@ class CommitConflict(ConflictError, TransientError):
         return f"{self.fields['table']}: commit lost {self.fields['attempts']} compare-and-swap races in a row"
 
 
+class CatalogUnavailable(TransientError):
+    """The catalog could not be read (e.g. a busy SQLite database) for every attempt."""
+
+    def describe(self) -> str:
+        return f"{self.fields['table']}: catalog unavailable ({self.fields['reason']})"
+
+
 class CommitOutcomeUnknown(TransientError):
     """The catalog call failed and icelog could not tell whether the commit landed."""
 
