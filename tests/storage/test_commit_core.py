@@ -158,3 +158,33 @@ def test_files_of_a_superseded_decision_are_deleted(catalog):
     data_dir = table.metadata.location.removeprefix("file://") + "/data"
     on_disk = {os.path.join(d, f) for d, _, names in os.walk(data_dir) for f in names if f.endswith(".parquet")}
     assert on_disk == live  # the first attempt's file (offset 0) was removed, not left behind
+
+
+class FlakyCatalog(LogSqlCatalog):
+    """load_table fails (as a busy database would) the first ``failures`` times."""
+
+    failures = 0
+
+    def load_table(self, identifier):
+        from sqlalchemy.exc import OperationalError
+
+        if FlakyCatalog.failures > 0:
+            FlakyCatalog.failures -= 1
+            raise OperationalError("SELECT", {}, Exception("database is locked"))
+        return super().load_table(identifier)
+
+
+def test_catalog_read_failures_are_retried_then_typed(sqlite_spec):
+    from storage.errors import CatalogUnavailable, TransientError
+
+    flaky = FlakyCatalog(sqlite_spec.name, uri=sqlite_spec.uri, warehouse=sqlite_spec.warehouse)
+    t = LogTable.create(flaky, "db.t", partitions=1)
+    request = AppendRequest(t.identifier, {0: payload("a")}, {}, "c1")
+    FlakyCatalog.failures = 3
+    assert commit(flaky, t.identifier, request, commit_id="c1").result.ranges == {0: (0, 1)}
+    FlakyCatalog.failures = 10**6
+    with pytest.raises(CatalogUnavailable) as e:
+        commit(flaky, t.identifier, AppendRequest(t.identifier, {0: payload("b")}, {}, "c2"), commit_id="c2", max_attempts=4)
+    assert isinstance(e.value, TransientError)
+    FlakyCatalog.failures = 0
+    assert t.read(0).column("key").to_pylist() == ["a"]
