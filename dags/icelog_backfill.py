@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset, task_id
+from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset
 
 
 @dag(

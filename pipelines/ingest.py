@@ -50,11 +50,12 @@ class IngestResult:
         return asdict(self)
 
 
-def producer_for_run(catalog: Any, table: str, run_key: str) -> ProducerIdentity:
-    """The producer of a run: reused as is when the run key already has one (no epoch bump,
-    so a re-run's batches are recognised as duplicates), created otherwise."""
+def producer_for_run(catalog: Any, table: str, run_key: str, producers: dict[str, Any]) -> ProducerIdentity:
+    """The producer of a run: reused as is when the run key already has one in ``producers``
+    (the table's producer state; no epoch bump, so a re-run's batches are recognised as
+    duplicates), created otherwise."""
     client_id = f"ingest:{run_key}"
-    for pid, entry in LogTable.open(catalog, table).state().producers.items():
+    for pid, entry in producers.items():
         if entry["client"] == client_id:
             return ProducerIdentity(int(pid), entry["epoch"], client_id)
     return init_producer(catalog, table, client_id)
@@ -143,7 +144,7 @@ def ingest(
         if bad:
             raise InvalidInput(reason=f"row routed to partition {bad[0][cols.PARTITION]!r}, outside 0..{partitions - 1}")
 
-    identity = producer_for_run(catalog, log_table.identifier, run_key)
+    identity = producer_for_run(catalog, log_table.identifier, run_key, dict(state.producers))
     # Partitions this run already wrote (an earlier, partial backfill): recorded per partition
     # in the producer's state; re-sending them alongside new ones would be a half-duplicate.
     done = {int(p): tuple(s["batches"][0][2:]) for p, s in state.producers.get(str(identity.producer_id), {}).get("partitions", {}).items() if s["batches"]}

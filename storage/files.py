@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from typing import Iterable, Mapping
+from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import parquet_file_to_data_file, write_file
@@ -55,6 +56,12 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
 def data_files_from_parquet(table: Table, paths: Iterable[str]) -> list[DataFile]:
     """Describe Parquet files written elsewhere (e.g. by Spark executors) as data files."""
     return [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+
+
+def local_path(uri: str) -> str:
+    """A ``file://`` URI (or a bare path) as a local path; other schemes are returned as is."""
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme in ("", "file") else uri
 
 
 def file_offset_range(data_file: DataFile, offset_field_id: int) -> tuple[int, int]:

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +24,7 @@ from pyiceberg.types import TimestamptzType
 from storage import schema as cols
 from storage.commit import Decision, commit, load
 from storage.errors import InvalidInput
-from storage.files import file_offset_range, file_partition, write_log_files
+from storage.files import file_offset_range, file_partition, local_path, write_log_files
 from storage.state import LogState
 
 RETENTION_MS = "icelog.retention.ms"
@@ -199,22 +198,17 @@ class _ExpireSnapshots:
         return 0
 
 
-def _local_path(uri: str) -> str:
-    parsed = urlparse(uri)
-    return parsed.path if parsed.scheme in ("", "file") else uri
-
-
 def referenced_files(table: Table) -> set[str]:
     """Every file a live snapshot or the metadata log still needs."""
     meta = table.metadata
-    keep = {_local_path(table.metadata_location)}
-    keep.update(_local_path(entry.metadata_file) for entry in meta.metadata_log)
+    keep = {local_path(table.metadata_location)}
+    keep.update(local_path(entry.metadata_file) for entry in meta.metadata_log)
     for snapshot in meta.snapshots:
-        keep.add(_local_path(snapshot.manifest_list))
+        keep.add(local_path(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
-            keep.add(_local_path(manifest.manifest_path))
+            keep.add(local_path(manifest.manifest_path))
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                keep.add(_local_path(entry.data_file.file_path))
+                keep.add(local_path(entry.data_file.file_path))
     return keep
 
 
@@ -225,7 +219,7 @@ def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float =
     yet committed survive. Local (``file://``) warehouses only.
     """
     table = load(catalog, identifier)
-    root = _local_path(table.metadata.location)
+    root = local_path(table.metadata.location)
     if "://" in root:
         raise InvalidInput(reason=f"orphan cleanup supports local warehouses only, not {root}")
     keep = referenced_files(table)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Iterable
-from urllib.parse import urlparse
 
 import duckdb
 from pyiceberg.table import Table
 
 from storage import schema as cols
-from storage.files import file_offset_range, file_partition
+from storage.files import file_offset_range, file_partition, local_path
 from storage.state import LogState
 from validations.violations import CheckReport, Violation
 
@@ -46,11 +45,6 @@ def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpa
         first, nxt = file_offset_range(f, offset_id)
         spans.append(FileSpan(f.file_path, file_partition(f), first, nxt - 1, f.record_count, f.record_count == nxt - first))
     return spans
-
-
-def local_path(uri: str) -> str:
-    parsed = urlparse(uri)
-    return parsed.path if parsed.scheme in ("", "file") else uri
 
 
 def deep_spans(

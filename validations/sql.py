@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from storage.log import list_log_tables
-from validations.contiguity import local_path
+from storage.files import local_path
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:

@@ -122,7 +122,7 @@ def bench_producer_state(root: Path, producers: int, batches: int) -> None:
     seqs = dict.fromkeys(ids, 0)
     per = batches // producers
     started = time.perf_counter()
-    for round_ in range(per):
+    for _ in range(per):
         for pid in ids:
             t.append({0: [{"key": "k"}]}, producer=ProducerBatch(pid, 0, {0: seqs[pid]}))
             seqs[pid] += 1
