@@ -17,7 +17,7 @@ from storage.errors import InvalidInput
 
 class SparkUnavailable(InvalidInput):
     def describe(self) -> str:
-        return f"cannot start Spark: {self.fields['reason']}"
+        return f"cannot start Spark: {self.reason}"
 
 
 def check_java() -> str:

@@ -19,8 +19,12 @@ from storage.errors import IcelogError, InvalidInput
 class ValidationFailed(IcelogError):
     """A validation found violations (the Airflow task fails; the report names them)."""
 
+    def __init__(self, *, table: str, count: int, first: str) -> None:
+        self.table, self.count, self.first = table, count, first
+        super().__init__()
+
     def describe(self) -> str:
-        return f"{self.fields['table']}: {self.fields['count']} violations, first: {self.fields['first']}"
+        return f"{self.table}: {self.count} violations, first: {self.first}"
 
 
 def landing_root(landing: str | None = None) -> Path:

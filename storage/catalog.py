@@ -23,10 +23,14 @@ EMBEDDED_NAME = "icelog"
 
 
 class CatalogNotConfigured(InvalidInput):
+    def __init__(self, *, catalog: str) -> None:
+        self.catalog = catalog
+        super().__init__(reason="catalog not configured")
+
     def describe(self) -> str:
-        var = f"PYICEBERG_CATALOG__{self.fields['catalog'].upper()}__URI"
+        var = f"PYICEBERG_CATALOG__{self.catalog.upper()}__URI"
         return (
-            f"catalog {self.fields['catalog']!r} is not configured: set {var} "
+            f"catalog {self.catalog!r} is not configured: set {var} "
             "(and __WAREHOUSE) or add it to .pyiceberg.yaml"
         )
 

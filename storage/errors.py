@@ -1,18 +1,26 @@
 """The icelog exception taxonomy.
 
-One root, :class:`IcelogError`. Retry semantics live in the type, not the message:
+One root, :class:`IcelogError`. Retry semantics live in the type, not the message (as in
+confluent-kafka's ``retriable()`` / ``fatal()`` / ``txn_requires_abort()``):
 
-* :class:`TransientError` — a retry of the *same* request may succeed (a commit lost a race
-  too many times, or its outcome is unknown and could not be resolved).
-* :class:`TerminalError` — retrying the same request cannot help (bad input, an offset
-  mismatch, a fenced producer). :class:`InvalidInput` is also a ``ValueError``.
+* :class:`TransientError`: a retry of the *same* request may succeed (a commit lost a race
+  too many times, the catalog was unreachable, the outcome is unknown).
+* :class:`AbortableError`: the request was decided on a state that is gone. Retrying it as
+  it is cannot help, but redoing the work *from the start* (re-read the log, decide again)
+  can: an offset mismatch.
+* :class:`TerminalError`: neither helps (bad input, a fenced producer, a foreign commit).
+  :class:`InvalidInput` is also a ``ValueError``.
 
-Every exception carries its structured fields in ``fields`` and is picklable, because it
-crosses Spark-executor and Airflow-worker process boundaries.
+Every class takes keyword-only, typed fields, exposes them as attributes and in
+``fields``, builds its own message, and pickles (errors cross Spark-executor and
+Airflow-worker process boundaries). This module imports only the standard library, so the
+DAG files can name these types at parse time.
 """
 
 from __future__ import annotations
 
+import inspect
+from functools import lru_cache
 from typing import Any
 
 
@@ -20,21 +28,31 @@ def _rebuild(cls: type[IcelogError], fields: dict[str, Any]) -> IcelogError:
     return cls(**fields)
 
 
-class IcelogError(Exception):
-    """Root of every error icelog raises on purpose."""
+@lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    params = inspect.signature(cls.__init__).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
-    def __init__(self, **fields: Any) -> None:
-        self.fields = fields
+
+class IcelogError(Exception):
+    """Root of every error icelog raises on purpose.
+
+    Subclasses declare their fields as keyword-only ``__init__`` parameters, assign them,
+    then call ``super().__init__()``.
+    """
+
+    retriable = False
+    requires_abort = False
+
+    def __init__(self) -> None:
         super().__init__(self.describe())
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
-
-    def __getattr__(self, name: str) -> Any:
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return fields[name]
-        raise AttributeError(name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.fields))
@@ -45,6 +63,14 @@ class IcelogError(Exception):
 
 class TransientError(IcelogError):
     """A retry of the same request may succeed."""
+
+    retriable = True
+
+
+class AbortableError(IcelogError):
+    """Abort and redo from the start: re-read the log, decide again, then send."""
+
+    requires_abort = True
 
 
 class TerminalError(IcelogError):
@@ -57,60 +83,138 @@ class TerminalError(IcelogError):
 class InvalidInput(TerminalError, ValueError):
     """The request itself is malformed; the table is unchanged."""
 
+    def __init__(self, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__()
+
     def describe(self) -> str:
-        return self.fields.get("reason", super().describe())
+        return self.reason
 
 
 class InvalidIdentifier(InvalidInput):
+    def __init__(self, *, identifier: str, reason: str) -> None:
+        self.identifier = identifier
+        super().__init__(reason=reason)
+
     def describe(self) -> str:
-        return f"invalid identifier {self.fields['identifier']!r}: {self.fields['reason']}"
+        return f"invalid identifier {self.identifier!r}: {self.reason}"
 
 
 class SchemaMismatch(InvalidInput):
+    def __init__(self, *, table: str, reason: str) -> None:
+        self.table = table
+        super().__init__(reason=reason)
+
     def describe(self) -> str:
-        return f"rows do not match the payload schema of {self.fields['table']}: {self.fields['reason']}"
+        return f"rows do not match the payload schema of {self.table}: {self.reason}"
 
 
 class EmptyBatch(InvalidInput):
+    def __init__(self, *, table: str, partition: int) -> None:
+        self.table, self.partition = table, partition
+        super().__init__(reason="empty batch")
+
     def describe(self) -> str:
-        return f"empty batch for {self.fields['table']} partition {self.fields['partition']}: nothing to append"
+        return f"empty batch for {self.table} partition {self.partition}: nothing to append"
 
 
 class MalformedInput(InvalidInput):
+    def __init__(self, *, reason: str, line: int | None = None) -> None:
+        self.line = line
+        super().__init__(reason=reason)
+
     def describe(self) -> str:
-        where = f" at line {self.fields['line']}" if self.fields.get("line") else ""
-        return f"malformed input{where}: {self.fields['reason']}"
+        where = f" at line {self.line}" if self.line else ""
+        return f"malformed input{where}: {self.reason}"
 
 
 class InvalidOffset(InvalidInput):
+    def __init__(self, *, partition: int, offset: Any, reason: str) -> None:
+        self.partition, self.offset = partition, offset
+        super().__init__(reason=reason)
+
     def describe(self) -> str:
-        return f"invalid offset {self.fields['offset']!r} for partition {self.fields['partition']}: {self.fields['reason']}"
+        return f"invalid offset {self.offset!r} for partition {self.partition}: {self.reason}"
+
+
+class ExpectedOffsetRequired(InvalidInput):
+    """The table sets ``icelog.check-expected-offsets``: every append must name its offsets."""
+
+    def __init__(self, *, table: str, partitions: list[int]) -> None:
+        self.table, self.partitions = table, partitions
+        super().__init__(reason="expected offsets required")
+
+    def describe(self) -> str:
+        return (
+            f"{self.table} requires an expected offset on every append (icelog.check-expected-offsets); "
+            f"none given for partitions {self.partitions}"
+        )
+
+
+class UnknownSnapshot(InvalidInput):
+    def __init__(self, *, table: str, snapshot_id: int, retained: list[int]) -> None:
+        self.table, self.snapshot_id, self.retained = table, snapshot_id, retained
+        super().__init__(reason="unknown snapshot")
+
+    def describe(self) -> str:
+        oldest = f"; the oldest retained is {self.retained[0]}" if self.retained else ""
+        return (
+            f"{self.table} has no snapshot {self.snapshot_id} (never existed, or expired: "
+            f"{len(self.retained)} snapshots are retained{oldest})"
+        )
+
+
+class HistoryExpired(InvalidInput):
+    """Time travel to a moment older than the retained history: no answer is right."""
+
+    def __init__(self, *, table: str, requested: str, oldest: str | None) -> None:
+        self.table, self.requested, self.oldest = table, requested, oldest
+        super().__init__(reason="history expired")
+
+    def describe(self) -> str:
+        return (
+            f"{self.table}: history before {self.oldest} has expired, so the table as of {self.requested} "
+            "cannot be answered (raise icelog.snapshots.keep to keep more)"
+        )
 
 
 # --- unknown things ------------------------------------------------------------------------
 
 
 class UnknownTable(TerminalError):
+    def __init__(self, *, table: str, catalog: str | None = None) -> None:
+        self.table, self.catalog = table, catalog
+        super().__init__()
+
     def describe(self) -> str:
-        return f"no log table {self.fields['table']!r} in catalog {self.fields.get('catalog')!r}"
+        return f"no log table {self.table!r} in catalog {self.catalog!r}"
 
 
 class TableAlreadyExists(TerminalError):
+    def __init__(self, *, table: str) -> None:
+        self.table = table
+        super().__init__()
+
     def describe(self) -> str:
-        return f"log table {self.fields['table']!r} already exists"
+        return f"log table {self.table!r} already exists"
 
 
 class NotALogTable(TerminalError):
+    def __init__(self, *, table: str) -> None:
+        self.table = table
+        super().__init__()
+
     def describe(self) -> str:
-        return f"{self.fields['table']!r} is an Iceberg table but not an icelog log table"
+        return f"{self.table!r} is an Iceberg table but not an icelog log table"
 
 
 class UnknownPartition(TerminalError):
+    def __init__(self, *, table: str, partition: Any, partitions: int) -> None:
+        self.table, self.partition, self.partitions = table, partition, partitions
+        super().__init__()
+
     def describe(self) -> str:
-        return (
-            f"{self.fields['table']} has no partition {self.fields['partition']!r} "
-            f"(partitions 0..{self.fields['partitions'] - 1})"
-        )
+        return f"{self.table} has no partition {self.partition!r} (partitions 0..{self.partitions - 1})"
 
 
 # --- conflicts ------------------------------------------------------------------------------
@@ -120,37 +224,86 @@ class ConflictError(IcelogError):
     """The request lost against the table's current state (CLI exit code 3)."""
 
 
-class OffsetMismatch(ConflictError, TerminalError):
+class OffsetMismatch(ConflictError, AbortableError):
     """A conditional append expected a log end offset that is no longer current (I2)."""
+
+    def __init__(self, *, table: str, partition: int, expected: int, actual: int) -> None:
+        self.table, self.partition, self.expected, self.actual = table, partition, expected, actual
+        super().__init__()
 
     def describe(self) -> str:
         return (
-            f"{self.fields['table']} partition {self.fields['partition']}: expected offset "
-            f"{self.fields['expected']} but the log end offset is {self.fields['actual']}"
+            f"{self.table} partition {self.partition}: expected offset {self.expected} "
+            f"but the log end offset is {self.actual}"
         )
 
 
 class CommitConflict(ConflictError, TransientError):
     """Every attempt lost the compare-and-swap to a concurrent commit."""
 
+    def __init__(self, *, table: str, attempts: int) -> None:
+        self.table, self.attempts = table, attempts
+        super().__init__()
+
     def describe(self) -> str:
-        return f"{self.fields['table']}: commit lost {self.fields['attempts']} compare-and-swap races in a row"
+        return f"{self.table}: commit lost {self.attempts} compare-and-swap races in a row"
+
+
+class ForeignCommit(ConflictError, TerminalError):
+    """The table's current snapshot was not made by icelog: building on it could break I1.
+
+    Repair with ``icelog repair TABLE``: it adopts the foreign rows when they extend the log
+    exactly, or rolls back to the last icelog snapshot.
+    """
+
+    def __init__(self, *, table: str, snapshot_id: int | None, icelog_snapshot_id: int | None) -> None:
+        self.table, self.snapshot_id, self.icelog_snapshot_id = table, snapshot_id, icelog_snapshot_id
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.table}: the current snapshot {self.snapshot_id} was not written by icelog "
+            f"(its last commit made snapshot {self.icelog_snapshot_id}); refusing to build on it. "
+            f"Run `icelog repair {self.table}`"
+        )
 
 
 class CatalogUnavailable(TransientError):
     """The catalog could not be read (e.g. a busy SQLite database) for every attempt."""
 
+    def __init__(self, *, table: str, reason: str) -> None:
+        self.table, self.reason = table, reason
+        super().__init__()
+
     def describe(self) -> str:
-        return f"{self.fields['table']}: catalog unavailable ({self.fields['reason']})"
+        return f"{self.table}: catalog unavailable ({self.reason})"
 
 
 class CommitOutcomeUnknown(TransientError):
     """The catalog call failed and icelog could not tell whether the commit landed."""
 
+    def __init__(self, *, table: str, commit_id: str, reason: str) -> None:
+        self.table, self.commit_id, self.reason = table, commit_id, reason
+        super().__init__()
+
     def describe(self) -> str:
         return (
-            f"{self.fields['table']}: outcome of commit {self.fields['commit_id']} is unknown "
-            f"({self.fields['reason']}); re-send with the same commit id"
+            f"{self.table}: outcome of commit {self.commit_id} is unknown ({self.reason}); "
+            "re-send with the same commit id"
+        )
+
+
+class AtomicCommitUnsupported(TerminalError):
+    """The catalog cannot swap several tables' metadata pointers in one step (I5)."""
+
+    def __init__(self, *, catalog: str, kind: str) -> None:
+        self.catalog, self.kind = catalog, kind
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"catalog {self.catalog!r} ({self.kind}) cannot commit several tables atomically; "
+            "icelog never commits them one by one. Use a SQL catalog (SQLite or PostgreSQL)"
         )
 
 
@@ -158,9 +311,13 @@ class CommitOutcomeUnknown(TransientError):
 
 
 class UnknownProducer(TerminalError):
+    def __init__(self, *, table: str, producer_id: int) -> None:
+        self.table, self.producer_id = table, producer_id
+        super().__init__()
+
     def describe(self) -> str:
         return (
-            f"{self.fields['table']}: producer id {self.fields['producer_id']} is unknown "
+            f"{self.table}: producer id {self.producer_id} is unknown "
             "(never initialised here, or expired after disuse): call `producers init` again"
         )
 
@@ -168,34 +325,48 @@ class UnknownProducer(TerminalError):
 class ProducerFenced(ConflictError, TerminalError):
     """A newer instance of this producer exists; this (zombie) instance may never write again."""
 
+    def __init__(self, *, table: str, producer_id: int, epoch: int, current_epoch: int) -> None:
+        self.table, self.producer_id, self.epoch, self.current_epoch = table, producer_id, epoch, current_epoch
+        super().__init__()
+
     def describe(self) -> str:
-        return (
-            f"{self.fields['table']}: producer {self.fields['producer_id']} epoch {self.fields['epoch']} "
-            f"is fenced by epoch {self.fields['current_epoch']}"
-        )
+        return f"{self.table}: producer {self.producer_id} epoch {self.epoch} is fenced by epoch {self.current_epoch}"
 
 
 class InvalidProducerEpoch(TerminalError):
+    def __init__(self, *, table: str, producer_id: int, epoch: int, current_epoch: int) -> None:
+        self.table, self.producer_id, self.epoch, self.current_epoch = table, producer_id, epoch, current_epoch
+        super().__init__()
+
     def describe(self) -> str:
         return (
-            f"{self.fields['table']}: producer {self.fields['producer_id']} sent epoch {self.fields['epoch']}, "
-            f"ahead of the current epoch {self.fields['current_epoch']}"
+            f"{self.table}: producer {self.producer_id} sent epoch {self.epoch}, "
+            f"ahead of the current epoch {self.current_epoch}"
         )
 
 
 class OutOfOrderSequence(TerminalError):
+    def __init__(self, *, table: str, partition: int, producer_id: int, sequence: int, expected: int) -> None:
+        self.table, self.partition, self.producer_id = table, partition, producer_id
+        self.sequence, self.expected = sequence, expected
+        super().__init__()
+
     def describe(self) -> str:
         return (
-            f"{self.fields['table']} partition {self.fields['partition']}: producer {self.fields['producer_id']} "
-            f"sent sequence {self.fields['sequence']}, expected {self.fields['expected']}"
+            f"{self.table} partition {self.partition}: producer {self.producer_id} "
+            f"sent sequence {self.sequence}, expected {self.expected}"
         )
 
 
 class DuplicateSequence(TerminalError):
     """The batch was written, but too long ago for its offsets to be remembered."""
 
+    def __init__(self, *, table: str, partition: int, producer_id: int, sequence: int) -> None:
+        self.table, self.partition, self.producer_id, self.sequence = table, partition, producer_id, sequence
+        super().__init__()
+
     def describe(self) -> str:
         return (
-            f"{self.fields['table']} partition {self.fields['partition']}: sequence {self.fields['sequence']} of "
-            f"producer {self.fields['producer_id']} was already written (older than the last batches kept)"
+            f"{self.table} partition {self.partition}: sequence {self.sequence} of producer "
+            f"{self.producer_id} was already written (older than the last batches kept)"
         )
