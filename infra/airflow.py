@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the virtualenv's bin (not resolved: that would leave the venv)
 
 
 def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -25,6 +26,9 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
     airflow_home.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
+        # `airflow standalone` and the executors start components and tasks by the command name
+        # `airflow`: it must resolve to this virtualenv's, also when the venv is not activated.
+        "PATH": os.pathsep.join([str(BIN), *[p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != str(BIN)]]),
         "ICELOG_HOME": str(icelog_home),
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
@@ -39,7 +43,7 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
 
 
 def airflow_bin() -> str:
-    return str(Path(sys.executable).parent / "airflow")
+    return str(BIN / "airflow")
 
 
 def migrate(env: dict[str, str]) -> None:
