@@ -1,20 +1,34 @@
 """I1 contiguity and watermark checks, metadata-only and deep (DuckDB over data files).
 
-Both reduce each data file to a :class:`FileSpan` and then tile the spans of a partition:
-spans must follow each other exactly from ``log_start`` to ``log_end``.
+Both reduce the data files of a snapshot to *coverage*: for every offset of a partition,
+how many rows hold it. Then, per partition, exactly:
 
-* The metadata check reads only manifests (per-file offset bounds and record counts).
-  It cannot see inside a file: a file whose count equals its bound range passes.
+* a ``duplicate`` is reported for each maximal run of offsets held more than once;
+* a ``gap`` is reported for each maximal run of offsets in ``[log_start, data_end)`` held by
+  no row (``data_end`` is the largest offset in the data plus one; without watermarks, as
+  for an old snapshot, ``log_start`` is the smallest offset in the data);
+* offsets in ``[data_end, log_end)`` are missing too: the ``watermark`` violation "stored
+  log_end is ahead of the data" names exactly them, so each missing offset is reported once.
+
+The two modes differ in how they learn the coverage:
+
+* The metadata check reads only manifests (per-file offset bounds and record counts) and
+  takes each file to hold each offset of its bounds once. It cannot see inside a file: a
+  file whose record count differs from its bound range is reported as suspect, and a file
+  whose count equals its bound range passes.
 * The deep check reads the offsets. Per file, ``log_offset - file_row_number`` is constant
-  exactly when the file holds consecutive offsets in order, so one grouped scan at
-  DuckDB's scan speed proves each file; only a file that fails is analysed row by row.
+  exactly when the file holds consecutive offsets in order, so one grouped scan at DuckDB's
+  scan speed proves such files; only the files that fail are counted offset by offset (as
+  runs of offsets with the same count), and those counts replace the file's bounds. The
+  result is exact whatever the files hold: foreign writers' duplicates, holes and row order.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import duckdb
 from pyiceberg.table import Table
@@ -25,6 +39,7 @@ from storage.state import LogState
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
+MAX_PATHS_IN_DETAIL = 4
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,20 @@ class FileSpan:
     last: int  # inclusive
     rows: int
     ordered: bool  # offsets are consecutive in row order (deep check only proves this)
+
+
+@dataclass(frozen=True)
+class OffsetRun:
+    """Offsets ``first..last`` (inclusive) each appear exactly ``count`` times in ``path``.
+
+    The deep check describes every file that is not consecutive in row order this way.
+    """
+
+    path: str
+    partition: int
+    first: int
+    last: int
+    count: int
 
 
 def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpan]:
@@ -49,12 +78,25 @@ def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpa
 
 def deep_spans(
     table: Table, snapshot_id: int | None = None, con: duckdb.DuckDBPyConnection | None = None
-) -> tuple[list[FileSpan], list[Violation]]:
-    """Per-file spans computed from the offsets themselves, plus in-file violations."""
-    name = str(table.name()[-2] + "." + table.name()[-1])
+) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
+    """Per-file spans computed from the offsets themselves, the exact offset counts of the
+    files that are not consecutive in row order, and misplaced rows."""
+    name = ".".join(table.name()[-2:])
     paths = {local_path(t.file.file_path): file_partition(t.file) for t in table.scan(snapshot_id=snapshot_id).plan_files()}
+    return scan_files(name, paths, con)
+
+
+def scan_files(
+    table: str, paths: Mapping[str, int], con: duckdb.DuckDBPyConnection | None = None
+) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
+    """Deep scan of Parquet files of a log table.
+
+    Args:
+        table: Name used in violations.
+        paths: Local path of each data file -> the log partition its metadata says it holds.
+    """
     if not paths:
-        return [], []
+        return [], [], []
     con = con or duckdb.connect()
     rows = con.execute(
         f"""
@@ -69,52 +111,105 @@ def deep_spans(
     for path, partition, n, lo, hi, ordered in rows:
         if partition != paths[path]:
             violations.append(
-                Violation(CHECK, name, "misplaced_row", f"{n} rows of partition {partition} in a file of partition {paths[path]} ({path})", partition=partition, first=lo, last=hi)
+                Violation(CHECK, table, "misplaced_row", f"{n} rows of partition {partition} in a file of partition {paths[path]} ({path})", partition=partition, first=lo, last=hi)
             )
-        ordered = bool(ordered) and n == hi - lo + 1
-        spans.append(FileSpan(path, partition, lo, hi, n, ordered))
-        if not ordered:
-            violations.extend(_inside_file(con, name, path, partition))
-    return spans, violations
+        spans.append(FileSpan(path, partition, lo, hi, n, bool(ordered) and n == hi - lo + 1))
+    irregular = {(s.path, s.partition) for s in spans if not s.ordered}
+    runs = _offset_runs(con, sorted({path for path, _ in irregular})) if irregular else []
+    return spans, [r for r in runs if (r.path, r.partition) in irregular], violations
 
 
-def _inside_file(con: duckdb.DuckDBPyConnection, table: str, path: str, partition: int) -> list[Violation]:
-    """Exact gaps and duplicates within one file (only for files that failed the fast test)."""
-    found = []
-    dups = con.execute(
-        f"SELECT {cols.OFFSET}, count(*) FROM read_parquet($p) WHERE {cols.PARTITION} = $q GROUP BY 1 HAVING count(*) > 1 ORDER BY 1",
-        {"p": path, "q": partition},
+def _offset_runs(con: duckdb.DuckDBPyConnection, paths: list[str]) -> list[OffsetRun]:
+    """Exact offset counts of some files, as runs of consecutive offsets with equal counts."""
+    rows = con.execute(
+        f"""
+        SELECT filename, p, cnt, min(o), max(o) FROM (
+          SELECT filename, p, o, cnt, o - row_number() OVER (PARTITION BY filename, p, cnt ORDER BY o) AS grp
+          FROM (SELECT filename, {cols.PARTITION} AS p, {cols.OFFSET} AS o, count(*) AS cnt
+                FROM read_parquet($paths, filename = true) GROUP BY ALL))
+        GROUP BY filename, p, cnt, grp
+        """,
+        {"paths": paths},
     ).fetchall()
-    for offset, count in dups:
-        found.append(Violation(CHECK, table, "duplicate", f"offset {offset} appears {count} times in {path}", partition=partition, first=offset, last=offset))
-    gaps = con.execute(
-        f"""SELECT prev + 1, o - 1 FROM (
-              SELECT {cols.OFFSET} AS o, lag({cols.OFFSET}) OVER (ORDER BY {cols.OFFSET}) AS prev
-              FROM (SELECT DISTINCT {cols.OFFSET} FROM read_parquet($p) WHERE {cols.PARTITION} = $q))
-            WHERE o - prev > 1 ORDER BY 1""",
-        {"p": path, "q": partition},
-    ).fetchall()
-    for first, last in gaps:
-        found.append(Violation(CHECK, table, "gap", f"offsets {first}..{last} missing inside {path}", partition=partition, first=first, last=last))
-    if not dups and not gaps:
-        found.append(Violation(CHECK, table, "unordered", f"offsets are not in row order in {path}", partition=partition))
-    return found
+    return [OffsetRun(path, p, first, last, cnt) for path, p, cnt, first, last in rows]
+
+
+def _coverage(pieces: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``(first, last_inclusive, count)`` pieces -> sorted disjoint ``(start, end, count)``
+    segments (``end`` exclusive) where the summed count is not zero."""
+    delta: dict[int, int] = defaultdict(int)
+    for first, last, count in pieces:
+        delta[first] += count
+        delta[last + 1] -= count
+    points = sorted(delta)
+    segments, current = [], 0
+    for x, nxt in zip(points, points[1:]):
+        current += delta[x]
+        if current:
+            segments.append((x, nxt, current))
+    return segments
+
+
+def _paths_touching(pieces: list[tuple[int, int, int, str]], first: int, last: int) -> str:
+    paths = sorted({path for a, b, _, path in pieces if a <= last and b >= first})
+    shown = ", ".join(paths[:MAX_PATHS_IN_DETAIL])
+    return shown + (f" and {len(paths) - MAX_PATHS_IN_DETAIL} more" if len(paths) > MAX_PATHS_IN_DETAIL else "")
+
+
+def _gaps_and_duplicates(
+    table: str, p: int, pieces: list[tuple[int, int, int, str]], lo: int, hi: int
+) -> list[Violation]:
+    """Exact gaps in ``[lo, hi)`` and exact duplicates (anywhere), in offset order."""
+    found: list[tuple[int, Violation]] = []
+    segments = _coverage((a, b, c) for a, b, c, _ in pieces)
+    cursor = lo
+    for start, end, _ in segments:
+        if start > cursor and cursor < hi:
+            last = min(start, hi) - 1
+            found.append((cursor, Violation(CHECK, table, "gap", f"offsets {cursor}..{last} missing", partition=p, first=cursor, last=last)))
+        cursor = max(cursor, end)
+    if cursor < hi:
+        found.append((cursor, Violation(CHECK, table, "gap", f"offsets {cursor}..{hi - 1} missing", partition=p, first=cursor, last=hi - 1)))
+    runs: list[list[int]] = []  # [first, last, min_count, max_count]
+    for start, end, count in segments:
+        if count < 2:
+            continue
+        if runs and runs[-1][1] + 1 == start:
+            runs[-1][1] = end - 1
+            runs[-1][2], runs[-1][3] = min(runs[-1][2], count), max(runs[-1][3], count)
+        else:
+            runs.append([start, end - 1, count, count])
+    for first, last, least, most in runs:
+        times = f"{least}" if least == most else f"{least} to {most}"
+        detail = f"offsets {first}..{last} committed {times} times ({_paths_touching(pieces, first, last)})"
+        found.append((first, Violation(CHECK, table, "duplicate", detail, partition=p, first=first, last=last, extra={"copies": most})))
+    return [v for _, v in sorted(found, key=lambda item: (item[0], item[1].kind))]
 
 
 def tile(
-    table: str, spans: Iterable[FileSpan], state: LogState | None, trust_files: bool = False
+    table: str,
+    spans: Iterable[FileSpan],
+    state: LogState | None,
+    trust_files: bool = False,
+    runs: Iterable[OffsetRun] = (),
 ) -> list[Violation]:
-    """Check that each partition's spans cover ``[log_start, log_end)`` exactly once.
+    """Check that each partition's data covers ``[log_start, log_end)`` exactly once.
 
     Args:
         table: Name used in violations.
         spans: Per-file spans.
         state: Watermarks to compare with; ``None`` checks contiguity only (old snapshots).
-        trust_files: Metadata mode: report in-file count mismatches as possible gaps/duplicates.
+        trust_files: Metadata mode: every file counts as holding each offset of its bounds
+            once, and a file whose record count differs from its bounds is reported as
+            suspect. Otherwise (deep mode) files that are not ``ordered`` count by ``runs``.
+        runs: Exact offset counts of the files that are not ``ordered`` (deep mode).
     """
-    by_partition: dict[int, list[FileSpan]] = {}
+    by_partition: dict[int, list[FileSpan]] = defaultdict(list)
     for span in spans:
-        by_partition.setdefault(span.partition, []).append(span)
+        by_partition[span.partition].append(span)
+    runs_by_partition: dict[int, list[OffsetRun]] = defaultdict(list)
+    for run in runs:
+        runs_by_partition[run.partition].append(run)
     violations: list[Violation] = []
     partitions = set(by_partition) | (set(state.watermarks) if state else set())
     for p in sorted(partitions):
@@ -126,25 +221,34 @@ def tile(
             if trust_files and not s.ordered:
                 kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
                 violations.append(Violation(CHECK, table, kind, f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}", partition=p, first=s.first, last=s.last))
-        for a, b in zip(files, files[1:]):
-            if b.first > a.last + 1:
-                violations.append(Violation(CHECK, table, "gap", f"offsets {a.last + 1}..{b.first - 1} missing", partition=p, first=a.last + 1, last=b.first - 1))
-            elif b.first <= a.last:
-                hi = min(a.last, b.last)
-                violations.append(Violation(CHECK, table, "duplicate", f"offsets {b.first}..{hi} committed twice ({a.path}, {b.path})", partition=p, first=b.first, last=hi))
-        if state is None:
+        pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.ordered]
+        if not trust_files:
+            pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
+        mark = state.watermarks[p] if state is not None else None
+        if files:
+            data_first = files[0].first
+            data_end = max(s.last for s in files) + 1
+            lo = mark.start if mark is not None else data_first
+            violations += _gaps_and_duplicates(table, p, pieces, lo, data_end)
+        if mark is None:
             continue
-        mark = state.watermarks[p]
-        data_first = files[0].first if files else None
-        data_end = max(s.last for s in files) + 1 if files else None
-        if files and data_first != mark.start:
-            kind = "gap" if data_first > mark.start else "watermark"
-            violations.append(Violation("watermark", table, kind, f"log_start is {mark.start} but the first offset in the data is {data_first}", partition=p, first=min(mark.start, data_first), last=max(mark.start, data_first) - 1))
-        if files and data_end != mark.end:
+        if not files:
+            if mark.start != mark.end:
+                violations.append(Violation("watermark", table, "gap", f"no data, but watermarks say [{mark.start}, {mark.end})", partition=p, first=mark.start, last=mark.end - 1))
+            continue
+        if data_first < mark.start:
+            violations.append(Violation("watermark", table, "watermark", f"log_start is {mark.start} but the data holds offsets from {data_first}", partition=p, first=data_first, last=mark.start - 1))
+        if data_end != mark.end:
             violations.append(Violation("watermark", table, "watermark", f"stored log_end is {mark.end} but the data ends at {data_end} (max offset + 1)", partition=p, first=min(mark.end, data_end), last=max(mark.end, data_end) - 1, extra={"stored_end": mark.end, "data_end": data_end}))
-        if not files and mark.start != mark.end:
-            violations.append(Violation("watermark", table, "gap", f"no data, but watermarks say [{mark.start}, {mark.end})", partition=p, first=mark.start, last=mark.end - 1))
     return violations
+
+
+def check_files(
+    table: str, paths: Mapping[str, int], state: LogState | None, con: duckdb.DuckDBPyConnection | None = None
+) -> tuple[list[Violation], int]:
+    """The deep check over explicit files: ``(violations, rows)``."""
+    spans, runs, violations = scan_files(table, paths, con)
+    return violations + tile(table, spans, state, runs=runs), sum(s.rows for s in spans)
 
 
 def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | None = None) -> CheckReport:
@@ -158,15 +262,16 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
     current = snapshot_id is None or snapshot_id == table.metadata.current_snapshot_id
     state = LogState.from_metadata(table.metadata) if current else None
     if deep:
-        spans, violations = deep_spans(table, snapshot_id)
+        paths = {local_path(t.file.file_path): file_partition(t.file) for t in table.scan(snapshot_id=snapshot_id).plan_files()}
+        violations, rows = check_files(name, paths, state)
     else:
-        spans, violations = metadata_spans(table, snapshot_id), []
-    violations += tile(name, spans, state, trust_files=not deep)
+        spans = metadata_spans(table, snapshot_id)
+        violations, rows = tile(name, spans, state, trust_files=True), sum(s.rows for s in spans)
     return CheckReport(
         table=name,
         snapshot_id=snapshot_id or table.metadata.current_snapshot_id,
         checks=["contiguity-deep" if deep else "contiguity", "watermark"] if current else ["contiguity"],
         violations=violations,
-        rows=sum(s.rows for s in spans),
+        rows=rows,
         seconds=time.perf_counter() - started,
     )

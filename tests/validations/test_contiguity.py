@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import random
+import tempfile
+from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage.log import LogTable
-from validations.contiguity import check_contiguity
+from storage.state import LogState, Watermark
+from validations.contiguity import FileSpan, check_contiguity, check_files, tile
+from validations.violations import Violation
 
 
 def plant(log_table: LogTable, partition: int, offsets: list[int]) -> None:
@@ -79,3 +88,135 @@ def test_old_snapshot_checked_for_contiguity(log_table):
     first = log_table.table().metadata.snapshots[0].snapshot_id
     report = check_contiguity(log_table.table(), deep=True, snapshot_id=first)
     assert report.ok and report.rows == 6 and report.checks == ["contiguity"]
+
+
+# --- exact diagnosis: reported gaps and duplicates == a plain Counter over all offsets ---------
+
+
+def expected_diagnosis(files: list[list[int]], start: int, end: int) -> tuple[set[int], set[int]]:
+    """The reference: duplicated offsets, and offsets of [log_start, max(log_end, data_end)) no row holds."""
+    counts = Counter(o for offsets in files for o in offsets)
+    data_end = max(counts) + 1 if counts else end
+    return {o for o, n in counts.items() if n > 1}, set(range(start, max(end, data_end))) - set(counts)
+
+
+def reported_diagnosis(violations: list[Violation]) -> tuple[set[int], set[int]]:
+    """Duplicated and missing offsets as the check reports them; each offset must be reported once.
+
+    Missing offsets at or past the end of the data are reported by the watermark violation
+    "stored log_end is ahead of the data" (extra stored_end > data_end), not as a gap.
+    """
+    duplicated, missing = Counter(), Counter()
+    for v in violations:
+        assert v.kind in ("duplicate", "gap", "watermark"), v
+        if v.kind == "duplicate":
+            duplicated.update(range(v.first, v.last + 1))
+        elif v.kind == "gap":
+            missing.update(range(v.first, v.last + 1))
+        elif v.extra.get("stored_end", 0) > v.extra.get("data_end", 0):
+            missing.update(range(v.extra["data_end"], v.extra["stored_end"]))
+    assert all(n == 1 for n in duplicated.values()), f"a duplicated offset reported twice: {violations}"
+    assert all(n == 1 for n in missing.values()), f"a missing offset reported twice: {violations}"
+    return set(duplicated), set(missing)
+
+
+def offsets_in_table(log_table: LogTable, partition: int) -> list[int]:
+    return log_table.table().scan().to_arrow().filter(pa.compute.equal(pa.compute.field("log_partition"), partition)).column("log_offset").to_pylist()
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        [[5, 6, 7, 8, 9]],  # offsets that exist, in order
+        [[8, 9, 10, 11, 12]],  # overlapping the end
+        [[9, 5, 8, 6, 7]],  # rows unsorted within the file
+        [[5, 7]],  # a hole inside the foreign file, filled by the original file
+        [[7, 5, 5]],  # three copies of 5, unsorted
+        [[2, 3], [5, 6, 7, 8, 9, 10, 11, 12]],  # a later file reaches back past an earlier one
+        [[12, 3]],  # a duplicate, plus a real gap 10..11 past the end
+        [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]],  # the whole log twice
+    ],
+)
+def test_i1_deep_check_diagnoses_a_foreign_append_exactly(sqlite_catalog, foreign):
+    """A plain pyiceberg append of offsets that already exist: the deep check reports exactly
+    the duplicated offsets and exactly the missing ones, never a gap at an offset that is present."""
+    t = LogTable.create(sqlite_catalog, "db.foreign", partitions=1)
+    t.append({0: [{"key": str(i)} for i in range(10)]})
+    for offsets in foreign:
+        plant(t, 0, offsets)
+    held = offsets_in_table(t, 0)
+    assert Counter(held) == Counter(list(range(10)) + [o for f in foreign for o in f])  # planted as meant
+    report = check_contiguity(t.table(), deep=True)
+    assert reported_diagnosis(report.violations) == expected_diagnosis([list(range(10)), *foreign], 0, 10)
+    assert not report.ok
+
+
+def test_i1_foreign_file_with_a_hole_filled_elsewhere_is_no_gap(sqlite_catalog):
+    """The misdiagnosis of the hardening issue, spelt out: [5, 7] on top of 0..9."""
+    t = LogTable.create(sqlite_catalog, "db.foreign", partitions=1)
+    t.append({0: [{"key": str(i)} for i in range(10)]})
+    plant(t, 0, [5, 7])
+    found = [(v.kind, v.first, v.last) for v in check_contiguity(t.table(), deep=True).violations]
+    assert found == [("duplicate", 5, 5), ("duplicate", 7, 7)]
+
+
+def test_i1_permuted_files_that_tile_the_log_exactly_are_contiguous(tmp_path):
+    """Row order inside a file is not contiguity: files holding each offset once pass."""
+    files = [[3, 1, 0, 2], [4], [7, 5, 6], [9, 8]]
+    paths = write_files(tmp_path, 0, files)
+    violations, rows = check_files("db.t", paths, LogState(0, {0: Watermark(0, 10)}))
+    assert violations == [] and rows == 10
+
+
+def write_files(directory: Path, partition: int, files: list[list[int]]) -> dict[str, int]:
+    """Minimal log data files (partition and offset columns, rows in the given order)."""
+    paths = {}
+    for i, offsets in enumerate(files):
+        path = str(directory / f"f{i}.parquet")
+        pq.write_table(pa.table({"log_partition": pa.array([partition] * len(offsets), pa.int32()), "log_offset": pa.array(offsets, pa.int64())}), path)
+        paths[path] = partition
+    return paths
+
+
+offset_files = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(files=offset_files, start_shift=st.integers(-3, 3), end_shift=st.integers(-3, 3), seed=st.integers(0, 2**16))
+def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, end_shift, seed):
+    """Random files with random offset multisets in random row order (some files consecutive and
+    sorted, as icelog writes them), random watermarks around the data: the deep check reports
+    exactly the duplicated and the missing offsets of a plain Counter."""
+    rng = random.Random(seed)
+    files = [sorted(f) if rng.random() < 0.3 else f for f in files]
+    files += [list(range(a, a + n)) for a, n in ((rng.randint(0, 30), rng.randint(1, 8)) for _ in range(rng.randint(0, 3)))]
+    every = [o for f in files for o in f]
+    start, end = max(0, min(every) + start_shift), max(0, max(every) + 1 + end_shift)
+    start = min(start, end)
+    with tempfile.TemporaryDirectory() as directory:
+        violations, rows = check_files("db.t", write_files(Path(directory), 0, files), LogState(0, {0: Watermark(start, end)}))
+    assert rows == len(every)
+    assert reported_diagnosis(violations) == expected_diagnosis(files, start, end)
+    watermark = [v for v in violations if v.check == "watermark"]
+    assert len(watermark) == (min(every) < start) + (max(every) + 1 != end)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 10)), min_size=1, max_size=10), start_shift=st.integers(-3, 3))
+def test_i1_metadata_check_equals_a_counter_when_files_are_consecutive(ranges, start_shift):
+    """From manifests alone (bounds plus counts of consecutive files) the tiling is exact too."""
+    files = [list(range(a, a + n)) for a, n in ranges]
+    every = [o for f in files for o in f]
+    start, end = max(0, min(every) + start_shift), max(every) + 1
+    spans = [FileSpan(f"f{i}", 0, f[0], f[-1], len(f), True) for i, f in enumerate(files)]
+    violations = tile("db.t", spans, LogState(0, {0: Watermark(start, end)}), trust_files=True)
+    assert reported_diagnosis(violations) == expected_diagnosis(files, start, end)
+
+
+def test_i1_missing_head_is_one_gap_not_a_gap_plus_a_watermark(tmp_path):
+    """Data starting after log_start: the missing head is reported once, as a gap."""
+    paths = write_files(tmp_path, 0, [[3, 4, 5]])
+    violations, _ = check_files("db.t", paths, LogState(0, {0: Watermark(0, 6)}))
+    assert [(v.check, v.kind, v.partition, v.first, v.last) for v in violations] == [("contiguity", "gap", 0, 0, 2)]
+    spans = [FileSpan("f", 0, 3, 5, 3, True)]
+    assert [(v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(0, {0: Watermark(0, 6)}), trust_files=True)] == [("gap", 0, 2)]
