@@ -1,18 +1,29 @@
-"""The commit core: every icelog write path goes through :func:`commit`.
+"""The commit core: every icelog write path goes through :func:`commit_tables`.
 
-Protocol (DESIGN I2, I3, I7):
+One protocol for one table or several (DESIGN I2, I3, I5, I7); :func:`commit` is its
+one-table case.
 
-1. Load the table. If this commit id already landed (an earlier attempt whose outcome was
-   unknown), return its recorded result: never write twice.
-2. Decide, purely, from the base state: ``request.decide(state)`` -> :class:`Decision`
-   (the new state, the data files to write and drop, the lineage, the result).
-3. Write data files (reused across attempts while the decision's offsets stay the same).
-4. Commit updates with explicit requirements: the exact ``main`` snapshot the decision
-   read, and the icelog state version (so property-only changes are compare-and-swap too).
-   The catalog is called directly: pyiceberg's own commit retry, which rebases an append
-   onto a different base, is never involved.
-5. On a lost race, reload and decide again. On an unknown outcome, reload and look for the
+1. Load the tables (one catalog instant). If this commit id already landed (an earlier
+   attempt whose outcome was unknown), return its recorded result: never write twice.
+   Every commit records its id in the table's ``icelog.commits`` registry, in the same
+   commit, so commits that add no snapshot are findable too, for the last
+   ``icelog.commit-ids.keep`` commits of the table (default 1,000), however many snapshots
+   are retained.
+2. Refuse to build on a foreign commit: ``icelog.head`` names the snapshot icelog's last
+   commit left current; a different current snapshot was made by another writer
+   (:class:`ForeignCommit`, repaired by ``storage.repair``).
+3. Decide, purely, from the base state: ``request.decide(state, table)`` -> :class:`Decision`.
+   Each request names its state type (log table or system table).
+4. Write data files (reused across attempts while the decision's offsets stay the same).
+5. Swap every table's metadata pointer from the exact base the decision read, all or nothing
+   (``storage.swap``). pyiceberg's own commit retry, which rebases an append onto a
+   different base, is never involved.
+6. On a lost race, reload and decide again. On an unknown outcome, reload and look for the
    commit id before deciding again.
+
+A commit never deletes the metadata file it replaced: a reader may hold that pointer.
+Metadata files that left the metadata log are deleted once they have been superseded for
+``icelog.metadata.delete-grace-ms`` (default 60 s); younger ones are left to orphan cleanup.
 """
 
 from __future__ import annotations
@@ -22,70 +33,92 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
 import structlog
 from pydantic import Field
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
+    AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
     RemoveSnapshotsUpdate,
     SetPropertiesUpdate,
+    SetSnapshotRefUpdate,
     ValidatableTableRequirement,
 )
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage import faults
-from storage.errors import CatalogUnavailable, CommitConflict, CommitOutcomeUnknown, UnknownTable
-from storage.state import VERSION, LogState
+from storage.errors import (
+    CatalogUnavailable,
+    CommitConflict,
+    CommitOutcomeUnknown,
+    ForeignCommit,
+    InvalidInput,
+    UnknownTable,
+)
+from storage.state import LogState, TableState
+from storage.swap import TableSwap, check_atomic, load_tables, swap
 
 log = structlog.get_logger("icelog.commit")
 
+VERSION = "icelog.version"
+HEAD = "icelog.head"
+COMMITS = "icelog.commits"
 COMMIT_ID = "icelog.commit-id"
 RANGES = "icelog.ranges"
 KEEP_SNAPSHOTS = "icelog.snapshots.keep"
 KEEP_SNAPSHOTS_DEFAULT = 20
+KEEP_COMMIT_IDS = "icelog.commit-ids.keep"
+KEEP_COMMIT_IDS_DEFAULT = 1000
+METADATA_GRACE_MS = "icelog.metadata.delete-grace-ms"
+METADATA_GRACE_MS_DEFAULT = 60_000
+_NOT_FOUND = object()
 
 
 class AssertStateVersion(ValidatableTableRequirement):
     """Requirement: the table's ``icelog.version`` property equals the one the decision read.
 
-    The SQL catalog validates requirements against the metadata it then swaps by
-    compare-and-swap, so this closes the lost-update race of property-only commits.
+    The SQL catalog path also swaps the pointer from the exact base; this requirement keeps
+    property-only commits compare-and-swap on catalogs that validate against their own
+    current metadata.
     """
 
     type: Literal["assert-icelog-version"] = Field(default="assert-icelog-version")
     version: int
 
     def validate(self, base_metadata: TableMetadata | None) -> None:
-        actual = int(base_metadata.properties.get(VERSION, "0")) if base_metadata else None
+        actual = _version(base_metadata) if base_metadata else None
         if actual != self.version:
             raise CommitFailedException(f"Requirement failed: icelog version is {actual}, expected {self.version}")
 
 
 @dataclass
 class Decision:
-    """What one commit does, decided purely from a base :class:`LogState`.
+    """What one commit does to one table, decided purely from its base state.
 
     Attributes:
-        state: The log state after the commit (written as table properties).
+        state: The table state after the commit (written as table properties).
+        result: Returned to the caller, with the snapshot id filled in.
         rows: Rows to append per partition, system columns filled; empty for none.
+        ranges: Offsets added per partition (lineage, and the key for reusing written files).
         drop_files: Data files to remove (retention, compaction).
         add_files: Data files already written (e.g. by Spark executors or compaction).
+        lineage: Extra snapshot-summary entries.
         expire: Snapshot ids to expire in the same commit.
         properties: Further table properties to set in the same commit.
-        lineage: Extra snapshot-summary entries.
-        result: Returned to the caller, with the snapshot id filled in.
+        set_main: Point ``main`` at this snapshot (a rollback), instead of adding one.
         write: False when nothing needs committing (e.g. a re-sent batch already landed).
     """
 
-    state: LogState
+    state: Any
     result: Any
     rows: Mapping[int, Any] = field(default_factory=dict)
     ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
@@ -94,13 +127,36 @@ class Decision:
     lineage: Mapping[str, str] = field(default_factory=dict)
     expire: tuple[int, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    set_main: int | None = None
     write: bool = True
 
 
 class CommitRequest(Protocol):
-    def decide(self, state: LogState, table: Table) -> Decision: ...
+    state_type: ClassVar[type[TableState]]
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any: ...
+    def decide(self, state: Any, table: Table) -> Decision: ...
+
+    def receipt(self, result: Any) -> Any: ...
+
+    def from_receipt(self, receipt: Any) -> Any: ...
+
+
+class Request:
+    """Defaults for commit requests: a log table's state, and no receipt worth keeping.
+
+    ``receipt(result)`` is what the commit-id registry remembers (small JSON); after an
+    unknown outcome, ``from_receipt`` turns it back into the caller's result.
+    ``allow_foreign`` is for repair alone.
+    """
+
+    state_type: ClassVar[type[TableState]] = LogState
+    allow_foreign: ClassVar[bool] = False
+
+    def receipt(self, result: Any) -> Any:
+        return None
+
+    def from_receipt(self, receipt: Any) -> Any:
+        return receipt
 
 
 @dataclass
@@ -111,18 +167,87 @@ class CommitOutcome:
     already_committed: bool = False
 
 
-def find_commit(metadata: TableMetadata, commit_id: str) -> Snapshot | None:
-    for snapshot in reversed(metadata.snapshots):
-        if snapshot.summary is not None and snapshot.summary.additional_properties.get(COMMIT_ID) == commit_id:
-            return snapshot
-    return None
+def _version(metadata: TableMetadata) -> int:
+    return int(metadata.properties.get(VERSION, "0"))
 
 
-def load(catalog: Catalog, identifier: str) -> Table:
-    try:
-        return catalog.load_table(identifier)
-    except NoSuchTableError as e:
-        raise UnknownTable(table=identifier, catalog=catalog.name) from e
+def recent_commits(metadata: TableMetadata) -> list[list[Any]]:
+    """The commit-id registry: ``[[commit_id, receipt, snapshot_id], ...]``, oldest first."""
+    return json.loads(metadata.properties.get(COMMITS, "[]"))
+
+
+def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
+    """``(receipt, snapshot_id)`` recorded for ``commit_id``, or ``_NOT_FOUND``."""
+    raw = metadata.properties.get(COMMITS, "")
+    if commit_id not in raw:  # cheap test first: the registry is rewritten by every commit
+        return _NOT_FOUND
+    for cid, receipt, snapshot_id in reversed(json.loads(raw)):
+        if cid == commit_id:
+            return receipt, snapshot_id
+    return _NOT_FOUND
+
+
+def was_committed(metadata: TableMetadata, commit_id: str) -> bool:
+    return find_commit(metadata, commit_id) is not _NOT_FOUND
+
+
+def icelog_head(metadata: TableMetadata) -> int | None | Literal["unknown"]:
+    """The snapshot icelog's last commit left current (``"unknown"``: never recorded)."""
+    head = metadata.properties.get(HEAD)
+    if head is None:
+        return "unknown"
+    return int(head) if head else None
+
+
+def check_head(identifier: str, metadata: TableMetadata) -> None:
+    """Raise :class:`ForeignCommit` if another writer moved ``main`` since icelog's last commit."""
+    head, current = icelog_head(metadata), metadata.current_snapshot_id
+    if head == "unknown":  # made before heads were recorded: the summary tells
+        snapshot = metadata.current_snapshot()
+        if snapshot is None or COMMIT_ID in (snapshot.summary.additional_properties if snapshot.summary else {}):
+            return
+        raise ForeignCommit(table=identifier, snapshot_id=current, icelog_snapshot_id=None)
+    if head != current:
+        raise ForeignCommit(table=identifier, snapshot_id=current, icelog_snapshot_id=head)
+
+
+def load(catalog: Catalog, identifier: str, attempts: int = 8) -> Table:
+    """Load a table, retrying while its pointer moves on under us.
+
+    A metadata file can vanish between reading the pointer and reading the file only when
+    a writer that is not icelog deletes it (icelog defers deletion); reading the pointer
+    again finds the new one.
+
+    Raises:
+        UnknownTable: no such table.
+        CatalogUnavailable: the metadata file of the current pointer stayed unreadable.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return catalog.load_table(identifier)
+        except NoSuchTableError as e:
+            raise UnknownTable(table=identifier, catalog=catalog.name) from e
+        except FileNotFoundError as e:
+            if attempt == attempts:
+                raise CatalogUnavailable(table=identifier, reason=f"metadata file missing: {e}") from e
+            time.sleep(0.005 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _load_all(catalog: Catalog, identifiers: Sequence[str]) -> dict[str, Table]:
+    if len(identifiers) == 1:
+        return {identifiers[0]: load(catalog, identifiers[0])}
+    for attempt in range(1, 9):
+        try:
+            return load_tables(catalog, identifiers)
+        except NoSuchTableError as e:
+            missing = next(i for i in identifiers if i in str(e))
+            raise UnknownTable(table=missing, catalog=catalog.name) from e
+        except FileNotFoundError as e:
+            if attempt == 8:
+                raise CatalogUnavailable(table=",".join(identifiers), reason=f"metadata file missing: {e}") from e
+            time.sleep(0.005 * attempt)
+    raise AssertionError("unreachable")
 
 
 def commit(
@@ -135,50 +260,92 @@ def commit(
     deadline_s: float = 120.0,
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
 ) -> CommitOutcome:
-    """Run ``request`` through the commit protocol. See the module docstring.
+    """Run one table's ``request`` through the commit protocol (the one-table case)."""
+    return commit_tables(
+        catalog, [(identifier, request)], commit_id=commit_id, max_attempts=max_attempts, deadline_s=deadline_s, write_rows=write_rows
+    )[0]
+
+
+def commit_tables(
+    catalog: Catalog,
+    parts: Sequence[tuple[str, CommitRequest]],
+    *,
+    commit_id: str | None = None,
+    max_attempts: int = 200,
+    deadline_s: float = 120.0,
+    write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
+) -> list[CommitOutcome]:
+    """Run one request per table through the commit protocol, all tables in one atomic commit.
+
+    Args:
+        catalog: The catalog of every table.
+        parts: ``(identifier, request)`` per table, each table at most once.
+        commit_id: Idempotency key, recorded in every table written.
+
+    Returns:
+        One outcome per part, in order.
 
     Raises:
         CommitConflict: every attempt lost the compare-and-swap.
         CommitOutcomeUnknown: the catalog kept failing in ways that leave the outcome unknown.
-        TerminalError: whatever ``request.decide`` raises (mismatch, fencing, bad input).
+        CatalogUnavailable: the catalog could not be read.
+        AtomicCommitUnsupported: several tables on a catalog without atomic multi-table swaps.
+        ForeignCommit: a table's current snapshot was not made by icelog.
+        TerminalError, AbortableError: whatever a request's ``decide`` raises.
     """
     from storage.files import write_log_files
 
+    identifiers = [ident for ident, _ in parts]
+    if len(set(identifiers)) != len(identifiers):
+        raise InvalidInput(reason=f"each table at most once per commit: {identifiers}")
+    check_atomic(catalog, len(identifiers))
     write_rows = write_rows or write_log_files
     commit_id = commit_id or uuid.uuid4().hex
-    bound = log.bind(table=identifier, commit_id=commit_id)
+    bound = log.bind(tables=identifiers, commit_id=commit_id)
     started = time.monotonic()
-    written: tuple[Any, list[DataFile]] | None = None  # (ranges, files) of the last attempt
+    written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
     unknown: BaseException | None = None
     read_error: BaseException | None = None
     for attempt in range(1, max_attempts + 1):
         try:
-            table = load(catalog, identifier)
+            tables = _load_all(catalog, identifiers)
         except SQLAlchemyError as e:  # e.g. SQLite busy: nothing decided yet, just read again
             bound.warning("catalog read failed", attempt=attempt, error=repr(e))
             read_error = e
-            time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
+            _backoff(attempt)
             continue
         read_error = None
-        landed = find_commit(table.metadata, commit_id)
-        if landed is not None:
-            return CommitOutcome(request.result_from_snapshot(landed), landed.snapshot_id, attempt, True)
-        state = LogState.from_metadata(table.metadata)
-        decision = request.decide(state, table)
-        if not decision.write:
-            return CommitOutcome(decision.result, state.snapshot_id, attempt, True)
+        receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
+        if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
+            return [_landed(request, receipts[ident], attempt) for ident, request in parts]
+        plans = []
+        for ident, request in parts:
+            table = tables[ident]
+            if not getattr(request, "allow_foreign", False):
+                check_head(ident, table.metadata)
+            state = request.state_type.from_metadata(table.metadata)
+            plans.append((ident, request, table, state, request.decide(state, table)))
+        if not any(p[4].write for p in plans):
+            return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
 
-        key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
-        if written is None or written[0] != key:
-            if written is not None:
-                # The commit id is not in the table, so the last attempt's files never landed.
-                _discard(table, written[1])
-            written = (key, write_rows(table, decision.rows) if decision.rows else [])
+        for ident, _, table, _, decision in plans:
+            if not decision.write:
+                continue
+            key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
+            if ident not in written or written[ident][0] != key:
+                if ident in written:
+                    # The commit id is not in the table, so the last attempt's files never landed.
+                    _discard(table, written[ident][1])
+                written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
         faults.checkpoint(faults.AFTER_DATA_FILES)
 
-        updates, requirements = _stage(table, state, decision, written[1], commit_id)
+        staged = [
+            (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
+            for ident, request, table, state, decision in plans
+            if decision.write
+        ]
         try:
-            response = catalog.commit_table(table, requirements, updates)
+            responses = swap(catalog, [s[3] for s in staged])
         except CommitFailedException as e:
             bound.debug("commit lost the race", attempt=attempt, reason=str(e))
             unknown = None
@@ -188,29 +355,64 @@ def commit(
             unknown = e
         else:
             faults.checkpoint(faults.AFTER_CATALOG_SWAP)
-            _delete_old_metadata(catalog, table, response.metadata)
-            snapshot_id = response.metadata.current_snapshot_id
-            _attach_snapshot(decision.result, snapshot_id)
-            bound.debug("committed", attempt=attempt, snapshot_id=snapshot_id)
-            return CommitOutcome(decision.result, snapshot_id, attempt)
+            snapshots: dict[str, int | None] = {}
+            for (ident, table, decision, _), response in zip(staged, responses):
+                _delete_superseded_metadata(table.io, table.metadata, response.metadata)
+                snapshots[ident] = response.metadata.current_snapshot_id
+                _attach_snapshot(decision.result, snapshots[ident])
+            bound.debug("committed", attempt=attempt, snapshots=snapshots)
+            return [
+                CommitOutcome(d.result, snapshots.get(ident, s.snapshot_id), attempt, not d.write)
+                for ident, _, _, s, d in plans
+            ]
         if time.monotonic() - started > deadline_s:
             break
-        time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
+        _backoff(attempt)
+    where = ",".join(identifiers)
     if unknown is not None:
-        raise CommitOutcomeUnknown(table=identifier, commit_id=commit_id, reason=repr(unknown))
+        raise CommitOutcomeUnknown(table=where, commit_id=commit_id, reason=repr(unknown))
     if read_error is not None:
-        raise CatalogUnavailable(table=identifier, reason=repr(read_error))
-    raise CommitConflict(table=identifier, attempts=attempt)
+        raise CatalogUnavailable(table=where, reason=repr(read_error))
+    raise CommitConflict(table=where, attempts=attempt)
 
 
-def _delete_old_metadata(catalog: Catalog, table: Table, new: TableMetadata) -> None:
-    """What pyiceberg's Table._do_commit does after a commit (we call the catalog directly):
-    drop metadata files that fell out of the metadata log
-    (``write.metadata.delete-after-commit.enabled``), so they do not pile up."""
-    try:
-        catalog._delete_old_metadata(table.io, table.metadata, new)
-    except Exception as e:  # a leftover file is harmless; orphan cleanup removes it later
-        log.warning("could not delete old metadata files", table=table.name(), error=repr(e))
+def _landed(request: CommitRequest, found: Any, attempt: int) -> CommitOutcome:
+    """The outcome of a commit found in the registry (a table it did not write gets None)."""
+    if found is _NOT_FOUND:
+        return CommitOutcome(None, None, attempt, True)
+    receipt, snapshot_id = found
+    result = request.from_receipt(receipt)
+    _attach_snapshot(result, snapshot_id)
+    return CommitOutcome(result, snapshot_id, attempt, True)
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
+
+
+def _delete_superseded_metadata(io: FileIO, base: TableMetadata, new: TableMetadata) -> None:
+    """Delete metadata files that left the metadata log and were superseded long enough ago.
+
+    A reader that read a pointer has until the grace ends to read its file; icelog's own
+    readers also retry (:func:`load`). Files still inside the grace are left to orphan
+    cleanup (``storage.maintenance``), so this never deletes anything a reader may want.
+    """
+    grace = int(new.properties.get(METADATA_GRACE_MS, METADATA_GRACE_MS_DEFAULT))
+    kept = {entry.metadata_file for entry in new.metadata_log}
+    entries = list(base.metadata_log)
+    cutoff = int(time.time() * 1000) - grace
+    for i, entry in enumerate(entries):
+        if entry.metadata_file in kept:
+            continue
+        superseded_ms = entries[i + 1].timestamp_ms if i + 1 < len(entries) else base.last_updated_ms
+        if superseded_ms >= cutoff:
+            continue
+        try:
+            io.delete(entry.metadata_file)
+        except OSError:
+            pass  # already gone, or unreachable: orphan cleanup gets it later
+        except Exception as e:  # never fail a commit that landed over a leftover file
+            log.warning("could not delete superseded metadata file", file=entry.metadata_file, error=repr(e))
 
 
 def _discard(table: Table, files: list[DataFile]) -> None:
@@ -227,9 +429,10 @@ def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:
 
 
 def _stage(
-    table: Table, state: LogState, decision: Decision, new_files: list[DataFile], commit_id: str
-) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any
+) -> TableSwap:
     """Turn a decision into catalog updates plus the requirements that pin its base."""
+    metadata = table.metadata
     lineage = {
         COMMIT_ID: commit_id,
         RANGES: json.dumps({str(p): list(r) for p, r in sorted(decision.ranges.items())}),
@@ -245,22 +448,37 @@ def _stage(
                 p.delete_data_file(data_file)
             for data_file in files:
                 p.append_data_file(data_file)
-    updates = (*txn._updates, SetPropertiesUpdate(updates={**decision.properties, **decision.state.to_properties()}))
-    expired = set(decision.expire) | set(_snapshots_to_expire(table.metadata, adding=1 if files or decision.drop_files else 0))
+    updates: list[Any] = list(txn._updates)
+    head = next((u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)), metadata.current_snapshot_id)
+    if decision.set_main is not None:
+        updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
+        head = decision.set_main
+    registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
+    keep = int(metadata.properties.get(KEEP_COMMIT_IDS, KEEP_COMMIT_IDS_DEFAULT))
+    properties = {
+        **decision.properties,
+        **decision.state.to_properties(),
+        VERSION: str(_version(metadata) + 1),
+        HEAD: "" if head is None else str(head),
+        COMMITS: json.dumps(registry[-keep:], separators=(",", ":")),
+    }
+    updates.append(SetPropertiesUpdate(updates=properties))
+    adding = 1 if files or decision.drop_files else 0
+    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, protect=decision.set_main))
     if expired:
-        updates = (*updates, RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))
+        updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))
     requirements = (
-        AssertTableUUID(uuid=table.metadata.table_uuid),
+        AssertTableUUID(uuid=metadata.table_uuid),
         AssertRefSnapshotId(ref="main", snapshot_id=state.snapshot_id),
-        AssertStateVersion(version=state.version),
+        AssertStateVersion(version=_version(metadata)),
     )
-    return updates, requirements
+    return TableSwap(table, requirements, tuple(updates))
 
 
-def _snapshots_to_expire(metadata: TableMetadata, adding: int) -> list[int]:
+def _snapshots_to_expire(metadata: TableMetadata, adding: int, protect: int | None = None) -> list[int]:
     """Inline expiry keeps commit cost flat: only the newest ``icelog.snapshots.keep`` stay."""
     keep = int(metadata.properties.get(KEEP_SNAPSHOTS, KEEP_SNAPSHOTS_DEFAULT))
-    protected = {ref.snapshot_id for ref in metadata.refs.values()}
+    protected = {ref.snapshot_id for ref in metadata.refs.values()} | {protect}
     candidates = sorted(
         (s for s in metadata.snapshots if s.snapshot_id not in protected), key=lambda s: s.timestamp_ms
     )

@@ -14,6 +14,8 @@ AFTER_DATA_FILES = "after_data_files"
 AFTER_METADATA_WRITE = "after_metadata_write"
 AFTER_CATALOG_SWAP = "after_catalog_swap"
 POINTS = (AFTER_DATA_FILES, AFTER_METADATA_WRITE, AFTER_CATALOG_SWAP)
+# A multi-table commit only: inside the database transaction, between two tables' pointer swaps.
+BETWEEN_TABLE_SWAPS = "between_table_swaps"
 # Spark ingest: executors have written the run's files, the driver has not committed them.
 AFTER_INGEST_WRITE = "after_ingest_write"
 

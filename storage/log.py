@@ -5,7 +5,6 @@ This is the public API. Every write goes through :func:`storage.commit.commit`.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -13,23 +12,24 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 
 from storage import schema as cols
 from storage.catalog import ensure_namespace
-from storage.commit import RANGES, CommitOutcome, Decision, commit, load
+from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load
 from storage.errors import (
     EmptyBatch,
+    ExpectedOffsetRequired,
     InvalidInput,
     InvalidOffset,
     NotALogTable,
     OffsetMismatch,
     TableAlreadyExists,
     UnknownPartition,
+    UnknownTable,
 )
 from storage.state import FORMAT, FORMAT_VERSION, LogState, Watermark
 
@@ -38,8 +38,10 @@ TABLE_DEFAULTS = {
     # Belt and braces: icelog never calls pyiceberg's retrying commit, but other writers
     # of the same table should fail rather than rebase a stale append (DESIGN §3).
     "commit.retry.num-retries": "0",
-    "write.metadata.previous-versions-max": "10",
-    "write.metadata.delete-after-commit.enabled": "true",
+    # Readers may hold an old metadata pointer: never delete a metadata file at commit time
+    # (storage.commit deletes superseded ones after a grace; other writers should not at all).
+    "write.metadata.previous-versions-max": "50",
+    "write.metadata.delete-after-commit.enabled": "false",
     "write.parquet.compression-codec": "zstd",
     # Appends merge small manifests once this many pile up, so the manifest list (rewritten
     # by every commit) stays short and commit latency stays flat as history grows.
@@ -62,8 +64,11 @@ class AppendResult:
         return asdict(self)
 
 
+CHECK_EXPECTED_OFFSETS = "icelog.check-expected-offsets"
+
+
 @dataclass
-class AppendRequest:
+class AppendRequest(Request):
     """One append to one or more partitions in one commit.
 
     Rows come either as ``payload`` (Arrow, system columns added at decision time) or as
@@ -88,6 +93,10 @@ class AppendRequest:
         for p in counts:
             if p >= state.partitions:
                 raise UnknownPartition(table=self.table, partition=p, partitions=state.partitions)
+        if table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true":
+            unnamed = sorted(p for p in counts if p not in self.expected_offsets)
+            if unnamed:
+                raise ExpectedOffsetRequired(table=self.table, partitions=unnamed)
         ranges = {p: (state.end(p), state.end(p) + n) for p, n in counts.items()}
         lineage: dict[str, str] = {}
         seqs: Mapping[int, int] = {}
@@ -115,10 +124,12 @@ class AppendRequest:
         rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
         return Decision(state=new_state, result=result, rows=rows, ranges=ranges, lineage=lineage)
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> AppendResult:
-        raw = json.loads(snapshot.summary.additional_properties.get(RANGES, "{}"))
-        ranges = {int(p): (r[0], r[1]) for p, r in raw.items()}
-        return AppendResult(self.table, ranges, self.commit_id, snapshot.snapshot_id, True)
+    def receipt(self, result: AppendResult) -> dict[str, list[int]]:
+        return {str(p): list(r) for p, r in result.ranges.items()}
+
+    def from_receipt(self, receipt: Mapping[str, list[int]]) -> AppendResult:
+        ranges = {int(p): (r[0], r[1]) for p, r in receipt.items()}
+        return AppendResult(self.table, ranges, self.commit_id, None, True)
 
 
 def _with_system_columns(
@@ -183,6 +194,8 @@ class LogTable:
             "schema.name-mapping.default": schema.name_mapping.model_dump_json(),
             **(properties or {}),
             **LogState.initial(partitions).to_properties(),
+            VERSION: "0",
+            HEAD: "",  # no snapshot yet; see storage.commit.check_head
             FORMAT: FORMAT_VERSION,  # marks a log table (the producer-id system table has none)
         }
         ensure_namespace(catalog, namespace)
@@ -391,8 +404,8 @@ def list_log_tables(catalog: Catalog) -> list[str]:
         for ident in catalog.list_tables(namespace):
             name = ".".join(ident)
             try:
-                table = catalog.load_table(name)
-            except NoSuchTableError:
+                table = load(catalog, name)
+            except UnknownTable:  # dropped meanwhile
                 continue
             if FORMAT in table.metadata.properties:
                 names.append(name)

@@ -18,34 +18,34 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import TimestamptzType
 
 from storage import schema as cols
-from storage.commit import Decision, commit, load
+from storage.commit import Decision, Request, commit, load
 from storage.errors import InvalidInput
 from storage.files import file_offset_range, file_partition, local_path, write_log_files
 from storage.state import LogState
 
 RETENTION_MS = "icelog.retention.ms"
 RETENTION_BYTES = "icelog.retention.bytes"
+MAX_PARTITIONS = 100_000
 COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone
 
 
 @dataclass
-class PartitionGrowth:
+class PartitionGrowth(Request):
     table: str
     count: int
     commit_id: str = ""
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        if not isinstance(self.count, int) or self.count < state.partitions:
-            raise InvalidInput(reason=f"partitions can be added, never removed: {state.partitions} -> {self.count}")
+        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < state.partitions:
+            raise InvalidInput(reason=f"partitions can be added, never removed: {state.partitions} -> {self.count!r}")
+        if self.count > MAX_PARTITIONS:
+            raise InvalidInput(reason=f"at most {MAX_PARTITIONS} partitions per table, not {self.count}")
         new_state = state.with_partitions(self.count)
         return Decision(state=new_state, result={"partitions": self.count}, write=self.count != state.partitions)
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return None
 
 
 def live_files(table: Table) -> list[DataFile]:
@@ -66,7 +66,7 @@ def files_by_partition(table: Table) -> dict[int, list[tuple[int, int, DataFile]
 
 
 @dataclass
-class Retention:
+class Retention(Request):
     """Drop whole files at the head of each partition, by age or size; move ``log_start``.
 
     Offsets are never reused: ``log_end`` does not move, and an emptied partition keeps
@@ -102,12 +102,10 @@ class Retention:
         result = {"dropped_files": len(drop), "log_start": {str(p): s for p, s in starts.items()}}
         return Decision(state=state.with_starts(starts), result=result, drop_files=tuple(drop), write=bool(drop))
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return {"dropped_files": None}
 
 
 @dataclass
-class Compaction:
+class Compaction(Request):
     """Rewrite runs of small files of a partition into one file, keeping every offset.
 
     Re-decided on conflict; merged files written for a run whose sources are all still live
@@ -133,8 +131,6 @@ class Compaction:
         result = {"rewritten_files": len(drop), "new_files": len(add)}
         return Decision(state=state, result=result, drop_files=tuple(drop), add_files=tuple(add), write=bool(drop))
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return {"rewritten_files": None}
 
 
 def _small_runs(entries: list[tuple[int, int, DataFile]], target_rows: int) -> Iterator[list]:
@@ -171,12 +167,13 @@ def _read_file(table: Table, data_file: DataFile) -> pa.Table:
 
 def expire_snapshots(catalog: Catalog, identifier: str, keep: int = 1, older_than_ms: int | None = None) -> int:
     """Expire all but the newest ``keep`` snapshots (and only those older than the cutoff)."""
+    _check_positive(keep=keep)
     request = _ExpireSnapshots(identifier, keep, older_than_ms)
     return commit(catalog, identifier, request).result
 
 
 @dataclass
-class _ExpireSnapshots:
+class _ExpireSnapshots(Request):
     table: str
     keep: int
     older_than_ms: int | None
@@ -194,8 +191,6 @@ class _ExpireSnapshots:
         ]
         return Decision(state=state, result=len(doomed), expire=tuple(doomed), write=bool(doomed))
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return 0
 
 
 def referenced_files(table: Table) -> set[str]:
@@ -228,9 +223,12 @@ def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float =
     for directory, _, names in os.walk(root):
         for name in names:
             path = os.path.join(directory, name)
-            if path not in keep and os.path.getmtime(path) < cutoff:
-                os.remove(path)
-                removed.append(path)
+            try:
+                if path not in keep and os.path.getmtime(path) < cutoff:
+                    os.remove(path)
+                    removed.append(path)
+            except FileNotFoundError:  # removed meanwhile (e.g. a superseded metadata file)
+                continue
     return removed
 
 
@@ -248,6 +246,9 @@ def maintain(
 
     Retention limits default to the table properties ``icelog.retention.ms`` / ``.bytes``.
     """
+    _check_positive(retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots)
+    if not isinstance(orphan_age_s, (int, float)) or isinstance(orphan_age_s, bool) or not 0 <= orphan_age_s < float("inf"):
+        raise InvalidInput(reason=f"orphan_age_s must be a finite number >= 0, not {orphan_age_s!r}")
     table = load(catalog, identifier)
     props = table.metadata.properties
     retention_ms = retention_ms if retention_ms is not None else _opt_int(props.get(RETENTION_MS))
@@ -264,3 +265,10 @@ def maintain(
 
 def _opt_int(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
+
+
+def _check_positive(**values: int | None) -> None:
+    """Bad input changes nothing (I8): a negative retention would drop every row."""
+    for name, value in values.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidInput(reason=f"{name} must be an integer >= 1, not {value!r}")

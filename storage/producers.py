@@ -27,11 +27,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IntegerType, NestedField
 
 from storage.catalog import ensure_namespace
-from storage.commit import Decision, commit
+from storage.commit import HEAD, Decision, Request, commit
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -40,7 +39,7 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
-from storage.state import VERSION, LogState
+from storage.state import LogState, SystemState
 
 BATCHES_KEPT = 5
 EXPIRY_MS = "icelog.producer.expiry-ms"
@@ -144,16 +143,21 @@ def admit(
 
 
 @dataclass
-class LeaseProducerIds:
+class LeaseProducerIds(Request):
     count: int
     commit_id: str = ""
+    state_type = SystemState
 
     def decide(self, state: LogState, table: Table) -> Decision:
         first = int(table.metadata.properties.get(NEXT_ID, "0"))
         return Decision(state=state, result=range(first, first + self.count), properties={NEXT_ID: str(first + self.count)})
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return None
+    def receipt(self, result: range) -> list[int]:
+        return [result.start, result.stop]
+
+    def from_receipt(self, receipt: list[int]) -> range:
+        return range(*receipt)
+
 
 
 def _ensure_system_table(catalog: Catalog) -> None:
@@ -167,7 +171,7 @@ def _ensure_system_table(catalog: Catalog) -> None:
         catalog.create_table(
             SYSTEM_TABLE,
             schema=Schema(NestedField(1, "unused", IntegerType(), required=False)),
-            properties={VERSION: "0", NEXT_ID: "0", "commit.retry.num-retries": "0"},
+            properties={NEXT_ID: "0", HEAD: "", "commit.retry.num-retries": "0", "write.metadata.delete-after-commit.enabled": "false"},
         )
     except TableAlreadyExistsError:
         pass
@@ -195,7 +199,7 @@ class ProducerIdentity:
 
 
 @dataclass
-class InitProducer:
+class InitProducer(Request):
     """Register a producer on a table, or bump the epoch of the client id's existing producer."""
 
     table: str
@@ -218,8 +222,12 @@ class InitProducer:
         producers[pid] = {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}}
         return Decision(state=replace(state, producers=producers), result=ProducerIdentity(int(pid), epoch, self.client_id))
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return None
+    def receipt(self, result: ProducerIdentity) -> list[int]:
+        return [result.producer_id, result.epoch]
+
+    def from_receipt(self, receipt: list[int]) -> ProducerIdentity:
+        return ProducerIdentity(receipt[0], receipt[1], self.client_id)
+
 
 
 def init_producer(catalog: Catalog, table: str, client_id: str | None = None) -> ProducerIdentity:
@@ -250,8 +258,9 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Any]
     A batch is a run of rows of one (producer, epoch, partition) committed together (one
     ``log_timestamp``). Client ids and fenced-but-unused epochs are not in rows.
     """
-    from validations.sql import planned_paths
     import duckdb
+
+    from storage.scan import planned_paths
 
     paths = planned_paths(table, snapshot_id)
     if not paths:
@@ -296,7 +305,7 @@ def merge_derived(stored: Mapping[str, Any], derived: Mapping[str, Any]) -> dict
 
 
 @dataclass
-class RebuildProducers:
+class RebuildProducers(Request):
     table: str
     commit_id: str = ""
 
@@ -304,8 +313,6 @@ class RebuildProducers:
         merged = merge_derived(state.producers, derive_state(table))
         return Decision(state=replace(state, producers=merged), result=merged, write=merged != state.producers)
 
-    def result_from_snapshot(self, snapshot: Snapshot) -> Any:
-        return None
 
 
 def rebuild(catalog: Catalog, table: str) -> dict[str, Any]:
@@ -315,3 +322,55 @@ def rebuild(catalog: Catalog, table: str) -> dict[str, Any]:
     log_table = LogTable.open(catalog, table)
     outcome = commit(catalog, log_table.identifier, RebuildProducers(log_table.identifier))
     return outcome.result
+
+
+# --- a client that counts for you -------------------------------------------------------------
+
+
+class Producer:
+    """An idempotent producer on one log table that tracks its own sequence numbers.
+
+    Like Kafka's idempotent producer: callers never count sequences. A send that raised a
+    :class:`storage.errors.TransientError` (the outcome may be unknown) is re-sent with
+    the same rows and gets the same sequences, so it lands once; its original offsets come
+    back with ``duplicate=True`` if the first attempt had landed.
+
+    A new instance with the same ``client_id`` bumps the epoch: every older instance is
+    fenced from then on (:class:`storage.errors.ProducerFenced`).
+
+    Example::
+
+        producer = Producer(catalog, "db.events", client_id="orders-writer")
+        producer.send({0: [{"key": "k", "value": "v"}]})
+    """
+
+    def __init__(self, catalog: Catalog, table: str, client_id: str | None = None) -> None:
+        from storage.log import LogTable
+
+        self.log_table = LogTable.open(catalog, table)
+        self.identity = init_producer(catalog, self.log_table.identifier, client_id)
+        self._next: dict[int, int] = {}
+
+    @property
+    def producer_id(self) -> int:
+        return self.identity.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self.identity.epoch
+
+    def next_sequence(self, partition: int) -> int:
+        return self._next.get(partition, 0)
+
+    def send(self, rows: Mapping[int, Any], expected_offsets: Mapping[int, int] | None = None) -> Any:
+        """Append ``rows`` (per partition) idempotently; see :meth:`storage.log.LogTable.append`.
+
+        Returns:
+            The :class:`storage.log.AppendResult`; ``duplicate`` is True if an earlier
+            attempt of this very send had landed.
+        """
+        batch = ProducerBatch(self.producer_id, self.epoch, {p: self.next_sequence(p) for p in rows})
+        result = self.log_table.append(rows, expected_offsets, producer=batch)
+        for p, (base, nxt) in result.ranges.items():
+            self._next[p] = batch.first_sequences[p] + (nxt - base)
+        return result

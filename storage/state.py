@@ -1,10 +1,14 @@
-"""A log table's current state, kept in its table properties.
+"""Table state kept in table properties, decoded into types.
 
 Properties are one copy per table (not one per snapshot), so they survive snapshot expiry,
-and they change in the same catalog commit as the data they describe.
+and they change in the same catalog commit as the data they describe. Each commit request
+names its state type (:class:`LogState` for log tables, :class:`SystemState` for system
+tables); the commit core decodes the base with it and writes ``to_properties()`` back.
+The core's own bookkeeping (``icelog.version``, ``icelog.head``, ``icelog.commits``) is
+written by ``storage.commit`` for every table.
 
-* ``icelog.version``: bumped by every icelog commit; commits assert it (see ``commit``),
-  which makes property-only changes compare-and-swap too.
+A log table's state:
+
 * ``icelog.partitions``: the partition count (partitions are added, never removed).
 * ``icelog.watermarks``: ``{"p": [log_start, log_end]}``.
 * ``icelog.producers``: idempotent-producer state (see ``producers``).
@@ -14,11 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from pyiceberg.table.metadata import TableMetadata
 
-VERSION = "icelog.version"
 PARTITIONS = "icelog.partitions"
 WATERMARKS = "icelog.watermarks"
 PRODUCERS = "icelog.producers"
@@ -32,11 +35,35 @@ class Watermark:
     end: int
 
 
+class TableState(Protocol):
+    """What a commit request decides on: decoded from the base metadata, encoded back."""
+
+    snapshot_id: int | None
+
+    @classmethod
+    def from_metadata(cls, metadata: TableMetadata) -> Any: ...
+
+    def to_properties(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class SystemState:
+    """A system table's state: nothing decoded; requests set properties directly."""
+
+    snapshot_id: int | None = None
+
+    @classmethod
+    def from_metadata(cls, metadata: TableMetadata) -> SystemState:
+        return cls(snapshot_id=metadata.current_snapshot_id)
+
+    def to_properties(self) -> dict[str, str]:
+        return {}
+
+
 @dataclass(frozen=True)
 class LogState:
-    """The decision input of every commit: what the base metadata says about the log."""
+    """The decision input of a log-table commit: what the base metadata says about the log."""
 
-    version: int
     watermarks: Mapping[int, Watermark]
     producers: Mapping[str, Any] = field(default_factory=dict)
     snapshot_id: int | None = None
@@ -52,7 +79,6 @@ class LogState:
         count = int(props.get(PARTITIONS, "0"))
         marks = {p: Watermark(*raw.get(str(p), (0, 0))) for p in range(count)}
         return cls(
-            version=int(props.get(VERSION, "0")),
             watermarks=marks,
             producers=json.loads(props.get(PRODUCERS, "{}")),
             snapshot_id=metadata.current_snapshot_id,
@@ -60,7 +86,7 @@ class LogState:
 
     @classmethod
     def initial(cls, partitions: int) -> LogState:
-        return cls(version=0, watermarks={p: Watermark(0, 0) for p in range(partitions)})
+        return cls(watermarks={p: Watermark(0, 0) for p in range(partitions)})
 
     def end(self, partition: int) -> int:
         return self.watermarks[partition].end
@@ -84,9 +110,8 @@ class LogState:
         return replace(self, watermarks=marks)
 
     def to_properties(self) -> dict[str, str]:
-        """The properties that describe this state, with the version already bumped."""
+        """The properties that describe this state."""
         return {
-            VERSION: str(self.version + 1),
             PARTITIONS: str(self.partitions),
             WATERMARKS: json.dumps({str(p): [w.start, w.end] for p, w in sorted(self.watermarks.items())}),
             PRODUCERS: json.dumps(self.producers, sort_keys=True, separators=(",", ":")),

@@ -1,0 +1,139 @@
+"""Repair a log table that another writer committed to (a *foreign commit*).
+
+Any Iceberg engine can append to a log table; icelog then refuses to build on it
+(:class:`storage.errors.ForeignCommit`), because foreign rows may duplicate or skip offsets
+(I1). Repair decides on the exact base it replaces, through the commit core:
+
+* **adopt** when the foreign snapshots only *added* files, each file holds one partition
+  with consecutive offsets in row order, and per partition they extend the log exactly from
+  its log end: the watermarks move to cover them, no data changes;
+* otherwise **roll back**: ``main`` points at icelog's last snapshot again, and the report
+  lists the snapshots and rows dropped (the files stay until maintenance removes them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from storage import schema as cols
+from storage.commit import Decision, Request, commit, icelog_head
+from storage.errors import InvalidInput, TerminalError
+from storage.state import LogState
+
+Mode = Literal["auto", "adopt", "rollback"]
+
+
+class RepairImpossible(TerminalError):
+    """The table cannot be repaired automatically (e.g. icelog's last snapshot expired)."""
+
+    def __init__(self, *, table: str, reason: str) -> None:
+        self.table, self.reason = table, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.table}: cannot repair: {self.reason}"
+
+
+def _files(table: Table, snapshot_id: int | None) -> dict[str, DataFile]:
+    if snapshot_id is None:
+        return {}
+    return {t.file.file_path: t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()}
+
+
+def _foreign_chain(table: Table, head: int | None) -> list[int]:
+    """Snapshot ids from the current one back to (not including) icelog's head."""
+    chain, snapshot = [], table.metadata.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != head:
+        chain.append(snapshot.snapshot_id)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    if head is not None and snapshot is None:
+        raise RepairImpossible(table=".".join(table.name()), reason=f"icelog's last snapshot {head} is not an ancestor of the current one (expired or replaced)")
+    return chain
+
+
+def _adoptable(table: Table, state: LogState, added: list[DataFile], removed: int) -> tuple[dict[int, int], str]:
+    """New log ends if the added files extend the log exactly, else ``({}, why not)``."""
+    if removed:
+        return {}, f"the foreign commits removed {removed} files"
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for data_file in added:
+        with table.io.new_input(data_file.file_path).open() as f:
+            rows = pq.read_table(f, columns=[cols.PARTITION, cols.OFFSET])
+        if rows.num_rows == 0:
+            continue
+        parts = pc.unique(rows[cols.PARTITION]).to_pylist()
+        offsets = rows[cols.OFFSET].to_numpy()
+        if len(parts) != 1 or parts[0] is None or not 0 <= parts[0] < state.partitions:
+            return {}, f"{data_file.file_path} holds partitions {parts}"
+        if len(offsets) > 1 and not ((offsets[1:] - offsets[:-1]) == 1).all():
+            return {}, f"{data_file.file_path}: offsets are not consecutive in row order"
+        spans.setdefault(parts[0], []).append((int(offsets[0]), int(offsets[-1]) + 1))
+    ends: dict[int, int] = {}
+    for p, ranges in spans.items():
+        cursor = state.end(p)
+        for first, nxt in sorted(ranges):
+            if first != cursor:
+                return {}, f"partition {p}: foreign rows start at offset {first}, the log ends at {cursor}"
+            cursor = nxt
+        ends[p] = cursor
+    return ends, ""
+
+
+@dataclass
+class Repair(Request):
+    table: str
+    mode: Mode = "auto"
+    commit_id: str = ""
+    allow_foreign = True
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        head = icelog_head(table.metadata)
+        current = table.metadata.current_snapshot_id
+        if head == "unknown" or head == current:
+            return Decision(state=state, result={"table": self.table, "action": "none", "snapshot_id": current}, write=False)
+        chain = _foreign_chain(table, head)
+        before, after = _files(table, head), _files(table, current)
+        added = [f for path, f in after.items() if path not in before]
+        removed = [f for path, f in before.items() if path not in after]
+        foreign_rows = sum(f.record_count for f in added)
+        report: dict[str, Any] = {"table": self.table, "foreign_snapshots": chain, "icelog_snapshot_id": head}
+        ends, why = _adoptable(table, state, added, len(removed)) if self.mode != "rollback" else ({}, "rollback requested")
+        if ends or (not why and self.mode != "rollback"):
+            report.update(action="adopted", rows={str(p): e - state.end(p) for p, e in ends.items()})
+            return Decision(state=state.with_ends(ends), result=report)
+        if self.mode == "adopt":
+            raise RepairImpossible(table=self.table, reason=f"foreign rows do not extend the log exactly: {why}")
+        if head is None:
+            raise RepairImpossible(table=self.table, reason="icelog never committed a snapshot to roll back to")
+        report.update(action="rolled_back", reason=why, dropped_rows=foreign_rows, dropped_files=len(added), restored_files=len(removed))
+        return Decision(state=state, result=report, set_main=head)
+
+
+def repair(catalog: Catalog, identifier: str, mode: Mode = "auto") -> dict[str, Any]:
+    """Adopt or roll back foreign commits on a log table (see the module docstring).
+
+    Args:
+        catalog: The table's catalog.
+        identifier: The log table.
+        mode: ``auto`` (adopt if exact, else roll back), ``adopt`` (or fail), ``rollback``.
+
+    Returns:
+        What was done: ``action`` is ``none``, ``adopted`` or ``rolled_back``, with details.
+
+    Raises:
+        RepairImpossible: icelog's last snapshot is gone, or ``adopt`` was impossible.
+    """
+    from storage.log import LogTable
+
+    if mode not in ("auto", "adopt", "rollback"):
+        raise InvalidInput(reason=f"repair mode is auto, adopt or rollback, not {mode!r}")
+    name = LogTable.open(catalog, identifier).identifier
+    return commit(catalog, name, Repair(name, mode)).result

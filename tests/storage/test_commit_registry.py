@@ -1,0 +1,100 @@
+"""Every commit is findable by its commit id, for a bounded window independent of snapshots (I4, I7).
+
+The registry (``icelog.commits``) is written in the same commit as the change it records,
+so a caller whose response was lost can always re-send with the same commit id.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, recent_commits
+from storage.log import AppendRequest, LogTable
+from storage.producers import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
+from storage.errors import DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
+
+
+def rows(tag: str, n: int = 1) -> list[dict]:
+    return [{"key": tag, "value": f"{tag}-{i}"} for i in range(n)]
+
+
+def test_i7_plain_append_retried_after_more_commits_than_retained_snapshots_lands_once(catalog):
+    t = LogTable.create(catalog, "db.reg", 2, properties={KEEP_SNAPSHOTS: "5"})
+    first = t.append({0: rows("lost")}, commit_id="lost-response")
+    for i in range(25):  # far more commits than the 5 retained snapshots
+        t.append({1: rows(f"other{i}")})
+    assert len(t.table().metadata.snapshots) <= 5
+    again = t.append({0: rows("lost")}, commit_id="lost-response")
+    assert again.duplicate and again.ranges == first.ranges == {0: (0, 1)}
+    assert again.snapshot_id == first.snapshot_id
+    assert t.watermarks()[0].end == 1 and t.read(0).num_rows == 1
+
+
+def test_i4_property_only_commits_are_findable_by_commit_id(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.props", 1)
+    outcome = commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 7), commit_id="init-1")
+    version = t.table().metadata.properties["icelog.version"]
+    # A re-send after an unknown outcome finds the commit; it neither bumps the epoch again nor writes.
+    again = commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 8), commit_id="init-1")
+    assert again.already_committed and again.result.to_dict() == outcome.result.to_dict() == {"producer_id": 7, "epoch": 0}
+    assert t.table().metadata.properties["icelog.version"] == version
+
+    lease_producer_ids(sqlite_catalog, 1)  # creates the system table
+    leased = commit(sqlite_catalog, "icelog_system.producer_ids", LeaseProducerIds(3), commit_id="lease-1").result
+    assert commit(sqlite_catalog, "icelog_system.producer_ids", LeaseProducerIds(3), commit_id="lease-1").result == leased
+    assert lease_producer_ids(sqlite_catalog, 1)[0] == leased.stop
+
+
+def test_i4_registry_is_bounded_by_the_table_property(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.bounded", 1, properties={KEEP_COMMIT_IDS: "10"})
+    for i in range(15):
+        t.append({0: rows(str(i))}, commit_id=f"c{i}")
+    registry = recent_commits(t.table().metadata)
+    assert [entry[0] for entry in registry] == [f"c{i}" for i in range(5, 15)]
+    assert len(t.table().metadata.properties[COMMITS]) < 2000
+
+
+def test_i4_producer_counts_its_own_sequences_and_a_resend_lands_once(catalog):
+    t = LogTable.create(catalog, "db.prod", 2)
+    producer = Producer(catalog, t.identifier, client_id="writer")
+    a = producer.send({0: rows("a", 3)})
+    b = producer.send({0: rows("b", 2), 1: rows("c", 1)})
+    assert a.ranges == {0: (0, 3)} and b.ranges == {0: (3, 5), 1: (0, 1)}
+    assert producer.next_sequence(0) == 5 and producer.next_sequence(1) == 1
+    # The same batch sent again with the sequences it had (as after a lost response) is a duplicate.
+    from storage.producers import ProducerBatch
+
+    resent = t.append({0: rows("b", 2), 1: rows("c", 1)}, producer=ProducerBatch(producer.producer_id, producer.epoch, {0: 3, 1: 0}))
+    assert resent.duplicate and resent.ranges == b.ranges
+    assert t.watermarks()[0].end == 5
+    # A second instance with the same client id fences the first.
+    newer = Producer(catalog, t.identifier, client_id="writer")
+    assert newer.producer_id == producer.producer_id and newer.epoch == producer.epoch + 1
+    with pytest.raises(ProducerFenced):
+        producer.send({0: rows("zombie")})
+    assert newer.send({0: rows("d")}).ranges == {0: (5, 6)}
+    for _ in range(7):
+        newer.send({1: rows("e")})
+    with pytest.raises(DuplicateSequence):  # far older than the batches kept: written long ago
+        t.append({1: rows("e")}, producer=ProducerBatch(newer.producer_id, newer.epoch, {1: 0}))
+
+
+def test_i2_check_expected_offsets_flag_refuses_unconditional_appends(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.strict", 2, properties={"icelog.check-expected-offsets": "true"})
+    before = t.table().metadata_location
+    with pytest.raises(ExpectedOffsetRequired) as caught:
+        t.append({0: rows("a"), 1: rows("b")}, {0: 0})
+    assert caught.value.partitions == [1]
+    assert t.table().metadata_location == before
+    assert t.append({0: rows("a"), 1: rows("b")}, {0: 0, 1: 0}).ranges == {0: (0, 1), 1: (0, 1)}
+    lax = LogTable.create(sqlite_catalog, "db.lax", 1)
+    assert lax.append({0: rows("a")}).ranges == {0: (0, 1)}
+
+
+def test_append_request_receipt_round_trips():
+    request = AppendRequest("db.t", {}, {}, "cid")
+    from storage.log import AppendResult
+
+    result = AppendResult("db.t", {0: (3, 5), 2: (0, 1)}, "cid")
+    back = request.from_receipt(request.receipt(result))
+    assert back.ranges == result.ranges and back.duplicate

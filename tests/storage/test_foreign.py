@@ -1,0 +1,107 @@
+"""Foreign writers: icelog never builds on a snapshot it did not make (I1, I2), and repair is exact."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from storage import schema as cols
+from storage.errors import ForeignCommit
+from storage.log import LogTable
+from storage.repair import RepairImpossible, repair
+from validations.checks import run_checks
+
+
+def rows(tag: str, n: int = 1) -> list[dict]:
+    return [{"key": tag, "value": f"{tag}-{i}"} for i in range(n)]
+
+
+def foreign_rows(table, partition: int, offsets: list[int]) -> pa.Table:
+    """Rows as another engine would write them: every column filled by hand."""
+    n = len(offsets)
+    return pa.Table.from_pydict(
+        {
+            cols.PARTITION: pa.array([partition] * n, pa.int32()),
+            cols.OFFSET: pa.array(offsets, pa.int64()),
+            cols.TIMESTAMP: pa.array([datetime.now(timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
+            cols.PRODUCER_ID: pa.nulls(n, pa.int64()),
+            cols.PRODUCER_EPOCH: pa.nulls(n, pa.int32()),
+            cols.PRODUCER_SEQ: pa.nulls(n, pa.int32()),
+            "key": [f"f{o}" for o in offsets],
+            "value": [f"foreign-{o}" for o in offsets],
+        },
+        schema=table.schema().as_arrow(),
+    )
+
+
+def plant(catalog, t: LogTable, partition: int, offsets: list[int]) -> int:
+    table = catalog.load_table(t.identifier)
+    table.append(foreign_rows(table, partition, offsets))
+    return catalog.load_table(t.identifier).metadata.current_snapshot_id
+
+
+def test_i1_append_on_a_foreign_snapshot_is_refused_naming_it(catalog):
+    t = LogTable.create(catalog, "db.foreign", 2)
+    t.append({0: rows("a", 10)})
+    foreign = plant(catalog, t, 0, list(range(5, 10)))  # duplicates offsets 5..9
+    location = t.table().metadata_location
+    with pytest.raises(ForeignCommit) as caught:
+        t.append({0: rows("b")})
+    assert caught.value.snapshot_id == foreign and str(foreign) in str(caught.value)
+    with pytest.raises(ForeignCommit):
+        t.append({1: rows("other partition too")}, {1: 0})
+    assert t.table().metadata_location == location  # nothing written
+
+
+def test_i1_repair_rolls_back_a_foreign_duplicate_and_reports_it(catalog):
+    t = LogTable.create(catalog, "db.dup", 1)
+    mine = t.append({0: rows("a", 10)})
+    plant(catalog, t, 0, list(range(5, 10)))
+    assert not run_checks(t.table(), ["contiguity-deep"]).ok
+    report = repair(catalog, t.identifier)
+    assert report["action"] == "rolled_back" and report["dropped_rows"] == 5 and report["icelog_snapshot_id"] == mine.snapshot_id
+    assert "offset 5" in report["reason"]
+    assert t.table().metadata.current_snapshot_id == mine.snapshot_id
+    assert run_checks(t.table(), ["contiguity-deep"]).ok
+    assert t.append({0: rows("b")}).ranges == {0: (10, 11)}
+    assert repair(catalog, t.identifier)["action"] == "none"
+
+
+def test_i1_repair_adopts_foreign_rows_that_extend_the_log_exactly(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.adopt", 2)
+    t.append({0: rows("a", 4)})
+    plant(sqlite_catalog, t, 0, [4, 5, 6])
+    plant(sqlite_catalog, t, 1, [0, 1])
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "adopted" and report["rows"] == {"0": 3, "1": 2} and len(report["foreign_snapshots"]) == 2
+    assert {p: (w.start, w.end) for p, w in t.watermarks().items()} == {0: (0, 7), 1: (0, 2)}
+    assert run_checks(t.table(), ["contiguity-deep"]).ok
+    assert t.append({0: rows("b")}).ranges == {0: (7, 8)}
+
+
+@pytest.mark.parametrize("offsets", [[5, 6, 8], [6, 5, 7], [5, 5, 6], [4, 5]])
+def test_i1_repair_never_adopts_rows_that_break_contiguity(sqlite_catalog, offsets):
+    t = LogTable.create(sqlite_catalog, "db.bad", 1)
+    mine = t.append({0: rows("a", 5)})
+    plant(sqlite_catalog, t, 0, offsets)
+    with pytest.raises(RepairImpossible):
+        repair(sqlite_catalog, t.identifier, mode="adopt")
+    assert t.table().metadata.current_snapshot_id != mine.snapshot_id  # adopt-only changed nothing
+    assert repair(sqlite_catalog, t.identifier)["action"] == "rolled_back"
+    assert t.read(0).column(cols.OFFSET).to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_i1_repair_rolls_back_a_foreign_delete(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.deleted", 1)
+    t.append({0: rows("a", 3)})
+    t.append({0: rows("b", 3)})
+    from pyiceberg.expressions import LessThan
+
+    sqlite_catalog.load_table(t.identifier).delete(LessThan(cols.OFFSET, 3))
+    with pytest.raises(ForeignCommit):
+        t.append({0: rows("c")})
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "rolled_back" and report["restored_files"] >= 1
+    assert t.read(0).column(cols.OFFSET).to_pylist() == list(range(6))
