@@ -1,0 +1,42 @@
+"""Contract: the private pyiceberg names icelog relies on (pinned pyiceberg==0.12.0).
+
+A pyiceberg upgrade that renames or reshapes any of them fails here, loudly, before the
+commit core misbehaves.
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.table import Transaction
+from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate
+
+from storage.catalog import LogSqlCatalog
+
+
+def test_pyiceberg_version_is_the_pinned_one():
+    assert version("pyiceberg") == "0.12.0"
+
+
+def test_sql_catalog_private_names_used_by_the_swap():
+    assert list(inspect.signature(SqlCatalog._update_and_stage_table).parameters) == ["self", "current_table", "table_identifier", "requirements", "updates"]
+    assert list(inspect.signature(SqlCatalog._write_metadata).parameters) == ["metadata", "io", "metadata_path"]
+    assert "orm_table" in inspect.signature(SqlCatalog._convert_orm_to_iceberg).parameters
+    assert {"catalog_name", "table_namespace", "table_name", "metadata_location", "previous_metadata_location"} <= set(IcebergTables.__table__.columns.keys())
+    # The fault point between metadata write and swap hooks the same name.
+    assert issubclass(SqlCatalog, MetastoreCatalog) and LogSqlCatalog._write_metadata is not MetastoreCatalog._write_metadata
+
+
+def test_transaction_exposes_staged_updates(sqlite_catalog):
+    from storage.log import LogTable
+
+    table = LogTable.create(sqlite_catalog, "db.contract", 1).table()
+    txn = table.transaction()
+    assert isinstance(txn, Transaction) and txn._updates == ()
+    txn.set_properties({"a": "b"})
+    assert len(txn._updates) == 1
+    assert {"snapshot", "action"} <= set(AddSnapshotUpdate.model_fields)
+    assert SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=1).ref_name == "main"

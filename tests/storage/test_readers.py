@@ -1,0 +1,67 @@
+"""Readers never fail because a writer is committing (I7), and metadata still stays bounded.
+
+A commit never deletes the metadata file it replaced; superseded files go only after
+``icelog.metadata.delete-grace-ms``. So a reader holding an old pointer can always load it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from storage.commit import METADATA_GRACE_MS
+from storage.log import LogTable
+from tests.storage.test_concurrency import worker_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def metadata_files(t: LogTable) -> list[str]:
+    folder = t.table().metadata.location.removeprefix("file://") + "/metadata"
+    return sorted(f for f in os.listdir(folder) if f.endswith(".metadata.json"))
+
+
+def test_i7_readers_never_fail_while_a_writer_commits(catalog_spec, tmp_path):
+    catalog = catalog_spec.open()
+    # A short metadata log makes old pointers fall out of it after a few commits, as in the
+    # reported failure (readers died on a deleted *.metadata.json).
+    t = LogTable.create(catalog, "db.busy", 1, properties={"write.metadata.previous-versions-max": "2"})
+    t.append({0: [{"key": "seed"}]})
+    failures, reads = [], 0
+    with worker_processes(catalog_spec, [["conditional_loop", t.identifier, "0", "80", "w"]], tmp_path) as procs:
+        env = {**catalog_spec.env(), "ICELOG_LOG_LEVEL": "error"}
+        while procs[0].poll() is None:
+            try:
+                rows = t.read(0)  # icelog's reader
+                assert rows.column("log_offset").to_pylist() == list(range(rows.num_rows))
+                catalog.load_table(t.identifier).scan().to_arrow()  # a plain pyiceberg reader
+                reads += 1
+            except Exception as e:  # noqa: BLE001: any failure is the defect
+                failures.append(repr(e))
+            if reads % 10 == 1:
+                done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--output", "json", "offsets", t.identifier], cwd=ROOT, env=env, capture_output=True, text=True)
+                if done.returncode != 0:
+                    failures.append(done.stdout + done.stderr[-2000:])
+        assert procs[0].wait() == 0, (tmp_path / "worker0.err").read_text()[-2000:]
+    assert reads >= 5 and failures == []
+    assert t.watermarks()[0].end == 81
+
+
+def test_superseded_metadata_is_deleted_after_the_grace_and_kept_within_it(sqlite_catalog):
+    kept = LogTable.create(sqlite_catalog, "db.kept", 1, properties={"write.metadata.previous-versions-max": "2"})
+    for i in range(8):
+        kept.append({0: [{"key": str(i)}]})
+    assert len(metadata_files(kept)) == 9  # every version: all superseded within the default 60 s
+
+    pruned = LogTable.create(sqlite_catalog, "db.pruned", 1, properties={"write.metadata.previous-versions-max": "2", METADATA_GRACE_MS: "0"})
+    for i in range(8):
+        pruned.append({0: [{"key": str(i)}]})
+        time.sleep(0.01)  # superseded strictly before the cutoff
+    files = metadata_files(pruned)
+    assert len(files) <= 4, files  # current + the 2 in the metadata log (+1 in flight at most)
+    assert pruned.read(0).num_rows == 8
