@@ -24,13 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import IntegerType, NestedField
 
-from storage.catalog import ensure_namespace
-from storage.commit import HEAD, Decision, Request, commit
+from storage.commit import Decision, Request, commit
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -40,6 +36,7 @@ from storage.errors import (
     UnknownProducer,
 )
 from storage.state import LogState, SystemState
+from storage.system import ensure_system_table
 
 BATCHES_KEPT = 5
 EXPIRY_MS = "icelog.producer.expiry-ms"
@@ -160,28 +157,11 @@ class LeaseProducerIds(Request):
 
 
 
-def _ensure_system_table(catalog: Catalog) -> None:
-    try:
-        catalog.load_table(SYSTEM_TABLE)
-        return
-    except NoSuchTableError:
-        pass
-    ensure_namespace(catalog, SYSTEM_TABLE.split(".")[0])
-    try:
-        catalog.create_table(
-            SYSTEM_TABLE,
-            schema=Schema(NestedField(1, "unused", IntegerType(), required=False)),
-            properties={NEXT_ID: "0", HEAD: "", "commit.retry.num-retries": "0", "write.metadata.delete-after-commit.enabled": "false"},
-        )
-    except TableAlreadyExistsError:
-        pass
-
-
 def lease_producer_ids(catalog: Catalog, count: int = 1) -> range:
     """Lease ``count`` producer ids, unique in the catalog and never reused."""
     if not isinstance(count, int) or count < 1:
         raise InvalidInput(reason=f"lease at least one producer id, not {count!r}")
-    _ensure_system_table(catalog)
+    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_ID: "0"})
     return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count)).result
 
 
