@@ -1,0 +1,1 @@
+"""Worked examples built on the public storage API (each runnable with ``python -m``)."""
