@@ -25,13 +25,16 @@ def table_asset(table: str) -> Asset:
     return Asset(name=table, uri=f"icelog://{table.replace('.', '/')}", group="icelog")
 
 
-# Retry semantics live in icelog's exception types, not in messages: transient errors and
-# offset mismatches (another writer moved the log; the job re-reads the watermarks) retry,
-# every other icelog error fails at once.
+# Retry semantics live in icelog's exception types (storage.errors), not in messages:
+# * TransientError (a lost commit race, an unreachable catalog): the same request may succeed;
+# * AbortableError (an offset mismatch: another writer moved the log): the task re-runs from
+#   the start, so it re-reads the watermarks and decides again;
+# * every other icelog error (bad input, a fenced producer, violations) fails at once.
+# Errors that are not icelog's (Spark, the OS) get the task's ordinary retries.
 RETRY_POLICY = ExceptionRetryPolicy(
     rules=[
-        RetryRule(exception="storage.errors.TransientError", action=RetryAction.RETRY, retry_delay=timedelta(seconds=10), reason="transient commit failure"),
-        RetryRule(exception="storage.errors.OffsetMismatch", action=RetryAction.RETRY, retry_delay=timedelta(seconds=5), reason="log moved since job start"),
+        RetryRule(exception="storage.errors.TransientError", action=RetryAction.RETRY, retry_delay=timedelta(seconds=10), reason="transient: retry the same work"),
+        RetryRule(exception="storage.errors.AbortableError", action=RetryAction.RETRY, retry_delay=timedelta(seconds=5), reason="abortable: redo from the start on the current log"),
         RetryRule(exception="storage.errors.IcelogError", action=RetryAction.FAIL, reason="terminal: bad input, fenced, or violations"),
     ],
 )
