@@ -16,6 +16,11 @@ AFTER_CATALOG_SWAP = "after_catalog_swap"
 POINTS = (AFTER_DATA_FILES, AFTER_METADATA_WRITE, AFTER_CATALOG_SWAP)
 # A multi-table commit only: inside the database transaction, between two tables' pointer swaps.
 BETWEEN_TABLE_SWAPS = "between_table_swaps"
+# Transactions: a partition registered in the journal (BEGIN), a send staged, PREPARE_COMMIT recorded.
+AFTER_TXN_BEGIN = "after_txn_begin"
+AFTER_TXN_STAGE = "after_txn_stage"
+AFTER_TXN_PREPARE = "after_txn_prepare"
+TXN_POINTS = (AFTER_TXN_BEGIN, AFTER_TXN_STAGE, AFTER_TXN_PREPARE, BETWEEN_TABLE_SWAPS, AFTER_CATALOG_SWAP)
 # Spark ingest: executors have written the run's files, the driver has not committed them.
 AFTER_INGEST_WRITE = "after_ingest_write"
 

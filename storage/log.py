@@ -121,7 +121,7 @@ class AppendRequest(Request):
         if self.files:
             added = tuple(f for p in sorted(self.files) for f in self.files[p])
             return Decision(state=new_state, result=result, ranges=ranges, add_files=added, lineage=lineage)
-        rows = {p: _with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
+        rows = {p: with_system_columns(self.payload[p], p, r[0], now_us, self.producer, seqs.get(p)) for p, r in ranges.items()}
         return Decision(state=new_state, result=result, rows=rows, ranges=ranges, lineage=lineage)
 
     def receipt(self, result: AppendResult) -> dict[str, list[int]]:
@@ -132,7 +132,7 @@ class AppendRequest(Request):
         return AppendResult(self.table, ranges, self.commit_id, None, True)
 
 
-def _with_system_columns(
+def with_system_columns(
     payload: pa.Table, partition: int, base: int, now_us: int, producer: Any, first_seq: int | None
 ) -> pa.Table:
     n = payload.num_rows
@@ -325,6 +325,11 @@ class LogTable:
 
     def _commit(self, request: Any) -> CommitOutcome:
         return commit(self.catalog, self.identifier, request, commit_id=request.commit_id)
+
+    def conform(self, rows: Mapping[int, pa.Table | list[dict]], table: Table | None = None) -> dict[int, pa.Table]:
+        """Validate rows per partition and cast them to the payload schema (I8: typed errors)."""
+        table = table or self.table()
+        return self._validate(rows, {}, LogState.from_metadata(table.metadata), table)
 
     def _validate(
         self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table, producer: Any = None

@@ -1,0 +1,642 @@
+"""Transactions across partitions and tables, with a coordinator journal and recovery (I5).
+
+Shaped like Kafka's transactional producer::
+
+    producer = TransactionalProducer(catalog, "orders-copier")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.orders", 0, rows)
+        producer.send("db.audit", 3, other_rows, expected_offset=41)
+        producer.send_offsets_to_transaction({("db.source", 0): 1200}, "copier")
+
+Design (DESIGN §3):
+
+* **The coordinator journal** is itself a log table, ``icelog_system.transactions`` (like
+  Kafka's transaction-state topic): one row per record (BEGIN, ADD_PARTITIONS,
+  PREPARE_COMMIT, COMMITTED, ABORTED). Its table properties hold the coordinator state:
+  per transactional id the producer id, the epoch, and the open transaction.
+* **Sends stage Parquet files** of payload rows under ``<table>/data/staging/<txn id>/``:
+  invisible to readers, and never held in memory. The first send to a partition registers
+  it in the journal (Kafka's AddPartitionsToTxn).
+* **The commit point is one atomic multi-table commit** (``storage.commit.commit_tables``):
+  every data table's append (offsets decided at commit time, so sends without an expected
+  offset are renumbered after other writers), the group offsets, and the journal's
+  COMMITTED record with the epoch check that fences zombies. Journal and data therefore
+  never disagree. Before it, PREPARE_COMMIT records the staged files: from then on,
+  recovery rolls the transaction forward instead of aborting it.
+* **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
+  what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
+  transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
+
+Every transaction therefore commits to the journal table three times (BEGIN, PREPARE, the
+atomic commit): all transactions of a catalog take turns on the journal's compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+
+from storage import faults
+from storage import schema as cols
+from storage.commit import Decision, Request, commit, commit_tables
+from storage.errors import (
+    AbortableError,
+    ExpectedOffsetRequired,
+    InvalidInput,
+    OffsetMismatch,
+    ProducerFenced,
+    TableAlreadyExists,
+    TerminalError,
+    UnknownPartition,
+)
+from storage.files import write_log_files
+from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, with_system_columns
+from storage.state import LogState
+
+JOURNAL = "icelog_system.transactions"
+STATE = "icelog.transactions"
+TIMEOUT_MS = "icelog.transaction.timeout-ms"
+TIMEOUT_MS_DEFAULT = 60_000
+TXN_ID = "icelog.txn-id"
+ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
+JOURNAL_PAYLOAD = [
+    {"name": "txn_id", "type": "string"},
+    {"name": "transactional_id", "type": "string"},
+    {"name": "txn_producer_id", "type": "long"},
+    {"name": "txn_epoch", "type": "int"},
+    {"name": "txn_state", "type": "string"},
+    {"name": "detail", "type": "string"},
+]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class InvalidTxnState(TerminalError):
+    """The call does not fit the transaction's state (e.g. commit without begin)."""
+
+    def __init__(self, *, transactional_id: str, reason: str) -> None:
+        self.transactional_id, self.reason = transactional_id, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"transactional id {self.transactional_id!r}: {self.reason}"
+
+
+class TransactionAborted(AbortableError):
+    """The transaction was aborted (timed out, or aborted by a newer instance or recovery)."""
+
+    def __init__(self, *, transactional_id: str, txn_id: str, reason: str) -> None:
+        self.transactional_id, self.txn_id, self.reason = transactional_id, txn_id, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"transaction {self.txn_id} of {self.transactional_id!r} was aborted: {self.reason}"
+
+
+# --- coordinator state ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JournalState(LogState):
+    """The journal's log state plus the coordinator state kept in its properties::
+
+    {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
+        "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
+                       "prepared": {"sends": {"<table>": [[p, expected, path, rows], ...]},
+                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}}}}
+    """
+
+    transactions: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_metadata(cls, metadata: TableMetadata) -> JournalState:
+        base = LogState.from_metadata(metadata)
+        return cls(base.watermarks, base.producers, base.snapshot_id, json.loads(metadata.properties.get(STATE, "{}")))
+
+    def to_properties(self) -> dict[str, str]:
+        return {**super().to_properties(), STATE: json.dumps(self.transactions, sort_keys=True, separators=(",", ":"))}
+
+
+def ensure_journal(catalog: Catalog) -> LogTable:
+    try:
+        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"})
+    except TableAlreadyExists:
+        return LogTable.open(catalog, JOURNAL)
+
+
+def _record(tid: str, entry: Mapping[str, Any], txn_id: str, state: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "txn_id": txn_id,
+        "transactional_id": tid,
+        "txn_producer_id": entry["producer_id"],
+        "txn_epoch": entry["epoch"],
+        "txn_state": state,
+        "detail": json.dumps(detail, sort_keys=True),
+    }
+
+
+@dataclass
+class JournalStep(Request):
+    """One coordinator step on the journal, decided on its exact base (so epochs fence).
+
+    ``step`` is one of ``init``, ``register``, ``prepare``, ``commit``, ``abort``, ``expire``.
+    """
+
+    step: str
+    transactional_id: str = ""
+    producer_id: int | None = None
+    epoch: int | None = None
+    txn_id: str = ""
+    partitions: Mapping[str, list[int]] = field(default_factory=dict)
+    prepared: Mapping[str, Any] = field(default_factory=dict)
+    fresh_producer_id: int | None = None
+    timeout_ms: int | None = None
+    committed_ranges: Callable[[], Mapping[str, Any]] | None = None
+    clock: Callable[[], int] = now_ms
+    commit_id: str = ""
+    state_type = JournalState
+
+    def decide(self, state: JournalState, table: Table) -> Decision:
+        now = self.clock()
+        txns = json.loads(json.dumps(state.transactions))  # a deep copy to edit
+        records: list[dict[str, Any]] = []
+        aborted: list[dict[str, Any]] = []
+        default_timeout = int(table.metadata.properties.get(TIMEOUT_MS, TIMEOUT_MS_DEFAULT))
+        # Every coordinator action aborts transactions idle past their timeout (not prepared ones:
+        # those are rolled forward by recovery).
+        for tid, entry in txns.items():
+            txn = entry.get("txn")
+            if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout) and tid != self.transactional_id:
+                records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": "timeout"}))
+                aborted.append({"transactional_id": tid, "txn": txn})
+                entry["txn"] = None
+        result: dict[str, Any] = {"aborted": aborted}
+        entry = txns.get(self.transactional_id)
+        if self.step == "init":
+            result.update(self._init(txns, entry, records, aborted, now))
+            if result.get("roll_forward"):
+                return Decision(state=state, result=result, write=False)
+        elif self.step != "expire":
+            entry = self._check_epoch(entry)
+            txn = entry.get("txn")
+            if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout):
+                records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "timeout"}))
+                aborted.append({"transactional_id": self.transactional_id, "txn": txn})
+                entry["txn"] = txn = None
+            getattr(self, f"_{self.step}")(entry, txn, records, now, result)
+        if not records and self.step == "expire":
+            return Decision(state=state, result=result, write=False)
+        new_state = replace(state, transactions=txns)
+        if not records:
+            return Decision(state=new_state, result=result)
+        payload = pa.Table.from_pylist(records, schema=cols.payload_arrow_schema(table.schema()))
+        decision = AppendRequest(JOURNAL, {0: payload}, {}, self.commit_id).decide(new_state, table)
+        decision.result = result
+        decision.lineage = {**decision.lineage, **({TXN_ID: self.txn_id} if self.txn_id else {})}
+        return decision
+
+    def _check_epoch(self, entry: dict[str, Any] | None) -> dict[str, Any]:
+        if entry is None or entry["producer_id"] != self.producer_id:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason="not initialised: call init_transactions()")
+        if self.epoch != entry["epoch"]:
+            raise ProducerFenced(table=JOURNAL, producer_id=entry["producer_id"], epoch=self.epoch, current_epoch=entry["epoch"])
+        return entry
+
+    def _init(self, txns: dict, entry: dict | None, records: list, aborted: list, now: int) -> dict[str, Any]:
+        if entry is None:
+            entry = txns[self.transactional_id] = {"producer_id": self.fresh_producer_id, "epoch": -1, "txn": None}
+        txn = entry.get("txn")
+        if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
+            return {"roll_forward": {"transactional_id": self.transactional_id, "entry": entry}}
+        if txn:
+            records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "a new instance initialised"}))
+            aborted.append({"transactional_id": self.transactional_id, "txn": txn})
+        if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
+            entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
+        entry.update(epoch=entry["epoch"] + 1, txn=None)
+        if self.timeout_ms is not None:
+            entry["timeout_ms"] = self.timeout_ms
+        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"]}
+
+    def _register(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
+        if txn is None:
+            if self.txn_id in {a["txn"]["id"] for a in result["aborted"]}:
+                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
+            txn = entry["txn"] = {"id": self.txn_id, "state": ONGOING, "started_ms": now, "last_ms": now, "partitions": {}}
+            kind = "BEGIN"
+        elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        else:
+            kind = "ADD_PARTITIONS"
+        for t, ps in self.partitions.items():
+            txn["partitions"][t] = sorted(set(txn["partitions"].get(t, [])) | set(ps))
+        txn["last_ms"] = now
+        records.append(_record(self.transactional_id, entry, self.txn_id, kind, {"partitions": self.partitions}))
+
+    def _ongoing(self, txn: dict | None, result: dict) -> dict:
+        if txn is None or txn["id"] != self.txn_id:
+            reason = "timed out" if self.txn_id in {a["txn"]["id"] for a in result["aborted"]} else "aborted"
+            raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason=reason)
+        return txn
+
+    def _prepare(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
+        txn = self._ongoing(txn, result)
+        if txn["state"] != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        unregistered = [(t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])]
+        if unregistered:  # a late append to a partition the journal never registered (KAFKA-17754-like)
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered")
+        txn.update(state=PREPARE_COMMIT, last_ms=now, prepared=dict(self.prepared))
+        records.append(_record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])}))
+
+    def _commit(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
+        txn = self._ongoing(txn, result)
+        if txn["state"] != PREPARE_COMMIT:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared")
+        ranges = self.committed_ranges() if self.committed_ranges else {}
+        entry["txn"] = None
+        records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
+        result["ranges"] = ranges
+
+    def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
+        if txn is None or txn["id"] != self.txn_id:
+            return  # already aborted (by timeout, a new instance, or an earlier attempt)
+        if txn["state"] == PREPARE_COMMIT:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
+        entry["txn"] = None
+        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "aborted by the producer"}))
+        result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
+
+    def receipt(self, result: Any) -> Any:
+        return {k: v for k, v in result.items() if k in ("producer_id", "epoch", "ranges")}
+
+
+# --- the data side of a transaction ---------------------------------------------------------------
+
+
+@dataclass
+class StagedSend:
+    partition: int
+    expected_offset: int | None
+    path: str
+    rows: int
+
+    def to_json(self) -> list[Any]:
+        return [self.partition, self.expected_offset, self.path, self.rows]
+
+
+@dataclass
+class TxnAppend(Request):
+    """A transaction's appends to one table, decided at commit time.
+
+    Offsets are assigned against the base of the atomic commit, so sends without an
+    expected offset follow whatever other writers appended meanwhile; a send with an
+    expected offset that no longer holds aborts the transaction (``OffsetMismatch``).
+    Staged payload files are rewritten as data files once per decided set of ranges.
+    """
+
+    table: str
+    txn_id: str
+    sends: list[StagedSend]
+    commit_id: str = ""
+    decided: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _written: tuple[str, list[Any]] | None = None
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        ranges: dict[int, tuple[int, int]] = {}
+        strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
+        for send in self.sends:
+            if send.partition >= state.partitions:
+                raise UnknownPartition(table=self.table, partition=send.partition, partitions=state.partitions)
+            base = ranges.get(send.partition, (state.end(send.partition),) * 2)[1]
+            if send.expected_offset is not None and send.expected_offset != base:
+                raise OffsetMismatch(table=self.table, partition=send.partition, expected=send.expected_offset, actual=base)
+            if send.expected_offset is None and strict:
+                raise ExpectedOffsetRequired(table=self.table, partitions=[send.partition])
+            first = ranges.get(send.partition, (base, base))[0]
+            ranges[send.partition] = (first, base + send.rows)
+        key = json.dumps(sorted(ranges.items()))
+        if self._written is None or self._written[0] != key:
+            if self._written is not None:
+                for data_file in self._written[1]:
+                    with contextlib.suppress(OSError):
+                        table.io.delete(data_file.file_path)
+            self._written = (key, self._rewrite(table, ranges))
+        self.decided = ranges
+        result = {str(p): list(r) for p, r in ranges.items()}
+        return Decision(
+            state=state.with_ends({p: r[1] for p, r in ranges.items()}),
+            result=result,
+            ranges=ranges,
+            add_files=tuple(self._written[1]),
+            lineage={TXN_ID: self.txn_id},
+        )
+
+    def _rewrite(self, table: Table, ranges: Mapping[int, tuple[int, int]]) -> list[Any]:
+        """Staged payload files -> data files with their offsets, one staged file in memory at a time."""
+        cursor = {p: r[0] for p, r in ranges.items()}
+        now_us = int(time.time() * 1_000_000)
+        files = []
+        for send in self.sends:
+            with table.io.new_input(send.path).open() as f:
+                payload = pq.read_table(f)
+            rows = with_system_columns(payload, send.partition, cursor[send.partition], now_us, None, None)
+            cursor[send.partition] += send.rows
+            files += write_log_files(table, {send.partition: rows})
+        return files
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+# --- the producer ----------------------------------------------------------------------------------
+
+
+def _delete_staging(catalog: Catalog, txn: Mapping[str, Any]) -> None:
+    """Delete an aborted or finished transaction's staged files (a missing folder is fine)."""
+    for table_name in txn.get("partitions", {}):
+        try:
+            location = LogTable.open(catalog, table_name).table().metadata.location
+        except Exception:  # noqa: BLE001: a dropped table has nothing left to clean
+            continue
+        _delete_dir(staging_dir(location, txn["id"]))
+
+
+def _delete_dir(uri: str) -> None:
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    with contextlib.suppress(FileNotFoundError, OSError):
+        filesystem.delete_dir(path)
+
+
+def staging_dir(table_location: str, txn_id: str) -> str:
+    return f"{table_location}/data/staging/{txn_id}"
+
+
+class TransactionalProducer:
+    """A transactional producer over any partitions of any tables of one catalog (see module doc).
+
+    Args:
+        catalog: A catalog with atomic multi-table commits (SQL: SQLite or PostgreSQL).
+        transactional_id: Stable identity; a new instance fences every older one.
+        timeout_ms: Abort a transaction idle this long (default: the journal's
+            ``icelog.transaction.timeout-ms``, 60 s).
+        clock: Milliseconds now (tests inject one).
+    """
+
+    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] = now_ms) -> None:
+        if not isinstance(transactional_id, str) or not transactional_id.strip() or len(transactional_id) > 256:
+            raise InvalidInput(reason="a transactional id is a non-empty string of at most 256 characters")
+        if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1):
+            raise InvalidInput(reason=f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
+        self.catalog, self.transactional_id, self.timeout_ms, self.clock = catalog, transactional_id, timeout_ms, clock
+        self.producer_id: int | None = None
+        self.epoch: int | None = None
+        self.txn_id: str | None = None
+        self._sends: dict[str, list[StagedSend]] = {}
+        self._registered: dict[str, set[int]] = {}
+        self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
+        self._tables: dict[str, LogTable] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def init_transactions(self) -> dict[str, int]:
+        """Fence older instances (epoch + 1) and finish what the previous instance left:
+        roll forward a prepared transaction, abort an ongoing one."""
+        from storage.producers import lease_producer_ids
+
+        ensure_journal(self.catalog)
+        while True:
+            entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
+            fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
+            step = JournalStep("init", self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
+            result = commit(self.catalog, JOURNAL, step).result
+            _clean_aborted(self.catalog, result)
+            if result.get("roll_forward"):
+                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"])
+                continue
+            self.producer_id, self.epoch = result["producer_id"], result["epoch"]
+            self.txn_id = None
+            return {"producer_id": self.producer_id, "epoch": self.epoch}
+
+    def begin_transaction(self) -> str:
+        if self.epoch is None:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason="call init_transactions() first")
+        if self.txn_id is not None:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is still open")
+        self.txn_id = uuid.uuid4().hex
+        self._sends, self._registered, self._offsets = {}, {}, None
+        return self.txn_id
+
+    def send(self, table: str, partition: int, rows: pa.Table | list[dict], expected_offset: int | None = None) -> int:
+        """Stage rows for ``(table, partition)``; invisible until the transaction commits.
+
+        Returns:
+            The number of rows staged.
+
+        Raises:
+            InvalidInput, SchemaMismatch, UnknownPartition: bad rows; nothing staged.
+            ProducerFenced: a newer instance exists.
+        """
+        txn_id = self._require_open()
+        log_table = self._table(table)
+        current = log_table.table()
+        payload = log_table.conform({partition: rows}, current)[partition]
+        if expected_offset is not None and (not isinstance(expected_offset, int) or isinstance(expected_offset, bool) or expected_offset < 0):
+            raise InvalidInput(reason=f"an expected offset is an integer >= 0, not {expected_offset!r}")
+        name = log_table.identifier
+        if partition not in self._registered.get(name, set()):
+            self._journal("register", partitions={name: [partition]})
+            self._registered.setdefault(name, set()).add(partition)
+            faults.checkpoint(faults.AFTER_TXN_BEGIN)
+        sends = self._sends.setdefault(name, [])
+        path = f"{staging_dir(current.metadata.location, txn_id)}/{partition}-{len(sends)}.parquet"
+        with current.io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(payload, out)
+        sends.append(StagedSend(partition, expected_offset, path, payload.num_rows))
+        faults.checkpoint(faults.AFTER_TXN_STAGE)
+        return payload.num_rows
+
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: str) -> None:
+        """Commit a consumer group's positions (next offset to read) with this transaction."""
+        from storage.groups import validate_offsets
+
+        self._require_open()
+        qualified = {(cols.qualified(t), p): o for (t, p), o in offsets.items()}
+        validate_offsets(group, qualified)
+        if self._offsets is not None and self._offsets[0] != group:
+            raise InvalidInput(reason=f"one group per transaction: {self._offsets[0]!r} already sent")
+        merged = {**(self._offsets[1] if self._offsets else {}), **qualified}
+        self._offsets = (group, merged)
+
+    def commit_transaction(self) -> dict[str, dict[str, list[int]]]:
+        """Make every send and offset of the transaction visible in one atomic step.
+
+        Returns:
+            The offsets assigned: ``{table: {partition: [first, next]}}``.
+
+        Raises:
+            OffsetMismatch: an expected offset no longer holds; the transaction is aborted.
+            ProducerFenced: a newer instance took over; nothing of this transaction is visible.
+            TransactionAborted: it timed out or was aborted by recovery.
+        """
+        txn_id = self._require_open()
+        if not self._sends and self._offsets is None:
+            self.txn_id = None  # nothing was sent: nothing to commit
+            return {}
+        if not self._sends:  # offsets alone still go through the journal
+            self._journal("register", partitions={})
+        prepared = {
+            "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
+            "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]} if self._offsets else None,
+        }
+        self._journal("prepare", prepared=prepared)
+        faults.checkpoint(faults.AFTER_TXN_PREPARE)
+        try:
+            ranges = _commit_prepared(self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, prepared, self.clock)
+        except OffsetMismatch:
+            self._journal("abort", force=True)
+            self.txn_id = None
+            raise
+        self.txn_id = None
+        return ranges
+
+    def abort_transaction(self) -> None:
+        """Discard the open transaction: nothing of it ever becomes visible."""
+        if self.txn_id is None:
+            return
+        self._journal("abort")
+        self.txn_id = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[TransactionalProducer]:
+        """``with producer.transaction():`` begins, commits, and aborts on an exception."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self.txn_id is not None:
+                with contextlib.suppress(Exception):
+                    self.abort_transaction()
+            raise
+        self.commit_transaction()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _require_open(self) -> str:
+        if self.txn_id is None:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason="no open transaction: call begin_transaction()")
+        return self.txn_id
+
+    def _table(self, table: str) -> LogTable:
+        if table not in self._tables:
+            self._tables[table] = LogTable.open(self.catalog, table)
+        return self._tables[table]
+
+    def _journal(self, step: str, *, partitions: Mapping[str, list[int]] | None = None, prepared: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+        request = JournalStep(step, self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", partitions=partitions or {}, prepared=prepared or {}, clock=self.clock)
+        if force:  # abort after a failed prepared commit: the transaction goes back to ongoing first
+            request = _ForceAbort(**{f: getattr(request, f) for f in ("step", "transactional_id", "producer_id", "epoch", "txn_id", "clock")})
+        result = commit(self.catalog, JOURNAL, request).result
+        _clean_aborted(self.catalog, result)
+        return result
+
+
+@dataclass
+class _ForceAbort(JournalStep):
+    """Abort a prepared transaction whose commit can never succeed (an offset mismatch)."""
+
+    def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
+        if txn is None or txn["id"] != self.txn_id:
+            return
+        entry["txn"] = None
+        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "expected offset no longer holds"}))
+        result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
+
+
+def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
+    for aborted in result.get("aborted", []):
+        _delete_staging(catalog, aborted["txn"])
+
+
+def _commit_prepared(
+    catalog: Catalog, tid: str, producer_id: int | None, epoch: int | None, txn_id: str, prepared: Mapping[str, Any], clock: Callable[[], int]
+) -> dict[str, dict[str, list[int]]]:
+    """The commit point: data tables, group offsets and the COMMITTED record, all or nothing."""
+    from storage.groups import GROUPS_TABLE, commit_request
+
+    appends = {t: TxnAppend(t, txn_id, [StagedSend(*s) for s in sends], txn_id) for t, sends in prepared["sends"].items()}
+    parts: list[tuple[str, Any]] = sorted(appends.items())
+    if prepared.get("offsets"):
+        spec = prepared["offsets"]
+        parts.append((GROUPS_TABLE, commit_request(catalog, spec["group"], {(t, p): o for t, p, o in spec["offsets"]})))
+    committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
+    parts.append((JOURNAL, JournalStep("commit", tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
+    outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+    journal_result = outcomes[-1].result or {}
+    ranges = journal_result.get("ranges") or committed()
+    for t in appends:
+        _delete_dir(staging_dir(LogTable.open(catalog, t).table().metadata.location, txn_id))
+    return ranges
+
+
+def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Finish a transaction that reached PREPARE_COMMIT (idempotent: its id is the commit id)."""
+    txn = entry["txn"]
+    try:
+        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
+    except OffsetMismatch:
+        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"])
+        _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
+        return {"txn_id": txn["id"], "action": "aborted", "reason": "expected offset no longer holds"}
+    return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
+
+
+def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str, Any]:
+    """Finish every prepared transaction and abort every one idle past its timeout.
+
+    Idempotent; deletes the staged files of aborted transactions.
+    """
+    ensure_journal(catalog)
+    report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
+    state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
+    for tid, entry in state.transactions.items():
+        txn = entry.get("txn")
+        if txn and txn["state"] == PREPARE_COMMIT:
+            done = roll_forward(catalog, tid, entry)
+            report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
+    result = commit(catalog, JOURNAL, JournalStep("expire", clock=clock)).result
+    _clean_aborted(catalog, result)
+    report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
+    return report
+
+
+def abort(catalog: Catalog, transactional_id: str) -> dict[str, Any]:
+    """Abort a transactional id's open, unprepared transaction from outside (an operator's tool)."""
+    ensure_journal(catalog)
+    entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(transactional_id)
+    if entry is None or not entry.get("txn"):
+        return {"transactional_id": transactional_id, "aborted": None}
+    txn = entry["txn"]
+    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"])
+    _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
+    return {"transactional_id": transactional_id, "aborted": txn["id"]}
+
+
+def describe(catalog: Catalog) -> dict[str, Any]:
+    """The coordinator state: every transactional id, its producer, epoch and open transaction."""
+    ensure_journal(catalog)
+    return dict(JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions)
