@@ -1,0 +1,81 @@
+"""I5 check: the coordinator journal and a table agree about every transaction.
+
+* Each COMMITTED transaction that touched this table holds exactly the ranges the journal
+  recorded (offsets that retention already removed excepted), and is recorded once.
+* ABORTED and in-flight transactions are nowhere: no retained snapshot of the table and no
+  entry of its commit-id registry carries their id.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import duckdb
+from pyiceberg.table import Table
+
+from storage.commit import recent_commits
+from storage.errors import UnknownTable
+from storage.log import LogTable
+from storage.scan import planned_paths
+from storage.state import LogState
+from storage.transactions import ABORTED, COMMITTED, JOURNAL, TXN_ID, JournalState
+from validations.violations import CheckReport, Violation
+
+CHECK = "transactions"
+
+
+def _journal(table: Table) -> tuple[list[tuple[str, str, str]], dict]:
+    """``(txn_id, state, detail)`` rows of the journal, and its coordinator state."""
+    try:
+        journal = LogTable.open(table.catalog, JOURNAL).table()
+    except UnknownTable:
+        return [], {}
+    paths = planned_paths(journal)
+    rows = duckdb.connect().execute("SELECT txn_id, txn_state, detail FROM read_parquet($p) ORDER BY log_offset", {"p": paths}).fetchall() if paths else []
+    return rows, dict(JournalState.from_metadata(journal.metadata).transactions)
+
+
+def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckReport:
+    started = time.perf_counter()
+    name = ".".join(table.name()[-2:])
+    records, coordinator = _journal(table)
+    violations: list[Violation] = []
+    committed: dict[str, dict] = {}
+    ended: set[str] = set()
+    for txn_id, state, detail in records:
+        if state == COMMITTED:
+            if txn_id in committed:
+                violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is COMMITTED twice in the journal"))
+            committed[txn_id] = json.loads(detail).get("ranges", {})
+        if state in (COMMITTED, ABORTED):
+            if state == ABORTED and txn_id in committed:
+                violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is both COMMITTED and ABORTED"))
+            ended.add(txn_id)
+    open_ids = {e["txn"]["id"] for e in coordinator.values() if e.get("txn")}
+    not_committed = ({r[0] for r in records} - set(committed)) | open_ids
+    marks = LogState.from_metadata(table.metadata).watermarks
+    paths = planned_paths(table, snapshot_id)
+    con = duckdb.connect()
+    for txn_id, ranges in committed.items():
+        for p, (first, nxt) in ranges.get(name, {}).items():
+            start = max(first, marks[int(p)].start) if int(p) in marks else first
+            if start >= nxt:
+                continue  # removed by retention
+            present = con.execute(
+                "SELECT count(*), count(DISTINCT log_offset) FROM read_parquet($p) WHERE log_partition = $part AND log_offset >= $a AND log_offset < $b",
+                {"p": paths, "part": int(p), "a": start, "b": nxt},
+            ).fetchone() if paths else (0, 0)
+            if present != (nxt - start, nxt - start):
+                violations.append(Violation(
+                    CHECK, name, "missing_transaction_rows",
+                    f"transaction {txn_id}: partition {p} offsets {start}..{nxt - 1} hold {present[0]} rows, expected {nxt - start}",
+                    partition=int(p), first=start, last=nxt - 1, extra={"txn_id": txn_id},
+                ))
+    if name == JOURNAL:  # the journal's own commits carry every transaction id it records
+        carried: set = set()
+    else:
+        carried = {s.summary.additional_properties.get(TXN_ID) for s in table.metadata.snapshots if s.summary} | {c[0] for c in recent_commits(table.metadata)}
+    for txn_id in sorted(not_committed & carried):
+        violations.append(Violation(CHECK, name, "uncommitted_transaction_visible", f"transaction {txn_id} is not COMMITTED in the journal but the table carries it", extra={"txn_id": txn_id}))
+    return CheckReport(table=name, snapshot_id=snapshot_id or table.metadata.current_snapshot_id, checks=[CHECK], violations=violations, rows=0, seconds=time.perf_counter() - started)
