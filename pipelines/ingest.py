@@ -219,11 +219,23 @@ class SliceWriter:
 
     bases: dict[tuple[int, int], int]
     ends: dict[int, int]
-    producer_id: int
+    producer_id: int | None  # None: transactional rows carry no producer sequence
     epoch: int
     now_us: int
     schema: Any  # the table's Arrow schema, with Iceberg field ids
     staging: str
+
+    def _producer_columns(self, n: int, seq0: int) -> list[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        if self.producer_id is None:
+            return [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32()), pa.nulls(n, pa.int32())]
+        return [
+            pa.array(np.full(n, self.producer_id, dtype=np.int64)),
+            pa.array(np.full(n, self.epoch, dtype=np.int32)),
+            pa.array(np.arange(seq0, seq0 + n, dtype=np.int32)),
+        ]
 
     def __call__(self, batches):
         import numpy as np
@@ -265,9 +277,7 @@ class SliceWriter:
                         pa.array(np.full(n, p, dtype=np.int32)),
                         pa.array(np.arange(first, first + n, dtype=np.int64)),
                         pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
-                        pa.array(np.full(n, self.producer_id, dtype=np.int64)),
-                        pa.array(np.full(n, self.epoch, dtype=np.int32)),
-                        pa.array(np.arange(seq0, seq0 + n, dtype=np.int32)),
+                        *self._producer_columns(n, seq0),
                         *(rows.column(f.name).cast(f.type) for f in payload),
                     ]
                     pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(columns, schema=self.schema))

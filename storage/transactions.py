@@ -290,13 +290,17 @@ class JournalStep(Request):
 
 @dataclass
 class StagedSend:
+    """One send: a staged payload file, or (``prewritten``) a data file with its offsets baked
+    in from ``expected_offset`` (written by Spark executors; never rewritten)."""
+
     partition: int
     expected_offset: int | None
     path: str
     rows: int
+    prewritten: bool = False
 
     def to_json(self) -> list[Any]:
-        return [self.partition, self.expected_offset, self.path, self.rows]
+        return [self.partition, self.expected_offset, self.path, self.rows, self.prewritten]
 
 
 @dataclass
@@ -332,7 +336,7 @@ class TxnAppend(Request):
         key = json.dumps(sorted(ranges.items()))
         if self._written is None or self._written[0] != key:
             if self._written is not None:
-                for data_file in self._written[1]:
+                for data_file in self._written[1] if not any(s.prewritten for s in self.sends) else ():
                     with contextlib.suppress(OSError):
                         table.io.delete(data_file.file_path)
             self._written = (key, self._rewrite(table, ranges))
@@ -348,10 +352,16 @@ class TxnAppend(Request):
 
     def _rewrite(self, table: Table, ranges: Mapping[int, tuple[int, int]]) -> list[Any]:
         """Staged payload files -> data files with their offsets, one staged file in memory at a time."""
+        from storage.files import data_files_from_parquet
+
         cursor = {p: r[0] for p, r in ranges.items()}
         now_us = int(time.time() * 1_000_000)
         files = []
         for send in self.sends:
+            if send.prewritten:  # offsets already match: the expected offset held
+                files += data_files_from_parquet(table, [send.path])
+                cursor[send.partition] += send.rows
+                continue
             with table.io.new_input(send.path).open() as f:
                 payload = pq.read_table(f)
             rows = with_system_columns(payload, send.partition, cursor[send.partition], now_us, None, None)
@@ -367,13 +377,14 @@ class TxnAppend(Request):
 
 
 def _delete_staging(catalog: Catalog, txn: Mapping[str, Any]) -> None:
-    """Delete an aborted or finished transaction's staged files (a missing folder is fine)."""
+    """Delete an aborted transaction's staged and pre-written files (a missing folder is fine)."""
     for table_name in txn.get("partitions", {}):
         try:
             location = LogTable.open(catalog, table_name).table().metadata.location
         except Exception:  # noqa: BLE001: a dropped table has nothing left to clean
             continue
         _delete_dir(staging_dir(location, txn["id"]))
+        _delete_dir(prewritten_dir(location, txn["id"]))
 
 
 def _delete_dir(uri: str) -> None:
@@ -383,7 +394,13 @@ def _delete_dir(uri: str) -> None:
 
 
 def staging_dir(table_location: str, txn_id: str) -> str:
+    """Payload files of sends: rewritten at commit, then deleted."""
     return f"{table_location}/data/staging/{txn_id}"
+
+
+def prewritten_dir(table_location: str, txn_id: str) -> str:
+    """Data files written by Spark executors for a transaction: committed as they are."""
+    return f"{table_location}/data/txn-{txn_id}"
 
 
 class TransactionalProducer:
@@ -410,6 +427,7 @@ class TransactionalProducer:
         self._registered: dict[str, set[int]] = {}
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
         self._tables: dict[str, LogTable] = {}
+        self.last_commit: dict[str, dict[str, list[int]]] = {}  # offsets of the last committed transaction
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -470,6 +488,44 @@ class TransactionalProducer:
         faults.checkpoint(faults.AFTER_TXN_STAGE)
         return payload.num_rows
 
+    def data_dir(self, table: str) -> str:
+        """Where executors write this transaction's data files for :meth:`send_files`."""
+        return prewritten_dir(self._table(table).table().metadata.location, self._require_open())
+
+    def send_files(self, table: str, files: Mapping[int, list[str]], expected_offsets: Mapping[int, int]) -> int:
+        """Add data files written elsewhere (Spark executors) to the transaction.
+
+        Each file holds one partition with consecutive offsets; per partition the files tile
+        ``[expected, expected + rows)`` (checked from their statistics now, as
+        :meth:`storage.log.LogTable.commit_files` does). They live under :meth:`data_dir`, are
+        deleted if the transaction aborts, and commit as they are; if a partition's log end
+        is no longer ``expected`` at commit, the transaction aborts with ``OffsetMismatch``.
+        """
+        from storage.files import data_files_from_parquet, file_offset_range, file_partition
+
+        self._require_open()
+        log_table = self._table(table)
+        current = log_table.table()
+        name = log_table.identifier
+        if set(files) != set(expected_offsets):
+            raise InvalidInput(reason="pre-written files need an expected offset for each of their partitions")
+        offset_id = current.schema().find_field(cols.OFFSET).field_id
+        staged: list[StagedSend] = []
+        for p, paths in sorted(files.items()):
+            spans = sorted((*file_offset_range(f, offset_id), f) for f in data_files_from_parquet(current, paths) if f.record_count)
+            cursor = expected_offsets[p]
+            for first, nxt, f in spans:
+                if file_partition(f) != p or first != cursor or nxt - first != f.record_count:
+                    raise InvalidInput(reason=f"{f.file_path}: not partition {p} offsets {cursor}.. in consecutive order")
+                staged.append(StagedSend(p, cursor, f.file_path, f.record_count, prewritten=True))
+                cursor = nxt
+        new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
+        if new:
+            self._journal("register", partitions={name: new})
+            self._registered.setdefault(name, set()).update(new)
+        self._sends.setdefault(name, []).extend(staged)
+        return sum(s.rows for s in staged)
+
     def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: str) -> None:
         """Commit a consumer group's positions (next offset to read) with this transaction."""
         from storage.groups import validate_offsets
@@ -512,6 +568,7 @@ class TransactionalProducer:
             self.txn_id = None
             raise
         self.txn_id = None
+        self.last_commit = ranges
         return ranges
 
     def abort_transaction(self) -> None:
