@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from storage.errors import InvalidInput
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
+from validations.sql import resolve_snapshot
 from validations.violations import CheckReport
 
 Check = Callable[[Table, "int | None"], CheckReport]
@@ -31,10 +32,21 @@ def register(name: str, check: Check) -> None:
 
 
 def run_checks(table: Table, names: tuple[str, ...] | list[str] = DEFAULT, snapshot_id: int | None = None) -> CheckReport:
-    """Run the named checks on one snapshot and merge their reports."""
+    """Run the named checks on one snapshot (default: the current one) and merge their reports.
+
+    Raises:
+        InvalidInput: no checks, or an unknown check name.
+        UnknownSnapshot, HistoryExpired: ``snapshot_id`` is not retained; an empty snapshot
+            would otherwise pass every check.
+    """
+    names = list(names)
+    if not names:
+        raise InvalidInput(reason=f"no checks named; known: {sorted(CHECKS)}")
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise InvalidInput(reason=f"unknown checks {unknown}; known: {sorted(CHECKS)}")
+    if snapshot_id is not None:
+        resolve_snapshot(table, snapshot_id)
     started = time.perf_counter()
     reports = [CHECKS[n](table, snapshot_id) for n in names]
     return CheckReport(

@@ -2,30 +2,134 @@
 
 DuckDB reads the Parquet files that pyiceberg plans for a snapshot, so no DuckDB extension
 (and no download) is needed.
+
+Time travel never answers from history that is gone. A snapshot id that is not retained
+raises :class:`UnknownSnapshot` (or :class:`HistoryExpired` when the table shows that it
+existed), and a time older than the retained history raises :class:`HistoryExpired`: an
+empty answer there would be a false one. A time before the table's first snapshot answers
+the empty table, which is what the table held then.
 """
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 import duckdb
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
-from storage.log import list_log_tables
+from storage.errors import HistoryExpired, UnknownSnapshot
 from storage.files import local_path
+from storage.log import LogTable, list_log_tables
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
+    """Data files of a snapshot (default: the current one); an unknown snapshot raises."""
+    if snapshot_id is not None:
+        resolve_snapshot(table, snapshot_id)
     return [local_path(t.file.file_path) for t in table.scan(snapshot_id=snapshot_id).plan_files()]
 
 
+def _name(table: Table) -> str:
+    return ".".join(table.name()[-2:])
+
+
+def _iso(timestamp_ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # beyond datetime's years 1..9999
+        return f"{timestamp_ms} ms after the epoch"
+
+
+def _oldest_retained(table: Table) -> str | None:
+    snapshots = table.metadata.snapshots
+    return _iso(min(s.timestamp_ms for s in snapshots)) if snapshots else None
+
+
+def resolve_snapshot(table: Table, snapshot_id: int) -> int:
+    """``snapshot_id`` if the table still has it.
+
+    Raises:
+        HistoryExpired: the snapshot existed but has been expired (the table's snapshot log,
+            a retained snapshot's parent or a previous metadata file still names it).
+        UnknownSnapshot: no such snapshot is retained (never existed, or expired long ago).
+    """
+    retained = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    if any(s.snapshot_id == snapshot_id for s in retained):
+        return snapshot_id
+    if _once_existed(table, snapshot_id):
+        raise HistoryExpired(table=_name(table), requested=f"snapshot {snapshot_id}", oldest=_oldest_retained(table))
+    raise UnknownSnapshot(table=_name(table), snapshot_id=snapshot_id, retained=[s.snapshot_id for s in retained])
+
+
+def _once_existed(table: Table, snapshot_id: int) -> bool:
+    """Evidence that ``snapshot_id`` was a snapshot of this table (only read on the error path)."""
+    meta = table.metadata
+    if any(e.snapshot_id == snapshot_id for e in meta.snapshot_log):
+        return True  # writers that keep the log of expired snapshots (Java's expiry does, partly)
+    if any(s.parent_snapshot_id == snapshot_id for s in meta.snapshots):
+        return True
+    for entry in reversed(meta.metadata_log):  # previous metadata files, newest first
+        try:
+            with table.io.new_input(entry.metadata_file).open() as f:
+                previous = json.load(f)
+        except Exception:  # noqa: BLE001 - a deleted or unreadable old file is just no evidence
+            continue
+        if any(s.get("snapshot-id") == snapshot_id for s in previous.get("snapshots", [])):
+            return True
+    return False
+
+
+def _expired_gaps(table: Table) -> list[tuple[int | None, int | None]]:
+    """Time windows in which snapshots that are no longer retained were created.
+
+    Sequence numbers (format v2+) count every snapshot ever added: 1, 2, 3, ... A number
+    missing from the retained snapshots is an expired snapshot, created after the retained
+    snapshot numbered just below it and before the one numbered just above it. Each window is
+    ``(low_ms, high_ms)``; ``None`` is unbounded (e.g. expired snapshots older than all).
+    pyiceberg's expiry drops the expired snapshots' snapshot-log entries too, so the log
+    alone cannot show this.
+    """
+    meta = table.metadata
+    if meta.format_version < 2:
+        return []
+    ordered = sorted(meta.snapshots, key=lambda s: s.sequence_number)
+    gaps: list[tuple[int | None, int | None]] = []
+    previous: Snapshot | None = None
+    for snapshot in ordered:
+        below = previous.sequence_number if previous else 0
+        if snapshot.sequence_number > below + 1:
+            gaps.append((previous.timestamp_ms if previous else None, snapshot.timestamp_ms))
+        previous = snapshot
+    if meta.last_sequence_number > (previous.sequence_number if previous else 0):
+        gaps.append((previous.timestamp_ms if previous else None, None))
+    return gaps
+
+
 def snapshot_as_of(table: Table, timestamp_ms: int) -> int | None:
-    """The snapshot that was current at ``timestamp_ms`` (None: the table was empty then)."""
+    """The snapshot that was current at ``timestamp_ms``; None: the table was empty then.
+
+    Raises:
+        HistoryExpired: the snapshot current at that time has been expired, or may have been
+            (snapshots created in that stretch are gone), so no answer would be right.
+    """
     chosen = None
     for entry in table.metadata.snapshot_log:
         if entry.timestamp_ms <= timestamp_ms:
-            chosen = entry.snapshot_id
-    return chosen
+            chosen = entry
+    retained = {s.snapshot_id for s in table.metadata.snapshots}
+    if chosen is not None and chosen.snapshot_id not in retained:
+        raise HistoryExpired(table=_name(table), requested=_iso(timestamp_ms), oldest=_oldest_retained(table))
+    since = chosen.timestamp_ms if chosen is not None else None
+    for low, high in _expired_gaps(table):
+        # An expired snapshot created in (low, high] could have become current in (since, as_of].
+        # (Two commits in one millisecond are ordered by the log: low < as_of, not <=.)
+        if (low is None or low < timestamp_ms) and (since is None or high is None or high > since):
+            oldest = _iso(high) if high is not None else _oldest_retained(table)
+            raise HistoryExpired(table=_name(table), requested=_iso(timestamp_ms), oldest=oldest)
+    return chosen.snapshot_id if chosen is not None else None
 
 
 def register_table(
@@ -62,21 +166,47 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with log tables as views.
 
+    A new connection uses the time zone UTC, so ``timestamptz`` values (``log_timestamp``)
+    print the same on every machine.
+
     Args:
         catalog: The catalog whose log tables to expose.
         snapshot_id: Time travel for ``only`` (a snapshot id belongs to one table).
         as_of_ms: Time travel for every table: the snapshot current at this time.
-        only: Expose just this table.
+        only: Expose just this table (``namespace.table``; a bare name is in ``logs``).
+
+    Raises:
+        InvalidInput: ``snapshot_id`` without ``only``, or both ``snapshot_id`` and ``as_of_ms``.
+        UnknownTable, NotALogTable, InvalidIdentifier: ``only`` is not a log table.
+        UnknownSnapshot, HistoryExpired: the time travel asks for history that is not retained.
     """
-    con = con or duckdb.connect()
-    names = [only] if only else list_log_tables(catalog)
-    for name in names:
-        table = catalog.load_table(name)
-        sid = snapshot_id
+    from storage.errors import InvalidInput
+
+    if snapshot_id is not None and only is None:
+        raise InvalidInput(reason="a snapshot id names one table's snapshot: pass only=TABLE")
+    if snapshot_id is not None and as_of_ms is not None:
+        raise InvalidInput(reason="time travel takes a snapshot id or a time, not both")
+    tables: list[tuple[str, Table]]
+    if only:
+        log_table = LogTable.open(catalog, only)
+        tables = [(log_table.identifier, log_table.table())]
+    else:
+        tables = [(name, catalog.load_table(name)) for name in list_log_tables(catalog)]
+    # Resolve every time travel before building anything: bad history raises, nothing half-made.
+    chosen: list[tuple[str, Table, int | None, bool]] = []
+    for name, table in tables:
         if as_of_ms is not None:
             sid = snapshot_as_of(table, as_of_ms)
-            if sid is None:
-                _register_empty(con, name, table)
-                continue
-        register_table(con, name, table, sid)
+            chosen.append((name, table, sid, sid is None))
+        else:
+            chosen.append((name, table, resolve_snapshot(table, snapshot_id) if snapshot_id is not None else None, False))
+    if con is None:
+        con = duckdb.connect()
+        con.execute("SET TimeZone = 'UTC'")
+    for name, table, sid, empty in chosen:
+        if empty:
+            _register_empty(con, name, table)
+        else:
+            register_table(con, name, table, sid)
     return con
+
