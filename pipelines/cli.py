@@ -1,29 +1,98 @@
 """The ``icelog`` command line: one Click group, ``--output text|json``, typed exit codes.
 
 Exit codes: 0 success; 1 validation found violations; 2 bad input or usage;
-3 conflict (offset mismatch, fenced producer, lost commit races); 4 other icelog errors.
+3 conflict (offset mismatch, fenced producer, lost commit races); 4 any other error.
+
+The code follows from the error's type (``storage.errors``): a :class:`ConflictError` is 3,
+an :class:`InvalidInput` or another :class:`TerminalError` is 2, anything else is 4, an
+unexpected exception included. With ``--output json`` every run prints exactly one JSON
+document on stdout, errors included (``{"error": "<Type>", "message": ..., <fields>}``);
+in text mode an error is one line on stderr. ``ICELOG_LOG_LEVEL=debug`` adds the traceback
+on stderr.
+
+JSON values: dates and times are ISO 8601 strings (``timestamptz`` with its offset, UTC),
+binary values are base64 strings (RFC 4648, as Kafka's REST proxy does), decimals are
+strings (exact), and non-finite floats are the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"``.
 """
 
 from __future__ import annotations
 
-import functools
+import base64
+import binascii
+import datetime as dt
+import decimal
 import json
+import math
+import numbers
+import os
+import re
 import sys
-from typing import Any, Callable, TextIO
+import traceback
+from typing import Any, BinaryIO, Callable
 
 import click
 
-from storage.errors import ConflictError, IcelogError, InvalidInput, MalformedInput, TerminalError
+from storage.errors import ConflictError, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, TerminalError
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER = 1, 2, 3, 4
 
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_PARTITIONS = 100_000
 
-def exit_code(error: IcelogError) -> int:
+
+def exit_code(error: BaseException) -> int:
+    """The exit code an error's type implies."""
     if isinstance(error, ConflictError):
         return EXIT_CONFLICT
-    if isinstance(error, InvalidInput) or isinstance(error, TerminalError):
+    if isinstance(error, (InvalidInput, TerminalError)):
         return EXIT_BAD_INPUT
     return EXIT_OTHER
+
+
+# --- JSON output ---------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types (see the module docstring for the mapping)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+        return "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return f"PT{value.total_seconds():g}S"
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(jsonable(doc), allow_nan=False)
+
+
+def _debug() -> bool:
+    return os.environ.get("ICELOG_LOG_LEVEL", "").strip().lower() == "debug"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- context, errors, the group ------------------------------------------------------------
 
 
 class Context:
@@ -42,30 +111,96 @@ class Context:
 
     def emit(self, doc: Any, text: Callable[[Any], None] | None = None) -> None:
         if self.output == "json" or text is None:
-            click.echo(json.dumps(doc, default=str))
+            click.echo(dumps(doc))
         else:
             text(doc)
 
 
-def handled(fn: Callable) -> Callable:
-    """Turn icelog errors into output plus the exit code their type implies."""
+def _json_requested(args: list[str]) -> bool:
+    """Whether the global options (before the command name) ask for ``--output json``."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        arg = args[i]
+        if arg == "--output":
+            if i + 1 < len(args) and args[i + 1] == "json":
+                return True
+            i += 2
+            continue
+        if arg == "--output=json":
+            return True
+        i += 2 if arg == "--catalog" else 1
+    return False
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx: Context = click.get_current_context().find_object(Context)
+
+def _json_mode(ctx: click.Context) -> bool:
+    obj = ctx.find_object(Context)
+    if obj is not None:
+        return obj.output == "json"
+    return bool(ctx.meta.get("icelog.json"))
+
+
+def _usage_error(e: click.ClickException, json_mode: bool) -> None:
+    """Click's own errors (usage, bad option values): exit 2, and JSON in JSON mode."""
+    if e.exit_code == EXIT_VIOLATIONS:  # e.g. click.FileError: 1 means "violations" here
+        e.exit_code = EXIT_BAD_INPUT
+    if not json_mode:
+        return
+    doc: dict[str, Any] = {"error": type(e).__name__, "message": e.format_message()}
+    param = getattr(e, "param", None)
+    if param is not None and param.name:
+        doc["param"] = param.name
+    e.show = lambda file=None: click.echo(dumps(doc))  # type: ignore[method-assign]
+
+
+def _fail(ctx: click.Context, error: BaseException) -> None:
+    code = exit_code(error)
+    if isinstance(error, IcelogError):
+        doc = error.to_dict()
+    else:
+        doc = {"error": type(error).__name__, "message": str(error) or repr(error)}
+    if _debug():
+        traceback.print_exception(error, file=sys.stderr)
+    if _json_mode(ctx):
+        click.echo(dumps(doc))
+    else:
+        hint = "" if isinstance(error, IcelogError) or _debug() else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
+        click.echo(f"error: {doc['error']}: {_one_line(str(doc['message']))}{hint}", err=True)
+    sys.exit(code)
+
+
+class IcelogGroup(click.Group):
+    """The top-level group: one place that turns every error into output and an exit code."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any) -> click.Context:
+        wants_json = _json_requested(list(args))
         try:
-            return fn(*args, **kwargs)
-        except IcelogError as e:
-            if ctx.output == "json":
-                click.echo(json.dumps(e.to_dict(), default=str))
-            else:
-                click.echo(f"error: {type(e).__name__}: {e}", err=True)
-            sys.exit(exit_code(e))
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as e:
+            _usage_error(e, wants_json)
+            raise
+        ctx.meta["icelog.json"] = wants_json
+        return ctx
 
-    return wrapper
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except click.ClickException as e:
+            _usage_error(e, _json_mode(ctx))
+            raise
+        except Exception as e:  # noqa: BLE001 - every error leaves as output plus an exit code
+            _fail(ctx, e)
 
 
-@click.group()
+EPILOG = """\b
+Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error.
+--output json prints one JSON document per run, errors included: {"error", "message", ...}.
+JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strings.
+"""
+
+
+@click.group(cls=IcelogGroup, epilog=EPILOG)
 @click.option("--catalog", "catalog_name", envvar="ICELOG_CATALOG", default=None, help="pyiceberg catalog name (default: the embedded SQLite catalog under $ICELOG_HOME).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
@@ -74,14 +209,51 @@ def cli(ctx: click.Context, catalog_name: str | None, output: str) -> None:
     ctx.obj = Context(catalog_name, output)
 
 
+# --- option types --------------------------------------------------------------------------
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also rejects NaN and infinity (NaN compares false to every bound)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+PARTITION_COUNT = click.IntRange(1, MAX_PARTITIONS)
+PARTITION = click.IntRange(0, MAX_PARTITIONS - 1)
+OFFSET = click.IntRange(0, INT64_MAX)
+SNAPSHOT_ID = click.IntRange(1, INT64_MAX)
+PRODUCER_ID = click.IntRange(0, INT64_MAX)
+INT32 = click.IntRange(0, INT32_MAX)
+POSITIVE_INT64 = click.IntRange(1, INT64_MAX)
+
+
+def _text(value: Any) -> Any:
+    """A cell for rich: plain text (never markup), binary as base64 like the JSON output."""
+    from rich.text import Text
+
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = jsonable(value)
+    return Text(str(value))
+
+
 def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    table = RichTable(*headers, title=title)
+    table = RichTable(title=title)
+    for header in headers:
+        table.add_column(_text(header))
     for row in rows:
-        table.add_row(*(str(c) for c in row))
-    Console().print(table)
+        table.add_row(*(_text(c) for c in row))
+    # Piped output keeps every column whole instead of squeezing it into 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=100_000)
+    console.print(table)
 
 
 # --- topics -----------------------------------------------------------------------------------
@@ -92,25 +264,45 @@ def topics() -> None:
     """Create, list and describe log tables."""
 
 
+def read_schema_file(path: str) -> list[dict]:
+    """A payload schema file: a JSON list of columns, or ``{"fields": [...]}``."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InvalidInput(reason=f"cannot read schema file {path}: {e.strerror or e}") from e
+    try:
+        doc = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise MalformedInput(reason=f"schema file {path} is not UTF-8 (byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise MalformedInput(reason=f"schema file {path}: not JSON: {e.msg}", line=e.lineno) from e
+    except RecursionError as e:
+        raise MalformedInput(reason=f"schema file {path}: nested too deeply") from e
+    fields = doc["fields"] if isinstance(doc, dict) and "fields" in doc else doc
+    if not isinstance(fields, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("type"), str) for c in fields
+    ):
+        raise InvalidInput(reason=f"schema file {path}: a payload schema is a list of {{\"name\": str, \"type\": str}} objects")
+    return fields
+
+
 @topics.command("create")
 @click.argument("table")
-@click.option("--partitions", type=int, required=True)
+@click.option("--partitions", type=PARTITION_COUNT, required=True, help=f"Number of partitions, 1..{MAX_PARTITIONS}.")
 @click.option("--schema", "schema_file", type=click.Path(dir_okay=False), help="JSON payload schema: [{name, type, required?}].")
 @click.pass_obj
-@handled
 def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | None) -> None:
     """Create TABLE with N partitions (payload default: key, value strings)."""
     from storage.log import LogTable
-    from storage.schema import load_payload_spec
 
-    payload = load_payload_spec(schema_file) if schema_file else None
+    payload = read_schema_file(schema_file) if schema_file else None
     log_table = LogTable.create(ctx.catalog, table, partitions, payload)
     ctx.emit(log_table.describe(), lambda d: click.echo(f"created {d['table']} with {d['partitions']} partitions"))
 
 
 @topics.command("list")
 @click.pass_obj
-@handled
 def topics_list(ctx: Context) -> None:
     from storage.log import list_log_tables
 
@@ -121,7 +313,6 @@ def topics_list(ctx: Context) -> None:
 @topics.command("describe")
 @click.argument("table")
 @click.pass_obj
-@handled
 def topics_describe(ctx: Context, table: str) -> None:
     from storage.log import LogTable
 
@@ -137,9 +328,8 @@ def topics_describe(ctx: Context, table: str) -> None:
 
 @topics.command("add-partitions")
 @click.argument("table")
-@click.option("--count", type=int, required=True, help="The new total number of partitions.")
+@click.option("--count", type=PARTITION_COUNT, required=True, help=f"The new total number of partitions, at most {MAX_PARTITIONS}.")
 @click.pass_obj
-@handled
 def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
     """Grow TABLE to COUNT partitions (never shrinks)."""
     from storage.log import LogTable
@@ -151,58 +341,134 @@ def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
 # --- produce / offsets --------------------------------------------------------------------------
 
 
-def read_json_lines(stream: TextIO) -> list[dict]:
-    """Parse JSON Lines: one object per non-blank line, or :class:`MalformedInput` with the line."""
+class _NotInt64(ValueError):
+    pass
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19:  # before int(): no 4300-digit conversions
+        raise _NotInt64(text)
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _NotInt64(text)
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # e.g. 1e999: JSON numbers never overflow into infinity here
+        raise _NotFinite(text)
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(row: dict) -> bool:
+    """Whether a key or string value holds an unpaired UTF-16 surrogate (not encodable)."""
+    stack: list[Any] = [row]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
+
+
+def read_json_lines(stream: BinaryIO) -> list[tuple[int, dict]]:
+    """Parse JSON Lines bytes: ``(line number, object)`` per non-blank line.
+
+    Raises:
+        MalformedInput: with the line number, for a line that is not UTF-8, not JSON, not an
+            object, nested too deeply, or holds an integer outside 64 bits, a number that
+            overflows a double, or an unpaired surrogate.
+    """
     rows = []
-    for number, line in enumerate(stream, start=1):
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise MalformedInput(line=number, reason=f"not UTF-8 (byte {e.start} of the line: {raw[e.start:e.start + 1]!r})") from e
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, parse_int=_parse_int, parse_float=_parse_float)
         except json.JSONDecodeError as e:
-            raise MalformedInput(line=number, reason=f"not JSON: {e.msg}") from e
+            raise MalformedInput(line=number, reason=f"not JSON: {e.msg} (column {e.colno})") from e
+        except RecursionError as e:
+            raise MalformedInput(line=number, reason="nested too deeply") from e
+        except _NotInt64 as e:
+            raise MalformedInput(line=number, reason=f"integer {_clip(str(e))} does not fit in 64 bits") from e
+        except _NotFinite as e:
+            raise MalformedInput(line=number, reason=f"number {_clip(str(e))} overflows a double") from e
         if not isinstance(row, dict):
             raise MalformedInput(line=number, reason="each line must be a JSON object")
-        rows.append(row)
+        if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(row):
+            raise MalformedInput(line=number, reason="a string holds an unpaired UTF-16 surrogate escape")
+        rows.append((number, row))
     return rows
 
 
-def rows_to_arrow(table: str, rows: list[dict]):
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None):
+    """Rows as an Arrow table; binary payload columns take base64 strings."""
     import pyarrow as pa
 
-    from storage.errors import SchemaMismatch
-
+    binary = {f.name for f in payload if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)} if payload is not None else set()
     names: dict[str, None] = {}
-    for row in rows:
+    for _, row in rows:
         names.update(dict.fromkeys(row))
+    columns: dict[str, list[Any]] = {n: [] for n in names}
+    for number, row in rows:
+        for n in names:
+            value = row.get(n)
+            if n in binary and isinstance(value, str):
+                try:
+                    value = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError) as e:
+                    raise MalformedInput(line=number, reason=f"column {n!r} is binary: give a base64 string ({e})") from e
+            columns[n].append(value)
     try:
-        return pa.table({n: pa.array([row.get(n) for row in rows]) for n in names}) if names else pa.table({})
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        return pa.table({n: pa.array(v) for n, v in columns.items()}) if names else pa.table({})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise SchemaMismatch(table=table, reason=str(e)) from e
 
 
 @cli.command()
 @click.argument("table")
-@click.option("--partition", type=int, required=True)
-@click.option("--expected-offset", type=int, default=None, help="Commit only if the partition's log end offset is this (KIP-27).")
-@click.option("--input", "input_file", type=click.File("r"), default="-", help="JSON Lines file (default: stdin).")
-@click.option("--producer-id", type=int, default=None)
-@click.option("--epoch", type=int, default=None)
-@click.option("--sequence", type=int, default=None, help="First sequence number of this batch.")
+@click.option("--partition", type=PARTITION, required=True)
+@click.option("--expected-offset", type=OFFSET, default=None, help="Commit only if the partition's log end offset is this (KIP-27).")
+@click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON Lines file, UTF-8 (default: stdin).")
+@click.option("--producer-id", type=PRODUCER_ID, default=None)
+@click.option("--epoch", type=INT32, default=None)
+@click.option("--sequence", type=INT32, default=None, help="First sequence number of this batch.")
 @click.pass_obj
-@handled
-def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, input_file: TextIO, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
-    """Append JSON Lines rows to one partition of TABLE."""
+def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, input_file: BinaryIO, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
+    """Append JSON Lines rows to one partition of TABLE (binary columns take base64 strings)."""
     from storage.log import LogTable
 
+    ids = (producer_id, epoch, sequence)
+    if any(v is not None for v in ids) and any(v is None for v in ids):
+        raise InvalidInput(reason="--producer-id, --epoch and --sequence go together")
     log_table = LogTable.open(ctx.catalog, table)
-    rows = rows_to_arrow(log_table.identifier, read_json_lines(input_file))
+    rows = rows_to_arrow(log_table.identifier, read_json_lines(input_file), log_table.payload_schema())
     expected = {partition: expected_offset} if expected_offset is not None else None
     producer = None
-    ids = (producer_id, epoch, sequence)
-    if any(v is not None for v in ids):
-        if any(v is None for v in ids):
-            raise InvalidInput(reason="--producer-id, --epoch and --sequence go together")
+    if producer_id is not None:
         from storage.producers import ProducerBatch
 
         producer = ProducerBatch(producer_id, epoch, {partition: sequence})
@@ -217,7 +483,6 @@ def produce(ctx: Context, table: str, partition: int, expected_offset: int | Non
 @cli.command()
 @click.argument("table")
 @click.pass_obj
-@handled
 def offsets(ctx: Context, table: str) -> None:
     """Log start and end offset of every partition of TABLE."""
     from storage.log import LogTable
@@ -240,7 +505,6 @@ def producers() -> None:
 @click.argument("table")
 @click.option("--client-id", default=None, help="Stable identity: re-init bumps the epoch and fences older instances.")
 @click.pass_obj
-@handled
 def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
     from storage.producers import init_producer
 
@@ -251,27 +515,27 @@ def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
 @producers.command("list")
 @click.argument("table")
 @click.pass_obj
-@handled
 def producers_list(ctx: Context, table: str) -> None:
     from storage.log import LogTable
 
-    state = LogTable.open(ctx.catalog, table).state()
-    doc = {"table": table, "producers": state.producers}
+    log_table = LogTable.open(ctx.catalog, table)
+    doc = {"table": log_table.identifier, "producers": log_table.state().producers}
     ctx.emit(doc, lambda d: _table(
         [[pid, e["client"], e["epoch"], ", ".join(f"{p}:{s['last_seq']}" for p, s in e["partitions"].items())] for pid, e in sorted(d["producers"].items(), key=lambda kv: int(kv[0]))],
-        ["producer_id", "client_id", "epoch", "last sequence per partition"], table))
+        ["producer_id", "client_id", "epoch", "last sequence per partition"], d["table"]))
 
 
 @producers.command("rebuild")
 @click.argument("table")
 @click.pass_obj
-@handled
 def producers_rebuild(ctx: Context, table: str) -> None:
     """Recompute producer state from the rows (they carry producer id, epoch, sequence)."""
+    from storage.log import LogTable
     from storage.producers import rebuild
 
-    state = rebuild(ctx.catalog, table)
-    ctx.emit({"table": table, "producers": state}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))
+    name = LogTable.open(ctx.catalog, table).identifier
+    state = rebuild(ctx.catalog, name)
+    ctx.emit({"table": name, "producers": state}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))
 
 
 # --- validate / sql / maintain --------------------------------------------------------------
@@ -281,9 +545,8 @@ def producers_rebuild(ctx: Context, table: str) -> None:
 @click.argument("table")
 @click.option("--deep", is_flag=True, help="Read every offset with DuckDB (default: manifests only).")
 @click.option("--check", "check_names", multiple=True, help="Run these checks (repeatable): contiguity, contiguity-deep, producers.")
-@click.option("--snapshot", "snapshot_id", type=int, default=None, help="Check an older snapshot (watermarks are only kept for the current one).")
+@click.option("--snapshot", "snapshot_id", type=SNAPSHOT_ID, default=None, help="Check an older snapshot (watermarks are only kept for the current one).")
 @click.pass_obj
-@handled
 def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...], snapshot_id: int | None) -> None:
     """Check I1 contiguity and watermarks (and more with --check); exit 1 on any violation."""
     from storage.log import LogTable
@@ -308,7 +571,6 @@ def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...],
 @click.option("--no-gx", is_flag=True, help="Skip the Great Expectations suite.")
 @click.option("--expectations", type=click.Path(dir_okay=False), default=None, help="Payload expectations file (default: expectations/TABLE.json).")
 @click.pass_obj
-@handled
 def report(ctx: Context, table: str, out: str | None, no_gx: bool, expectations: str | None) -> None:
     """Write an HTML report: partitions, commit history chart, validation, GX Data Docs."""
     from storage.catalog import icelog_home
@@ -334,82 +596,142 @@ def _progress(ctx: Context, what: str):
     return Console(stderr=True).status(what)
 
 
-@cli.command()
-@click.argument("query")
-@click.option("--snapshot", "snapshot_id", type=int, default=None, help="Time travel to this snapshot (needs --table).")
-@click.option("--as-of", "as_of", default=None, help="Time travel: every table as it was at this ISO-8601 time.")
-@click.option("--table", "only", default=None, help="Expose only this table.")
-@click.pass_obj
-@handled
-def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
-    """Run a DuckDB QUERY with every log table as a view (e.g. select count(*) from db.events)."""
+def _query_failed(e: Exception) -> bool:
+    """A DuckDB error caused by the query (exit 2), not by the machine or a bug (exit 4)."""
     import duckdb
 
-    con = _duckdb(ctx, snapshot_id, as_of, only)
+    internal = tuple(
+        getattr(duckdb, n) for n in ("IOException", "InternalException", "OutOfMemoryException", "FatalException", "HTTPException") if hasattr(duckdb, n)
+    )
+    if "Required module" in str(e):  # a Python package DuckDB needs is missing: not the query's fault
+        return False
+    return isinstance(e, duckdb.Error) and not isinstance(e, internal)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--snapshot", "snapshot_id", type=SNAPSHOT_ID, default=None, help="Time travel to this snapshot (needs --table).")
+@click.option("--as-of", "as_of", default=None, help="Time travel: every table as it was at this ISO-8601 time (UTC unless it has an offset).")
+@click.option("--table", "only", default=None, help="Expose only this table.")
+@click.pass_obj
+def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
+    """Run a DuckDB QUERY with every log table as a view (e.g. select count(*) from db.events)."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as e:  # undecodable command-line bytes arrive as lone surrogates
+        raise InvalidInput(reason=f"the query is not UTF-8 (character {e.start})") from e
+    con = _duckdb(snapshot_id, as_of, only, ctx)
     try:
         cursor = con.execute(query)
-    except duckdb.Error as e:
-        raise InvalidInput(reason=f"query failed: {e}") from e
-    columns = [d[0] for d in cursor.description or []]
-    rows = cursor.fetchall()
+        columns = [d[0] for d in cursor.description or []]
+        rows = cursor.fetchall()
+    except Exception as e:
+        if _query_failed(e):
+            raise InvalidInput(reason=f"query failed: {e}") from e
+        raise
     ctx.emit({"columns": columns, "rows": [list(r) for r in rows]}, lambda d: _table(d["rows"], d["columns"]))
 
 
-@cli.command("duckdb")
-@click.option("--snapshot", "snapshot_id", type=int, default=None)
-@click.option("--as-of", "as_of", default=None)
-@click.option("--table", "only", default=None)
-@click.pass_obj
-@handled
-def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
-    """An interactive DuckDB prompt with every log table as a view (end with Ctrl-D)."""
-    import duckdb
-
-    con = _duckdb(ctx, snapshot_id, as_of, only)
-    click.echo("icelog duckdb: log tables are views (try: show all tables). End with Ctrl-D.", err=True)
-    buffer = ""
+def _read_statements(ctx: Context):
+    """Yield ``(line number, text)`` of each line of the shell's input; prompts only on a terminal."""
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    interactive = sys.stdin.isatty()
+    number = 0
     while True:
-        try:
-            line = input("duckdb> " if not buffer else "   ...> ")
-        except EOFError:
-            break
-        buffer += line + "\n"
-        if not buffer.strip().endswith(";"):
+        number += 1
+        if interactive and ctx.output == "text":
+            try:
+                yield number, input("duckdb> ")
+            except EOFError:
+                return
             continue
+        if interactive:
+            click.echo("duckdb> ", err=True, nl=False)
+        raw = stdin.readline()
+        if not raw:
+            return
         try:
-            result = con.sql(buffer)
-            if result is not None:
-                click.echo(str(result))
-        except duckdb.Error as e:
-            click.echo(f"error: {e}", err=True)
-        buffer = ""
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MalformedInput(line=number, reason=f"not UTF-8 (byte {e.start} of the line)") from e
 
 
-def _duckdb(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None):
-    from datetime import datetime, timezone
+@cli.command("duckdb")
+@click.option("--snapshot", "snapshot_id", type=SNAPSHOT_ID, default=None, help="Time travel to this snapshot (needs --table).")
+@click.option("--as-of", "as_of", default=None, help="Time travel: every table as it was at this ISO-8601 time.")
+@click.option("--table", "only", default=None, help="Expose only this table.")
+@click.pass_obj
+def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
+    """A DuckDB prompt with every log table as a view; statements end with ';' (end with Ctrl-D).
 
+    Reads standard input too (``icelog duckdb < queries.sql``). With ``--output json`` it
+    prints one document at the end: ``{"results": [{"statement", "columns", "rows"} or
+    {"statement", "error", "message"}]}``. Exit code 2 if any statement failed.
+    """
+    con = _duckdb(snapshot_id, as_of, only, ctx)
+    if sys.stdin.isatty():
+        click.echo("icelog duckdb: log tables are views (try: show all tables;). End with Ctrl-D.", err=True)
+    results: list[dict[str, Any]] = []
+    buffer = ""
+
+    def run(statement: str) -> None:
+        try:
+            cursor = con.execute(statement)
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchall() if columns else []
+        except Exception as e:
+            if not _query_failed(e):
+                raise
+            results.append({"statement": statement.strip(), "error": type(e).__name__, "message": str(e)})
+            if ctx.output == "text":
+                click.echo(f"error: {_one_line(str(e))}", err=True)
+            return
+        results.append({"statement": statement.strip(), "columns": columns, "rows": [list(r) for r in rows]})
+        if ctx.output == "text" and columns:
+            _table([list(r) for r in rows], columns)
+
+    for _, line in _read_statements(ctx):
+        buffer += line if line.endswith("\n") else line + "\n"
+        if buffer.strip().endswith(";"):
+            run(buffer)
+            buffer = ""
+    if buffer.strip():
+        run(buffer)  # the last statement may omit its ';'
+    if ctx.output == "json":
+        click.echo(dumps({"results": results}))
+    if any("error" in r for r in results):
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _duckdb(snapshot_id: int | None, as_of: str | None, only: str | None, ctx: Context):
     from validations.sql import connect
 
     if snapshot_id is not None and not only:
         raise InvalidInput(reason="--snapshot names one table's snapshot: add --table")
-    as_of_ms = None
-    if as_of is not None:
-        try:
-            moment = datetime.fromisoformat(as_of)
-        except ValueError as e:
-            raise InvalidInput(reason=f"--as-of: not an ISO-8601 time: {as_of!r}") from e
-        as_of_ms = int((moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+    if snapshot_id is not None and as_of is not None:
+        raise InvalidInput(reason="time travel takes --snapshot or --as-of, not both")
+    as_of_ms = parse_as_of(as_of) if as_of is not None else None
     return connect(ctx.catalog, snapshot_id=snapshot_id, as_of_ms=as_of_ms, only=only)
+
+
+def parse_as_of(text: str) -> int:
+    """An ISO-8601 time as epoch milliseconds (a time without an offset is UTC)."""
+    try:
+        moment = dt.datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.timezone.utc)
+        return int(moment.timestamp() * 1000)
+    except (ValueError, OverflowError) as e:
+        raise InvalidInput(reason=f"--as-of: not an ISO-8601 time: {_clip(text)!r}") from e
 
 
 @cli.command()
 @click.argument("table")
-@click.option("--retention-ms", type=int, default=None, help="Drop files whose newest row is older (default: table property icelog.retention.ms).")
-@click.option("--retention-bytes", type=int, default=None, help="Keep at most this many bytes per partition.")
-@click.option("--keep-snapshots", type=int, default=5, show_default=True)
-@click.option("--orphan-age-s", type=float, default=3600.0, show_default=True, help="Only delete unreferenced files older than this.")
+@click.option("--retention-ms", type=POSITIVE_INT64, default=None, help="Drop files whose newest row is older (default: table property icelog.retention.ms).")
+@click.option("--retention-bytes", type=POSITIVE_INT64, default=None, help="Keep at most this many bytes per partition.")
+@click.option("--keep-snapshots", type=click.IntRange(1, INT32_MAX), default=5, show_default=True)
+@click.option("--orphan-age-s", type=FiniteFloatRange(min=0), default=3600.0, show_default=True, help="Only delete unreferenced files older than this.")
 @click.pass_obj
-@handled
 def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes: int | None, keep_snapshots: int, orphan_age_s: float) -> None:
     """Retention, compaction, snapshot expiry and orphan cleanup for TABLE."""
     from storage.log import LogTable
@@ -418,7 +740,7 @@ def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes
     name = LogTable.open(ctx.catalog, table).identifier
     with _progress(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
         report = run(ctx.catalog, name, retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots, orphan_age_s=orphan_age_s)
-    ctx.emit(report, lambda d: click.echo(json.dumps(d, indent=2, default=str)))
+    ctx.emit(report, lambda d: click.echo(json.dumps(jsonable(d), indent=2)))
 
 
 def main() -> None:

@@ -63,7 +63,7 @@ def test_conflict_exit_code_3_with_error_json(run):
     "args, stdin, error",
     [
         (["--partition", "7"], lines({"key": "a"}), "UnknownPartition"),
-        (["--partition", "0", "--expected-offset", "-1"], lines({"key": "a"}), "InvalidOffset"),
+        (["--partition", "0", "--expected-offset", "-1"], lines({"key": "a"}), "BadParameter"),  # click.IntRange
         (["--partition", "0"], "", "EmptyBatch"),
         (["--partition", "0"], '{"key": "a"}\n{not json\n', "MalformedInput"),
         (["--partition", "0"], '["a", "b"]\n', "MalformedInput"),
