@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+
 import duckdb
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from storage import scan
 from storage.errors import HistoryExpired, UnknownSnapshot
-from storage.files import local_path
 from storage.log import LogTable, list_log_tables
 
 
@@ -29,7 +30,7 @@ def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
     """Data files of a snapshot (default: the current one); an unknown snapshot raises."""
     if snapshot_id is not None:
         resolve_snapshot(table, snapshot_id)
-    return [local_path(t.file.file_path) for t in table.scan(snapshot_id=snapshot_id).plan_files()]
+    return scan.planned_paths(table, snapshot_id)
 
 
 def _name(table: Table) -> str:
