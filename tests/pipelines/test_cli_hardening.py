@@ -212,8 +212,9 @@ def test_unknown_snapshot_python_api(events):
 
 
 @pytest.fixture
-def short_history(icelog):
+def short_history(catalog_spec):
     """db.events keeping 2 snapshots; 4 appends of one row each: the first two expired."""
+    icelog = Cli(catalog_spec)
     LogTable.create(icelog.spec.open(), "db.events", 1, properties={"icelog.snapshots.keep": "2"})
     moments, ids = [], []
     for key in "abcd":
@@ -554,9 +555,12 @@ def test_duckdb_shell_reads_stdin(icelog):
 
 
 def test_maintain_retention_ms_moves_the_log_start(events):
-    time.sleep(1.5)
+    time.sleep(0.05)
+    cut = time.time()  # every row so far is older; "d" is 2 s younger
+    time.sleep(2)
     events("produce", "db.events", "--partition", "0", input=lines({"key": "d"}))
-    report = events("maintain", "db.events", "--retention-ms", "1000", "--orphan-age-s", "0")
+    retention_ms = int((time.time() - cut) * 1000)
+    report = events("maintain", "db.events", "--retention-ms", str(retention_ms), "--orphan-age-s", "0")
     assert report["retention"]["log_start"] == {"0": 3, "1": 1}
     assert events("offsets", "db.events")["partitions"] == {"0": {"start": 3, "end": 4}, "1": {"start": 1, "end": 1}}
     assert events("sql", "select log_offset, key from db.events")["rows"] == [[3, "d"]]
