@@ -40,7 +40,8 @@ TABLE_DEFAULTS = {
     "commit.retry.num-retries": "0",
     # Readers may hold an old metadata pointer: never delete a metadata file at commit time
     # (storage.commit deletes superseded ones after a grace; other writers should not at all).
-    "write.metadata.previous-versions-max": "50",
+    # The log stays short: pyiceberg deep-copies the whole metadata many times per commit.
+    "write.metadata.previous-versions-max": "10",
     "write.metadata.delete-after-commit.enabled": "false",
     "write.parquet.compression-codec": "zstd",
     # Appends merge small manifests once this many pile up, so the manifest list (rewritten

@@ -318,6 +318,7 @@ class TxnAppend(Request):
     sends: list[StagedSend]
     commit_id: str = ""
     decided: dict[int, tuple[int, int]] = field(default_factory=dict)
+    location: str = ""
     _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
@@ -340,7 +341,7 @@ class TxnAppend(Request):
                     with contextlib.suppress(OSError):
                         table.io.delete(data_file.file_path)
             self._written = (key, self._rewrite(table, ranges))
-        self.decided = ranges
+        self.decided, self.location = ranges, table.metadata.location
         result = {str(p): list(r) for p, r in ranges.items()}
         return Decision(
             state=state.with_ends({p: r[1] for p, r in ranges.items()}),
@@ -645,8 +646,9 @@ def _commit_prepared(
     outcomes = commit_tables(catalog, parts, commit_id=txn_id)
     journal_result = outcomes[-1].result or {}
     ranges = journal_result.get("ranges") or committed()
-    for t in appends:
-        _delete_dir(staging_dir(LogTable.open(catalog, t).table().metadata.location, txn_id))
+    for name, append in appends.items():
+        if not all(s.prewritten for s in append.sends):  # (found already committed: no location read)
+            _delete_dir(staging_dir(append.location or LogTable.open(catalog, name).table().metadata.location, txn_id))
     return ranges
 
 

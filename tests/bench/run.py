@@ -12,6 +12,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from storage.catalog import LogSqlCatalog
 from storage.log import LogTable
 from storage.producers import ProducerBatch, init_producer
 from validations.contiguity import check_contiguity
-from validations.sql import planned_paths
+from storage.scan import planned_paths
 
 RESULTS: list[dict[str, Any]] = []
 
@@ -225,11 +226,70 @@ def bench_gx(root: Path) -> None:
     record(f"GX suite on {flights.num_rows:,} flights rows (first run, incl. import)", elapsed, "s", "second run, same process", again)
 
 
+def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
+    """Commit latency of 2- and 10-table transactions beside a single conditional append; throughput."""
+    from storage.transactions import TransactionalProducer
+
+    cat = catalog(root / "txn")
+    tables = [LogTable.create(cat, f"bench.t{i}", partitions=4) for i in range(10)]
+    one = batch(1)
+    single = []
+    for _ in range(samples):
+        end = tables[0].watermarks()[0].end
+        single.append(timed(lambda: tables[0].append({0: one}, {0: end})))
+    s50, s95 = pcts(single)
+    record("single-table conditional append (1 row): p50", s50, "ms", "", None)
+    producer = TransactionalProducer(cat, "bench")
+    producer.init_transactions()
+    for width in (2, 10):
+        lat = []
+        for _ in range(samples):
+            producer.begin_transaction()
+            for t in tables[:width]:
+                producer.send(t.identifier, 0, one)
+            lat.append(timed(producer.commit_transaction))
+        p50, p95 = pcts(lat)
+        record(f"{width}-table transaction commit: p50", p50, "ms", "single conditional append p50", s50, "target <= 1.5x (2 tables)" if width == 2 else "")
+        record(f"{width}-table transaction commit: p95", p95, "ms", "single conditional append p95", s95)
+    started = time.perf_counter()
+    for _ in range(samples):
+        with producer.transaction():
+            producer.send(tables[0].identifier, 1, one)
+            producer.send(tables[1].identifier, 1, one)
+    sequential = samples / (time.perf_counter() - started)
+    record("small 2-table transactions, sequential", sequential, "txn/s", "", None)
+    spec = json.dumps({"uri": str(cat.properties["uri"]), "warehouse": str(cat.properties["warehouse"])})
+    procs = [subprocess.Popen([sys.executable, "-c", _TXN_WORKER, spec, str(i), str(concurrent_txns)]) for i in range(4)]
+    started = time.perf_counter()
+    codes = [p.wait() for p in procs]
+    elapsed = time.perf_counter() - started
+    assert codes == [0, 0, 0, 0], codes
+    record("small 2-table transactions, 4 producers, disjoint partitions", 4 * concurrent_txns / elapsed, "txn/s", "sequential, same run", sequential)
+
+
+# One transactional producer process: N transactions on partition i of two tables.
+_TXN_WORKER = """
+import json, sys
+from storage.catalog import LogSqlCatalog
+from storage.transactions import TransactionalProducer
+import pyarrow as pa
+spec, i, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+cat = LogSqlCatalog("bench", uri=spec["uri"], warehouse=spec["warehouse"])
+producer = TransactionalProducer(cat, f"bench-{i}")
+producer.init_transactions()
+row = pa.table({"key": ["k"], "value": ["v"]})
+for _ in range(n):
+    with producer.transaction():
+        producer.send("bench.t2", i, row)
+        producer.send("bench.t3", i, row)
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
     parser.add_argument("--out", default="bench-results/latest.json")
-    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark")
+    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icelog-bench-"))
     q = args.quick
@@ -240,6 +300,7 @@ def main() -> None:
         "bulk": lambda: bench_bulk(root, 200_000 if q else 5_000_000),
         "validation": lambda: bench_validation(root, 4_000_000 if q else 100_000_000),
         "gx": lambda: bench_gx(root),
+        "transactions": lambda: bench_transactions(root, 10 if q else 100, 5 if q else 50),
         "spark": lambda: bench_spark_ingest(root, 400_000 if q else 10_000_000),
     }
     chosen = args.only.split(",") if args.only else list(benches)
