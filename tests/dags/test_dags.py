@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -25,10 +26,14 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dagbag(home):
-    os.environ.update({k: v for k, v in home[1].items() if k.startswith(("AIRFLOW", "ICELOG"))})
-    from airflow.dag_processing.dagbag import DagBag
+    """The DAGs parsed in-process, with the temporary homes in os.environ only meanwhile."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in home[1].items():
+            if key.startswith(("AIRFLOW", "ICELOG")):
+                patch.setenv(key, value)
+        from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags"))
+        yield DagBag(dag_folder=str(REPO / "dags"))
 
 
 def test_dagbag_imports_cleanly_with_the_four_dags(dagbag):
@@ -38,6 +43,41 @@ def test_dagbag_imports_cleanly_with_the_four_dags(dagbag):
         dag = dagbag.get_dag(dag_id)
         assert "icelog" in dag.tags
         assert all(t.retry_policy is not None for t in dag.tasks)
+
+
+def test_retry_policy_retries_transient_and_abortable_errors_and_fails_the_rest(dagbag):
+    from airflow.sdk import RetryAction
+
+    from storage import errors
+
+    class Redo(errors.AbortableError):
+        """Any abortable error, not only today's OffsetMismatch."""
+
+    expected = [
+        (errors.CommitConflict(table="demo.flights", attempts=5), RetryAction.RETRY),
+        (errors.CatalogUnavailable(table="demo.flights", reason="database is locked"), RetryAction.RETRY),
+        (errors.CommitOutcomeUnknown(table="demo.flights", commit_id="c1", reason="timeout"), RetryAction.RETRY),
+        # Abortable: the task re-runs from the start and re-reads the watermarks.
+        (errors.OffsetMismatch(table="demo.flights", partition=0, expected=10, actual=12), RetryAction.RETRY),
+        (Redo(), RetryAction.RETRY),
+        (errors.InvalidInput(reason="end before start"), RetryAction.FAIL),
+        (errors.ProducerFenced(table="demo.flights", producer_id=1, epoch=0, current_epoch=1), RetryAction.FAIL),
+        (errors.UnknownTable(table="demo.nope"), RetryAction.FAIL),
+        # Not icelog's: Airflow's own retries decide (e.g. a Spark or OS failure).
+        (OSError("disk full"), RetryAction.DEFAULT),
+    ]
+    assert isinstance(expected[3][0], errors.AbortableError) and not isinstance(expected[3][0], errors.TerminalError)
+    policies = {id(t.retry_policy): t.retry_policy for dag_id in DAG_IDS for t in dagbag.get_dag(dag_id).tasks}
+    for policy in policies.values():
+        for exc, action in expected:
+            decision = policy.evaluate(exc, try_number=1, max_tries=4)
+            assert decision.action is action, (type(exc).__name__, decision)
+            if action is RetryAction.RETRY:
+                assert decision.retry_delay is not None and decision.retry_delay.total_seconds() > 0
+    # The scheduler-side copy is the serialized policy: it must decide the same way.
+    (policy,) = policies.values()
+    copy = type(policy).deserialize(policy.serialize())
+    assert [copy.evaluate(e, 1, 4).action for e, _ in expected] == [a for _, a in expected]
 
 
 def test_backfill_params_are_validated_by_airflow(dagbag):
@@ -118,15 +158,27 @@ def test_backfill_dag_is_idempotent_per_day(airflow):
 
 @pytest.mark.integration
 def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(airflow):
+    from validations.checks import run_checks
+
     env, table = airflow
     dags_test(env, "icelog_validate")
     iceberg = table.table()
     schema = iceberg.schema().as_arrow()
+    end = table.watermarks()[0].end
     row = {f.name: None for f in schema}
-    row.update(log_partition=0, log_offset=table.watermarks()[0].end + 5, log_timestamp=0)
+    row.update(log_partition=0, log_offset=end + 5, log_timestamp=0)
     iceberg.append(pa.Table.from_pylist([row]).cast(schema))  # a gap, planted around icelog
-    with pytest.raises(RuntimeError, match="failed"):
+    # The validator names the planted gap exactly ...
+    violations = run_checks(table.table(), ("contiguity-deep", "producers")).violations
+    assert any(v.kind == "gap" and (v.partition, v.first, v.last) == (0, end, end + 4) for v in violations), violations
+    # ... and the DAG fails with the validator's violations, not with some other error.
+    with pytest.raises(RuntimeError, match=re.escape(f"ValidationFailed: demo.flights: {len(violations)} violations, first: {violations[0].detail}")):
         dags_test(env, "icelog_validate")
+    # The planted row is a foreign commit: roll it back, so later tests build on a clean log.
+    from storage.repair import repair
+
+    assert repair(table.catalog, "demo.flights", "rollback")["action"] == "rolled_back"
+    assert run_checks(table.table(), ("contiguity-deep", "producers")).violations == []
 
 
 @pytest.mark.integration
@@ -134,7 +186,12 @@ def test_maintenance_dag_keeps_every_offset(airflow):
     env, table = airflow
     for i in range(10):
         table.append({i % 2: [{"tailnum": f"N{i}", "flight": i}]})
-    before = {p: table.read(p).column("flight").to_pylist() for p in range(8)}
+
+    def rows():
+        return {p: table.read(p).select(["log_partition", "log_offset", "flight"]).to_pylist() for p in range(8)}
+
+    before, marks = rows(), table.watermarks()
     dags_test(env, "icelog_maintenance", "2013-02-01")
-    assert {p: table.read(p).column("flight").to_pylist() for p in range(8)} == before
+    assert table.watermarks() == marks
+    assert rows() == before
     assert len(table.table().metadata.snapshots) <= 5
