@@ -4,6 +4,10 @@
     python -m infra.airflow test DAG_ID [DATE] [CONF_JSON]
     python -m infra.airflow standalone         # the UI on http://localhost:8080 (make airflow)
 
+The components (scheduler, DAG processor, API server, triggerer) run as separate ``airflow``
+processes with the LocalExecutor, which works on SQLite; task processes reach the API server's
+execution API. :func:`services` starts them the way ``airflow standalone`` does, for tests.
+
 For a cluster, point AIRFLOW__DATABASE__SQL_ALCHEMY_CONN at PostgreSQL and choose the Celery
 or Kubernetes executor in the usual Airflow way; the DAGs do not change.
 """
@@ -12,12 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv's bin (not resolved: that would leave the venv)
+# What `airflow standalone` runs; a DAG run needs the first three (no deferrable tasks here).
+COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
 
 
 def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -42,12 +53,69 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
     return env
 
 
+def api_env(port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """Settings for an API server on ``host:port``; task processes reach its execution API there."""
+    url = f"http://{host}:{port}"
+    return {
+        "AIRFLOW__API__HOST": host,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": url,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def airflow_bin() -> str:
     return str(BIN / "airflow")
 
 
 def migrate(env: dict[str, str]) -> None:
     subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True, text=True)
+
+
+@contextmanager
+def services(env: dict[str, str], logs: Path, components: tuple[str, ...] = COMPONENTS) -> Iterator[dict[str, subprocess.Popen]]:
+    """Run Airflow components (``airflow scheduler`` ...) while the block runs; stop them after.
+
+    Each runs in its own process group (its executor workers and their Spark JVMs too), with
+    stdout and stderr appended to ``logs/<component>.log``, so no pipe can fill up.
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name in components:
+            with open(logs / f"{name}.log", "ab") as out:  # the child keeps its own descriptor
+                procs[name] = subprocess.Popen([airflow_bin(), name], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        yield procs
+    finally:
+        stop(list(procs.values()))
+
+
+def stop(procs: list[subprocess.Popen], grace: float = 15) -> None:
+    """SIGTERM each process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+
+    def signal_group(proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # start_new_session: the group id is the leader's pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    for proc in procs:
+        signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        signal_group(proc, signal.SIGKILL)  # also stragglers whose leader already exited
+        proc.wait()
 
 
 def dags_test(env: dict[str, str], dag_id: str, logical_date: str | None = None, conf: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import secrets
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from infra.airflow import REPO, airflow_env, dags_test, migrate
+from infra.airflow import REPO, airflow_env, api_env, dags_test, free_port, migrate, services
 
 DAG_IDS = {"icelog_ingest", "icelog_backfill", "icelog_validate", "icelog_maintenance"}
 
@@ -195,3 +202,109 @@ def test_maintenance_dag_keeps_every_offset(airflow):
     assert table.watermarks() == marks
     assert rows() == before
     assert len(table.table().metadata.snapshots) <= 5
+
+
+# --- the real scheduler -------------------------------------------------------------------
+
+
+class Api:
+    """Airflow's REST API on the test's API server (the simple auth manager, all users admin)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.token: str | None = None
+
+    def __call__(self, method: str, path: str, body: dict | None = None):
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.base + path, method=method, headers=headers, data=None if body is None else json.dumps(body).encode())
+        try:
+            with self.opener.open(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            with contextlib.closing(error):
+                raise RuntimeError(f"{method} {path}: HTTP {error.code} {error.read()[:500]!r}") from None
+
+    def until(self, what: str, probe, procs: dict, timeout: float, every: float = 2):
+        """Call ``probe`` until it returns something truthy; fail early if a component died."""
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = {name: p.returncode for name, p in procs.items() if p.poll() is not None}
+            if dead:
+                raise AssertionError(f"Airflow components exited while waiting for {what}: {dead}")
+            try:
+                found = probe()
+            except (RuntimeError, OSError):
+                found = None
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(every)
+
+
+def tails(*folders: Path, chars: int = 3000) -> str:
+    files = sorted(f for folder in folders for f in folder.rglob("*.log") if f.is_file())
+    return "\n".join(f"--- {f}\n{f.read_text(errors='replace')[-chars:]}" for f in files)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_scheduler_runs_a_triggered_backfill_and_the_asset_triggered_validate(airflow, tmp_path):
+    """The real scheduler, DAG processor and API server (LocalExecutor, SQLite): a triggered
+    icelog_backfill writes the day's rows; its Asset event then schedules icelog_validate."""
+    from pipelines.flights import create_table
+    from storage.catalog import LogSqlCatalog, embedded_properties
+
+    landing = Path(airflow[0]["ICELOG_HOME"]) / "landing"  # staged by the fixture, read only
+    home = tmp_path / "home"
+    port = free_port()
+    env = airflow_env(home / "airflow", {
+        "ICELOG_HOME": str(home),
+        "ICELOG_LANDING": str(landing),
+        "ICELOG_SPARK_MASTER": "local[2]",
+        **api_env(port),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    })
+    migrate(env)
+    table, _ = create_table(LogSqlCatalog("icelog", **embedded_properties(home)))
+    day = "2013-01-05"
+    api = Api(f"http://127.0.0.1:{port}")
+    logs = tmp_path / "services"
+    started, marks = time.monotonic(), {}
+    with services(env, logs, ("scheduler", "dag-processor", "api-server")) as procs:
+        try:
+            api.until("the API server", lambda: api("GET", "/api/v2/monitor/health"), procs, 120)
+            marks["api up"] = time.monotonic()
+            api.token = api("GET", "/auth/token")["access_token"]
+            for dag_id in ("icelog_backfill", "icelog_validate"):
+                api.until(f"{dag_id} to be parsed", lambda d=dag_id: api("GET", f"/api/v2/dags/{d}"), procs, 120)
+                assert api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
+            conf = {"table": "demo.flights", "start": day, "end": day}
+            marks["dags parsed"] = time.monotonic()
+            api("POST", "/api/v2/dags/icelog_backfill/dagRuns", {"dag_run_id": "scheduler-test", "logical_date": None, "conf": conf})
+
+            def finished(dag_id: str, run_id: str | None = None):
+                runs = api("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+                states = [r["state"] for r in runs if run_id in (None, r["dag_run_id"])]
+                return states[0] if states and states[0] in ("success", "failed") else None
+
+            assert api.until("the backfill run", lambda: finished("icelog_backfill", "scheduler-test"), procs, 360, every=5) == "success"
+            marks["backfill run"] = time.monotonic()
+            assert sum(w.end - w.start for w in table.watermarks().values()) == day_rows(day)
+            assert api.until("the asset-triggered validate run", lambda: finished("icelog_validate"), procs, 240, every=5) == "success"
+            (run,) = api("GET", "/api/v2/dags/icelog_validate/dagRuns")["dag_runs"]
+            marks["validate run"] = time.monotonic()
+            assert run["run_type"] == "asset_triggered"
+            assert (home / "reports" / "demo.flights" / "index.html").exists()
+        except BaseException as failure:
+            failure.add_note(tails(logs, home / "airflow" / "logs"))
+            raise
+    marks["stopped"] = time.monotonic()
+    print("scheduler test:", ", ".join(f"{k} at {v - started:.0f} s" for k, v in marks.items()))
