@@ -96,3 +96,14 @@ def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
 
     cat = open_catalog(catalog)
     return run(cat, LogTable.open(cat, table).identifier)
+
+
+def fanout(source: str, group: str, routes: dict[str, str], *, route_column: str = "key", key_column: str = "key", catalog: str | None = None) -> dict[str, Any]:
+    """Copy a log table's new records to the routed tables in one transaction (exactly once)."""
+    from pipelines.fanout import fanout as run
+    from pipelines.spark import spark_session
+
+    if not isinstance(routes, dict) or not routes or not all(isinstance(k, str) and isinstance(v, str) for k, v in routes.items()):
+        raise InvalidInput(reason=f"routes must be a non-empty {{value: table}} mapping, not {routes!r}")
+    result = run(spark_session(app_name=f"icelog-fanout-{source}"), source, group, routes, route_column=route_column, key_column=key_column, catalog_name=catalog)
+    return result.to_dict()

@@ -31,6 +31,7 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
+from storage.scan import check_snapshot
 from storage.state import FORMAT, FORMAT_VERSION, LogState, Watermark
 
 TABLE_DEFAULTS = {
@@ -377,6 +378,7 @@ class LogTable:
         state = LogState.from_metadata(table.metadata)
         if not 0 <= partition < state.partitions:
             raise UnknownPartition(table=self.identifier, partition=partition, partitions=state.partitions)
+        check_snapshot(table, snapshot_id)
         condition: Any = EqualTo(cols.PARTITION, partition)
         if start is not None:
             condition = And(condition, GreaterThanOrEqual(cols.OFFSET, start))

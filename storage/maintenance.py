@@ -251,8 +251,9 @@ def maintain(
         raise InvalidInput(reason=f"orphan_age_s must be a finite number >= 0, not {orphan_age_s!r}")
     table = load(catalog, identifier)
     props = table.metadata.properties
-    retention_ms = retention_ms if retention_ms is not None else _opt_int(props.get(RETENTION_MS))
-    retention_bytes = retention_bytes if retention_bytes is not None else _opt_int(props.get(RETENTION_BYTES))
+    retention_ms = retention_ms if retention_ms is not None else _opt_int(RETENTION_MS, props.get(RETENTION_MS))
+    retention_bytes = retention_bytes if retention_bytes is not None else _opt_int(RETENTION_BYTES, props.get(RETENTION_BYTES))
+    _check_positive(**{RETENTION_MS: retention_ms, RETENTION_BYTES: retention_bytes})  # the properties too
     report: dict[str, Any] = {"table": identifier, "started": datetime.now(timezone.utc).isoformat()}
     if retention_ms is not None or retention_bytes is not None:
         report["retention"] = commit(catalog, identifier, Retention(identifier, retention_ms, retention_bytes)).result
@@ -263,8 +264,11 @@ def maintain(
     return report
 
 
-def _opt_int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
+def _opt_int(name: str, value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError as e:
+        raise InvalidInput(reason=f"table property {name} must be an integer, not {value!r}") from e
 
 
 def _check_positive(**values: int | None) -> None:

@@ -93,6 +93,8 @@ def payload_fields(spec: list[dict] | None = None) -> list[tuple[str, IcebergTyp
         if not isinstance(column, dict) or "name" not in column or "type" not in column:
             raise InvalidInput(reason=f"payload column {column!r} needs 'name' and 'type'")
         name, type_name = column["name"], column["type"]
+        if not isinstance(type_name, str):
+            raise InvalidInput(reason=f"column {name!r}: a type is a string, one of {sorted(PAYLOAD_TYPES)}")
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidIdentifier(identifier=str(name), reason="column names are letters, digits and _")
         if name in SYSTEM_COLUMNS:
@@ -108,8 +110,8 @@ def payload_fields(spec: list[dict] | None = None) -> list[tuple[str, IcebergTyp
 def load_payload_spec(path: str | Path) -> list[dict]:
     """Read a payload schema file: JSON, either a list of columns or ``{"fields": [...]}``."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or not UTF-8
         raise InvalidInput(reason=f"cannot read schema file {path}: {e}") from e
     return doc["fields"] if isinstance(doc, dict) and "fields" in doc else doc
 

@@ -15,11 +15,12 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from infra.airflow import REPO, airflow_env, api_env, dags_test, free_port, migrate, services
 
-DAG_IDS = {"icelog_ingest", "icelog_backfill", "icelog_validate", "icelog_maintenance"}
+DAG_IDS = {"icelog_ingest", "icelog_backfill", "icelog_validate", "icelog_maintenance", "icelog_fanout"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def dagbag(home):
         yield DagBag(dag_folder=str(REPO / "dags"))
 
 
-def test_dagbag_imports_cleanly_with_the_four_dags(dagbag):
+def test_dagbag_imports_cleanly_with_every_dag(dagbag):
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == DAG_IDS
     for dag_id in DAG_IDS:
@@ -308,3 +309,30 @@ def test_scheduler_runs_a_triggered_backfill_and_the_asset_triggered_validate(ai
             raise
     marks["stopped"] = time.monotonic()
     print("scheduler test:", ", ".join(f"{k} at {v - started:.0f} s" for k, v in marks.items()))
+
+
+@pytest.mark.integration
+def test_fanout_dag_copies_routed_rows_once_and_a_rerun_writes_nothing(airflow):
+    from pipelines.flights import FLIGHTS_PAYLOAD
+    from storage.catalog import LogSqlCatalog, embedded_properties
+    from storage.groups import committed_offsets
+    from storage.log import LogTable
+
+    env, table = airflow
+    dags_test(env, "icelog_ingest", "2013-01-06")
+    catalog = LogSqlCatalog("icelog", **embedded_properties(Path(env["ICELOG_HOME"])))
+    targets = {"UA": "demo.ua", "AA": "demo.aa"}
+    for name in targets.values():
+        LogTable.create(catalog, name, 2, FLIGHTS_PAYLOAD)
+    conf = {"source": "demo.flights", "group": "carriers", "routes": targets, "route_column": "carrier", "key_column": "tailnum"}
+    dags_test(env, "icelog_fanout", conf=conf)
+    source_rows = pa.concat_tables(table.read(p) for p in range(table.state().partitions))
+    for carrier, name in targets.items():
+        copied = LogTable.open(catalog, name)
+        rows = pa.concat_tables(copied.read(p) for p in range(2))
+        assert rows.num_rows == source_rows.filter(pc.equal(source_rows["carrier"], carrier)).num_rows > 0
+    ends = {p: w.end for p, w in table.watermarks().items()}
+    assert committed_offsets(catalog, "carriers", "demo.flights") == ends
+    before = {name: LogTable.open(catalog, name).table().metadata.current_snapshot_id for name in targets.values()}
+    dags_test(env, "icelog_fanout", conf=conf)
+    assert {name: LogTable.open(catalog, name).table().metadata.current_snapshot_id for name in targets.values()} == before
