@@ -613,14 +613,15 @@ def _query_failed(e: Exception) -> bool:
 @click.option("--snapshot", "snapshot_id", type=SNAPSHOT_ID, default=None, help="Time travel to this snapshot (needs --table).")
 @click.option("--as-of", "as_of", default=None, help="Time travel: every table as it was at this ISO-8601 time (UTC unless it has an offset).")
 @click.option("--table", "only", default=None, help="Expose only this table.")
+@click.option("--consistent/--no-consistent", default=True, show_default=True, help="Read every table at one catalog instant (never half a transaction), or one by one as a plain reader does.")
 @click.pass_obj
-def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
+def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None, consistent: bool) -> None:
     """Run a DuckDB QUERY with every log table as a view (e.g. select count(*) from db.events)."""
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as e:  # undecodable command-line bytes arrive as lone surrogates
         raise InvalidInput(reason=f"the query is not UTF-8 (character {e.start})") from e
-    con = _duckdb(snapshot_id, as_of, only, ctx)
+    con = _duckdb(snapshot_id, as_of, only, ctx, consistent)
     try:
         cursor = con.execute(query)
         columns = [d[0] for d in cursor.description or []]
@@ -703,7 +704,7 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
         sys.exit(EXIT_BAD_INPUT)
 
 
-def _duckdb(snapshot_id: int | None, as_of: str | None, only: str | None, ctx: Context):
+def _duckdb(snapshot_id: int | None, as_of: str | None, only: str | None, ctx: Context, consistent: bool = True):
     from validations.sql import connect
 
     if snapshot_id is not None and not only:
@@ -711,7 +712,7 @@ def _duckdb(snapshot_id: int | None, as_of: str | None, only: str | None, ctx: C
     if snapshot_id is not None and as_of is not None:
         raise InvalidInput(reason="time travel takes --snapshot or --as-of, not both")
     as_of_ms = parse_as_of(as_of) if as_of is not None else None
-    return connect(ctx.catalog, snapshot_id=snapshot_id, as_of_ms=as_of_ms, only=only)
+    return connect(ctx.catalog, snapshot_id=snapshot_id, as_of_ms=as_of_ms, only=only, consistent=consistent)
 
 
 def parse_as_of(text: str) -> int:
@@ -741,6 +742,93 @@ def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes
     with _progress(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
         report = run(ctx.catalog, name, retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots, orphan_age_s=orphan_age_s)
     ctx.emit(report, lambda d: click.echo(json.dumps(jsonable(d), indent=2)))
+
+
+# --- repair / transactions ---------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("table")
+@click.option("--mode", type=click.Choice(["auto", "adopt", "rollback"]), default="auto", show_default=True, help="auto: adopt foreign rows that extend the log exactly, else roll back.")
+@click.pass_obj
+def repair(ctx: Context, table: str, mode: str) -> None:
+    """Repair TABLE after a foreign (non-icelog) commit: adopt it, or roll back to icelog's last snapshot."""
+    from storage.repair import repair as run
+
+    report = run(ctx.catalog, table, mode)  # type: ignore[arg-type]
+
+    def text(d: dict) -> None:
+        if d["action"] == "none":
+            click.echo(f"{d['table']}: nothing to repair")
+        elif d["action"] == "adopted":
+            click.echo(f"{d['table']}: adopted {len(d['foreign_snapshots'])} foreign snapshots, rows per partition {d['rows']}")
+        else:
+            click.echo(f"{d['table']}: rolled back to snapshot {d['icelog_snapshot_id']}, dropped {d['dropped_rows']} rows in {d['dropped_files']} files ({d['reason']})")
+
+    ctx.emit(report, text)
+
+
+@cli.group()
+def transactions() -> None:
+    """The transaction coordinator: open transactions, recovery, the journal."""
+
+
+@transactions.command("list")
+@click.pass_obj
+def transactions_list(ctx: Context) -> None:
+    """Every transactional id with its producer id, epoch and open transaction."""
+    from storage.transactions import describe
+
+    state = describe(ctx.catalog)
+    rows = [
+        {"transactional_id": tid, "producer_id": e["producer_id"], "epoch": e["epoch"], "txn_id": (e.get("txn") or {}).get("id"), "state": (e.get("txn") or {}).get("state")}
+        for tid, e in sorted(state.items())
+    ]
+    ctx.emit({"transactional_ids": rows}, lambda d: _table([list(r.values()) for r in d["transactional_ids"]], ["transactional_id", "producer_id", "epoch", "open txn", "state"]))
+
+
+@transactions.command("describe")
+@click.argument("txn_id")
+@click.pass_obj
+def transactions_describe(ctx: Context, txn_id: str) -> None:
+    """The journal records of one transaction (BEGIN ... COMMITTED or ABORTED)."""
+    from validations.sql import connect
+
+    if not txn_id.isalnum() or len(txn_id) > 64:
+        raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {_clip(txn_id)!r}")
+    from storage.transactions import JOURNAL, ensure_journal
+
+    ensure_journal(ctx.catalog)
+    con = connect(ctx.catalog, only=JOURNAL)
+    rows = con.execute(
+        "SELECT log_offset, log_timestamp, transactional_id, txn_producer_id, txn_epoch, txn_state, detail FROM icelog_system.transactions WHERE txn_id = $id ORDER BY log_offset",
+        {"id": txn_id},
+    ).fetchall()
+    if not rows:
+        raise InvalidInput(reason=f"no transaction {txn_id} in the journal")
+    records = [{"offset": r[0], "time": r[1], "transactional_id": r[2], "producer_id": r[3], "epoch": r[4], "state": r[5], "detail": json.loads(r[6])} for r in rows]
+    ctx.emit({"txn_id": txn_id, "records": records}, lambda d: _table([[r["offset"], r["time"], r["state"], json.dumps(r["detail"])] for r in d["records"]], ["offset", "time", "state", "detail"], txn_id))
+
+
+@transactions.command("recover")
+@click.pass_obj
+def transactions_recover(ctx: Context) -> None:
+    """Roll forward prepared transactions, abort those idle past their timeout (idempotent)."""
+    from storage.transactions import recover
+
+    report = recover(ctx.catalog)
+    ctx.emit(report, lambda d: click.echo(f"rolled forward {len(d['rolled_forward'])}, aborted {len(d['aborted'])}"))
+
+
+@transactions.command("abort")
+@click.argument("transactional_id")
+@click.pass_obj
+def transactions_abort(ctx: Context, transactional_id: str) -> None:
+    """Abort TRANSACTIONAL_ID's open transaction (a prepared one cannot be aborted: it will commit)."""
+    from storage.transactions import abort
+
+    report = abort(ctx.catalog, transactional_id)
+    ctx.emit(report, lambda d: click.echo(f"aborted {d['aborted']}" if d["aborted"] else "no open transaction"))
 
 
 def main() -> None:

@@ -74,7 +74,7 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
     log_table = LogTable.open(open_catalog(catalog), table)
     iceberg = log_table.table()
-    checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers"))
+    checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers", "transactions"))
     summary = checks.to_dict()
     if report:
         import json

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from storage.errors import InvalidInput
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
+from validations.transactions import check_transactions
 from validations.sql import resolve_snapshot
 from validations.violations import CheckReport
 
@@ -23,8 +24,9 @@ CHECKS: dict[str, Check] = {
     "contiguity": lambda table, snapshot_id: check_contiguity(table, snapshot_id=snapshot_id),
     "contiguity-deep": lambda table, snapshot_id: check_contiguity(table, deep=True, snapshot_id=snapshot_id),
     "producers": check_producers,
+    "transactions": check_transactions,
 }
-DEFAULT = ("contiguity-deep", "producers")
+DEFAULT = ("contiguity-deep", "producers", "transactions")
 
 
 def register(name: str, check: Check) -> None:

@@ -23,7 +23,9 @@ from pyiceberg.table.snapshots import Snapshot
 
 from storage import scan
 from storage.errors import HistoryExpired, UnknownSnapshot
+from storage.commit import load
 from storage.log import LogTable, list_log_tables
+from storage.swap import load_tables
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
@@ -164,6 +166,7 @@ def connect(
     as_of_ms: int | None = None,
     only: str | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    consistent: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with log tables as views.
 
@@ -175,6 +178,9 @@ def connect(
         snapshot_id: Time travel for ``only`` (a snapshot id belongs to one table).
         as_of_ms: Time travel for every table: the snapshot current at this time.
         only: Expose just this table (``namespace.table``; a bare name is in ``logs``).
+        consistent: Resolve every table's snapshot at one catalog instant (one database read
+            on a SQL catalog), so a transaction is seen whole or not at all. False loads the
+            tables one by one, as a plain Iceberg reader does.
 
     Raises:
         InvalidInput: ``snapshot_id`` without ``only``, or both ``snapshot_id`` and ``as_of_ms``.
@@ -192,7 +198,11 @@ def connect(
         log_table = LogTable.open(catalog, only)
         tables = [(log_table.identifier, log_table.table())]
     else:
-        tables = [(name, catalog.load_table(name)) for name in list_log_tables(catalog)]
+        names = list_log_tables(catalog)
+        if consistent:  # one catalog instant: never half of a multi-table commit (I5)
+            tables = list(load_tables(catalog, names).items()) if names else []
+        else:
+            tables = [(name, load(catalog, name)) for name in names]
     # Resolve every time travel before building anything: bad history raises, nothing half-made.
     chosen: list[tuple[str, Table, int | None, bool]] = []
     for name, table in tables:

@@ -1,0 +1,52 @@
+"""The CLI for transactions, repair and consistent reads (one JSON document each, typed exit codes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.log import LogTable
+from storage.transactions import TransactionalProducer
+from tests.pipelines.test_cli_hardening import Cli
+
+
+@pytest.fixture
+def icelog(sqlite_spec) -> Cli:
+    return Cli(sqlite_spec)
+
+
+def test_i5_transactions_list_describe_abort_recover(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    LogTable.create(catalog, "db.a", 2)
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "x"}])
+    producer.begin_transaction()
+    producer.send("db.a", 1, [{"key": "open"}])
+    listed = icelog("transactions", "list")["transactional_ids"]
+    assert listed == [{"transactional_id": "copier", "producer_id": 0, "epoch": 0, "txn_id": producer.txn_id, "state": "ONGOING"}]
+    described = icelog("transactions", "describe", producer.txn_id)
+    assert [r["state"] for r in described["records"]] == ["BEGIN"]
+    assert icelog("transactions", "abort", "copier") == {"transactional_id": "copier", "aborted": producer.txn_id}
+    assert [r["state"] for r in icelog("transactions", "describe", producer.txn_id)["records"]] == ["BEGIN", "ABORTED"]
+    assert icelog("transactions", "recover") == {"rolled_forward": [], "aborted": []}
+    assert icelog("transactions", "describe", "0" * 32, code=2)["error"] == "InvalidInput"
+    assert icelog("transactions", "describe", "x;drop", code=2)["error"] == "InvalidInput"
+    assert icelog("validate", "db.a", "--check", "transactions")["ok"] is True
+    assert icelog("sql", "select count(*) from db.a")["rows"] == [[1]]
+    assert icelog("sql", "--no-consistent", "select count(*) from db.a")["rows"] == [[1]]
+
+
+def test_i1_repair_from_the_cli(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    t = LogTable.create(catalog, "db.r", 1)
+    t.append({0: [{"key": "a"}, {"key": "b"}]})
+    table = catalog.load_table("db.r")
+    table.append(table.scan().to_arrow())  # a foreign writer re-appends offsets 0..1
+    refused = icelog("produce", "db.r", "--partition", "0", input='{"key": "c"}\n', code=3)
+    assert refused["error"] == "ForeignCommit"
+    report = icelog("repair", "db.r")
+    assert report["action"] == "rolled_back" and report["dropped_rows"] == 2
+    assert icelog("repair", "db.r")["action"] == "none"
+    assert icelog("produce", "db.r", "--partition", "0", input='{"key": "c"}\n')["base_offset"] == 2
+    assert icelog("repair", "db.r", "--mode", "sideways", code=2)["error"] == "BadParameter"
