@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 import uuid
@@ -11,6 +13,40 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # infra/ is not an installed package
 
 from tests.catalogs import CatalogSpec  # noqa: E402
+
+# Variables that choose or configure a catalog; a test sets the ones it needs itself.
+CATALOG_VARIABLES = ("ICELOG_CATALOG", "ICELOG_HOME")
+CATALOG_PREFIX = "PYICEBERG_CATALOG__"
+
+
+@pytest.fixture(scope="session")
+def pyiceberg_home(tmp_path_factory) -> Path:
+    """A PYICEBERG_HOME whose .pyiceberg.yaml configures nothing.
+
+    pyiceberg reads the first *non-empty* .pyiceberg.yaml of PYICEBERG_HOME, ~ and the
+    working directory, so an empty directory would still fall through to ~/.pyiceberg.yaml:
+    this file holds one key pyiceberg ignores, and stops the search.
+    """
+    home = tmp_path_factory.mktemp("pyiceberg-home")
+    (home / ".pyiceberg.yaml").write_text("# tests/conftest.py: isolates tests from ~/.pyiceberg.yaml\nicelog-tests: isolated\n")
+    return home
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch, pyiceberg_home):
+    """No test sees the user's catalog configuration, and no test's leaks into the next.
+
+    Every change goes through monkeypatch, so it is undone after the test.
+    """
+    import pyiceberg.catalog
+    from pyiceberg.utils.config import Config
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(pyiceberg_home))
+    for name in list(os.environ):
+        if name in CATALOG_VARIABLES or name.upper().startswith(CATALOG_PREFIX):
+            monkeypatch.delenv(name)
+    # load_catalog() merges a Config read once at import time: read it again, isolated.
+    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +88,50 @@ def catalog(catalog_spec):
 @pytest.fixture
 def sqlite_catalog(sqlite_spec):
     return sqlite_spec.open()
+
+
+# --- I8: bad input changes nothing ----------------------------------------------------------
+
+
+def table_fingerprint(log_table) -> tuple:
+    """What any change to a log table would move: the metadata pointer (every commit moves
+    it, property-only ones too), the current snapshot, the icelog state version, watermarks,
+    producer state and the rows themselves."""
+    table = log_table.table()
+    props = table.metadata.properties
+    rows = table.scan().to_arrow().sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
+    return (
+        table.metadata_location,
+        table.metadata.current_snapshot_id,
+        props.get("icelog.version"),
+        props.get("icelog.watermarks"),
+        props.get("icelog.producers"),
+        rows.num_rows,
+        rows.select(["log_partition", "log_offset"]).to_pylist(),
+    )
+
+
+def catalog_fingerprint(catalog) -> tuple:
+    """Namespaces and the tables in each."""
+    namespaces = sorted(catalog.list_namespaces())
+    return tuple((ns, tuple(sorted(catalog.list_tables(ns)))) for ns in namespaces)
+
+
+@pytest.fixture
+def unchanged():
+    """``with unchanged(log_table): ...`` asserts the block left the table exactly as it was.
+
+    ``with unchanged(catalog=catalog): ...`` asserts no namespace or table appeared or went.
+    """
+
+    @contextlib.contextmanager
+    def check(log_table=None, *, catalog=None):
+        before = table_fingerprint(log_table) if log_table is not None else None
+        catalog_before = catalog_fingerprint(catalog) if catalog is not None else None
+        yield
+        if log_table is not None:
+            assert table_fingerprint(log_table) == before, "the table changed"
+        if catalog is not None:
+            assert catalog_fingerprint(catalog) == catalog_before, "the catalog changed"
+
+    return check
