@@ -8,7 +8,12 @@ from typing import Any, Callable
 
 @dataclass
 class Interleaved:
-    """Wraps a commit request; after its first decision, runs ``meanwhile`` (a competing commit)."""
+    """Wraps a commit request; after its first decision, runs ``meanwhile`` (a competing commit).
+
+    So the decision's compare-and-swap is bound to lose once, and the commit core must
+    decide again on the new base. ``decisions`` records the offsets of every decision.
+    Everything else (state type, receipts, ...) is the wrapped request's.
+    """
 
     inner: Any
     meanwhile: Callable[[], None]
@@ -23,3 +28,8 @@ class Interleaved:
 
     def result_from_snapshot(self, snapshot):
         return self.inner.result_from_snapshot(snapshot)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "meanwhile", "decisions"):  # not set yet (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self.inner, name)

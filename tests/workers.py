@@ -1,44 +1,78 @@
 """Worker processes for concurrency and kill -9 tests: ``python -m tests.workers CMD ARGS``.
 
-Each prints one JSON line per outcome, so the parent can compare acknowledged writes with
-what the table holds.
+Each prints one JSON line per outcome on stdout (logs go to stderr), so the parent can
+compare acknowledged writes with what the table holds. Every acknowledgement of a
+conditional append carries the offset it expected, so the parent can check that it landed
+exactly there (I2).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+from pathlib import Path
+
 from storage.errors import ConflictError, IcelogError
 from storage.log import LogTable
 from tests.catalogs import CatalogSpec
 
 
+def _emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def _catalog(spec_json: str):
+    return CatalogSpec(**json.loads(spec_json)).open()
+
+
 def _table(spec_json: str, table: str) -> LogTable:
-    return LogTable(CatalogSpec(**json.loads(spec_json)).open(), table)
+    return LogTable(_catalog(spec_json), table)
+
+
+def _barrier(directory: str, parties: int, me: str, timeout: float = 120.0) -> None:
+    """Wait until ``parties`` workers have arrived (one file each in ``directory``)."""
+    Path(directory, me).touch()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(directory)) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {directory}: {len(os.listdir(directory))} of {parties} arrived")
+        time.sleep(0.01)
 
 
 def conditional_once(spec_json: str, table: str, partition: int, expected: int, tag: str) -> None:
-    """One conditional append; report committed or the mismatch."""
+    """One conditional append; report committed (with the offset it expected) or the mismatch."""
     log_table = _table(spec_json, table)
     try:
         result = log_table.append({partition: [{"key": tag, "value": tag}]}, {partition: expected})
-        print(json.dumps({"tag": tag, "committed": True, "range": result.ranges[partition]}))
+        _emit(tag=tag, committed=True, expected=expected, range=result.ranges[partition])
     except ConflictError as e:
-        print(json.dumps({"tag": tag, "committed": False, "error": e.to_dict()}))
+        _emit(tag=tag, committed=False, expected=expected, error=e.to_dict())
 
 
-def conditional_loop(spec_json: str, table: str, partition: int, count: int, tag: str) -> None:
-    """Append ``count`` single-row batches, each expecting the end it just read (retrying)."""
+def conditional_loop(spec_json: str, table: str, partition: int, count: int, tag: str, barrier: str = "", parties: int = 0) -> None:
+    """Append ``count`` single-row batches, each expecting the end it just read (retrying).
+
+    With a barrier, every worker reads the log end first and then all append at once, so
+    the first round is a guaranteed race of conditional appends expecting the same offset.
+    Prints ``{"value", "expected", "offset"}`` per acknowledged append and
+    ``{"value", "expected", "mismatch"}`` per refused one.
+    """
     log_table = _table(spec_json, table)
     done = 0
     while done < count:
         end = log_table.watermarks()[partition].end
+        if barrier and done == 0:
+            _barrier(barrier, parties, tag)
+            barrier = ""
         value = f"{tag}-{done}"
         try:
             result = log_table.append({partition: [{"key": tag, "value": value}]}, {partition: end})
-        except ConflictError:
+        except ConflictError as e:
+            _emit(value=value, expected=end, mismatch=e.to_dict())
             continue
-        print(json.dumps({"value": value, "offset": result.ranges[partition][0]}), flush=True)
+        _emit(value=value, expected=end, offset=result.ranges[partition][0], next=result.ranges[partition][1])
         done += 1
 
 
@@ -47,7 +81,7 @@ def append_rows(spec_json: str, table: str, partition: int, rows: int, tag: str,
     log_table = _table(spec_json, table)
     batch = [{"key": tag, "value": f"{tag}-{i}"} for i in range(int(rows))]
     result = log_table.append({int(partition): batch}, commit_id=commit_id or None)
-    print(json.dumps({"tag": tag, "range": result.ranges[int(partition)], "duplicate": result.duplicate}), flush=True)
+    _emit(tag=tag, range=result.ranges[int(partition)], duplicate=result.duplicate)
 
 
 def produce_batch(spec_json: str, table: str, partition: int, producer_id: int, epoch: int, sequence: int, rows: int, tag: str) -> None:
@@ -57,7 +91,7 @@ def produce_batch(spec_json: str, table: str, partition: int, producer_id: int, 
     log_table = _table(spec_json, table)
     batch = [{"key": tag, "value": f"{tag}-{sequence + i}"} for i in range(rows)]
     result = log_table.append({partition: batch}, producer=ProducerBatch(producer_id, epoch, {partition: sequence}))
-    print(json.dumps({"range": result.ranges[partition], "duplicate": result.duplicate}), flush=True)
+    _emit(range=result.ranges[partition], duplicate=result.duplicate)
 
 
 def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, batches: int, size: int) -> None:
@@ -72,30 +106,72 @@ def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, b
             try:
                 result = log_table.append({partition: rows}, producer=ProducerBatch(producer_id, 0, {partition: b * size}))
             except DuplicateSequence:
-                print(json.dumps({"batch": b, "duplicate": True, "range": None}), flush=True)
+                _emit(batch=b, duplicate=True, range=None)
                 break
             except TransientError:
                 continue
-            print(json.dumps({"batch": b, "duplicate": result.duplicate, "range": result.ranges[partition]}), flush=True)
+            _emit(batch=b, duplicate=result.duplicate, range=result.ranges[partition])
             break
 
 
 def lease_ids(spec_json: str, count: int) -> None:
     from storage.producers import lease_producer_ids
 
-    catalog = CatalogSpec(**json.loads(spec_json)).open()
+    catalog = _catalog(spec_json)
     for _ in range(count):
-        print(json.dumps({"id": lease_producer_ids(catalog, 1)[0]}), flush=True)
+        _emit(id=lease_producer_ids(catalog, 1)[0])
 
 
-COMMANDS = {f.__name__: f for f in (conditional_once, conditional_loop, append_rows, produce_batch, resend_storm)}
+def init_producer(spec_json: str, table: str, client_id: str, stage: str = "register") -> None:
+    """``storage.producers.init_producer``; ``stage`` says which of its two commits may pause.
+
+    Init leases a fresh id (a commit to the producer-id system table), then registers the
+    producer on the log table (a second commit). ``ICELOG_PAUSE_AT`` arms the fault point
+    for the ``lease`` commit or for the ``register`` commit only.
+    """
+    from storage import producers
+
+    armed = os.environ.pop("ICELOG_PAUSE_AT", None)
+    lease = producers.lease_producer_ids
+
+    def staged_lease(catalog, count=1):
+        if stage == "lease" and armed:
+            os.environ["ICELOG_PAUSE_AT"] = armed
+        try:
+            return lease(catalog, count)
+        finally:
+            os.environ.pop("ICELOG_PAUSE_AT", None)
+            if stage == "register" and armed:
+                os.environ["ICELOG_PAUSE_AT"] = armed
+
+    producers.lease_producer_ids = staged_lease
+    identity = producers.init_producer(_catalog(spec_json), table, client_id)
+    _emit(producer_id=identity.producer_id, epoch=identity.epoch)
+
+
+def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> None:
+    """``storage.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
+    from storage.maintenance import maintain as run
+
+    report = run(_catalog(spec_json), table, retention_bytes=retention_bytes or None, compact=bool(compact), keep_snapshots=50, orphan_age_s=3600)
+    _emit(**{k: v for k, v in report.items() if k != "started"})
+
+
+COMMANDS = {
+    f.__name__: f
+    for f in (conditional_once, conditional_loop, append_rows, produce_batch, resend_storm, lease_ids, init_producer, maintain)
+}
+
+
+def main(argv: list[str]) -> int:
+    command, spec_json, *rest = argv
+    try:
+        COMMANDS[command](spec_json, *[int(a) if a.lstrip("-").isdigit() else a for a in rest])
+    except IcelogError as e:
+        _emit(error=e.to_dict())
+        return 3
+    return 0
+
 
 if __name__ == "__main__":
-    try:
-        if sys.argv[1] == "lease_ids":
-            lease_ids(sys.argv[2], int(sys.argv[3]))
-        else:
-            COMMANDS[sys.argv[1]](*sys.argv[2:4], *[int(a) if a.lstrip("-").isdigit() else a for a in sys.argv[4:]])
-    except IcelogError as e:
-        print(json.dumps({"error": e.to_dict()}), flush=True)
-        sys.exit(3)
+    sys.exit(main(sys.argv[1:]))

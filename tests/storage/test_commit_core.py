@@ -14,7 +14,7 @@ from pyiceberg.table.update import SetPropertiesUpdate
 
 from storage.catalog import LogSqlCatalog
 from storage.commit import commit
-from storage.errors import CommitConflict, ConflictError, OffsetMismatch
+from storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
 from storage.log import AppendRequest, LogTable
 from storage.maintenance import PartitionGrowth
 from tests.interleave import Interleaved
@@ -47,9 +47,11 @@ def test_i3_held_back_conditional_append_fails_instead_of_replaying(catalog):
 def test_i3_lost_race_with_no_attempts_left_raises_conflict_and_writes_nothing(catalog):
     t = LogTable.create(catalog, "db.t", partitions=1)
     request = Interleaved(AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), lambda: t.append({0: [{"key": "other"}]}))
-    with pytest.raises(CommitConflict):
+    with pytest.raises(CommitConflict) as e:
         commit(catalog, t.identifier, request, commit_id="c1", max_attempts=1)
-    assert isinstance(CommitConflict(table="t", attempts=1), ConflictError)
+    assert (e.value.table, e.value.attempts) == (t.identifier, 1)
+    assert isinstance(e.value, ConflictError) and isinstance(e.value, TransientError)
+    assert request.decisions == [{0: (0, 1)}]  # decided once, never replayed onto the new base
     assert t.read(0).column("key").to_pylist() == ["other"]
 
 
@@ -110,39 +112,69 @@ def _one_row(table) -> pa.Table:
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(1, 3)), min_size=4, max_size=12))
 def test_i1_i2_randomized_threads_keep_every_partition_contiguous(sqlite_spec, plan):
-    """Threads (each with its own catalog connection) race conditional and plain appends."""
+    """Threads (each with its own catalog connection) race conditional and plain appends.
+
+    Every thread reads the log end, then all append at once (a barrier), so the first round
+    always races; two conditional appends on partition 0 both expecting its end are always
+    among them. A conditional append that is acknowledged landed at the offset it expected.
+    """
     import uuid
 
+    plan = [(0, True, 1), (0, True, 2), *plan]
     name = f"db.t{uuid.uuid4().hex[:8]}"
     t = LogTable.create(sqlite_spec.open(), name, partitions=3)
-    acked: list[tuple[int, tuple[int, int], str]] = []
+    acked: list[tuple[int, tuple[int, int], str, int | None]] = []
+    refused: list[tuple[int, int, int]] = []  # (partition, expected, actual)
+    errors: list[BaseException] = []
     lock = threading.Lock()
+    start = threading.Barrier(len(plan), timeout=300)
 
     def worker(step: tuple[int, bool, int], tag: str) -> None:
         partition, conditional, n = step
         mine = LogTable(sqlite_spec.open(), name)
-        while True:
-            expected = {partition: mine.watermarks()[partition].end} if conditional else None
-            try:
-                result = mine.append({partition: [{"key": tag, "value": str(i)} for i in range(n)]}, expected)
-                break
-            except OffsetMismatch:
-                continue
-        with lock:
-            acked.append((partition, result.ranges[partition], tag))
+        first = True
+        try:
+            while True:
+                expected = mine.watermarks()[partition].end if conditional else None
+                if first:
+                    start.wait()
+                    first = False
+                try:
+                    result = mine.append({partition: [{"key": tag, "value": str(i)} for i in range(n)]}, {partition: expected} if conditional else None)
+                    break
+                except OffsetMismatch as e:
+                    with lock:
+                        refused.append((partition, expected, e.actual))
+            with lock:
+                acked.append((partition, result.ranges[partition], tag, expected))
+        except BaseException as e:  # reported by the test thread, not lost in this one
+            with lock:
+                errors.append(e)
+            start.abort()
 
     threads = [threading.Thread(target=worker, args=(step, f"s{i}")) for i, step in enumerate(plan)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
+    assert not errors, errors
+    # I2: each acknowledged conditional append landed exactly at its expected offset ...
+    assert [(lo, hi) for _, (lo, hi), _, expected in acked if expected is not None] == [
+        (expected, expected + hi - lo) for _, (lo, hi), _, expected in acked if expected is not None
+    ]
+    # ... and each refusal named a log end beyond the one it expected.
+    assert all(actual > expected for _, expected, actual in refused)
+    # Two appends expected partition 0's first offset: at most one won (a plain append may
+    # have beaten both), so at least one was refused.
+    assert sum(1 for p, _, _, expected in acked if p == 0 and expected == 0) <= 1
+    assert any(p == 0 and expected == 0 for p, expected, _ in refused)
     assert check_contiguity(t.table(), deep=True).ok
     for p in range(3):
         data = t.read(p)
         keys = data.column("key").to_pylist()
         expected_rows = sum(n for q, _, n in plan if q == p)
         assert len(keys) == expected_rows
-        for partition, (lo, hi), tag in acked:
+        for partition, (lo, hi), tag, _ in acked:
             if partition == p:
                 assert keys[lo:hi] == [tag] * (hi - lo)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -15,18 +19,48 @@ from tests.catalogs import CatalogSpec
 from validations.contiguity import check_contiguity
 
 
-def run_workers(spec: CatalogSpec, argv_list: list[list[str]], timeout: float = 240) -> list[dict]:
+@contextlib.contextmanager
+def worker_processes(spec: CatalogSpec, argv_list: list[list[str]], directory: Path, env: dict | None = None):
+    """Start ``python -m tests.workers`` processes with stdout and stderr going to files.
+
+    Files, not pipes: a process nobody reads from never blocks on a full pipe. On leaving,
+    every process still running is killed and every process is waited for.
+    """
     spec_json = json.dumps(asdict(spec))
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "tests.workers", argv[0], spec_json, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for argv in argv_list
-    ]
+    procs = []
+    with contextlib.ExitStack() as stack:
+        try:
+            for i, argv in enumerate(argv_list):
+                out = stack.enter_context(open(directory / f"worker{i}.out", "w"))
+                err = stack.enter_context(open(directory / f"worker{i}.err", "w"))
+                procs.append(subprocess.Popen([sys.executable, "-m", "tests.workers", argv[0], spec_json, *argv[1:]], stdout=out, stderr=err, env=env))
+            yield procs
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+            for proc in procs:
+                proc.wait()
+
+
+def finish(procs: list[subprocess.Popen], directory: Path, timeout: float = 240) -> list[dict]:
+    """Wait for every worker; each must succeed. Returns all JSON lines, in worker order."""
+    deadline = time.monotonic() + timeout
     lines = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, err[-3000:]
-        lines += [json.loads(line) for line in out.splitlines() if line.strip()]
+    for i, proc in enumerate(procs):
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"worker {i} still running after {timeout}s: {(directory / f'worker{i}.err').read_text()[-3000:]}")
+        assert proc.returncode == 0, (directory / f"worker{i}.err").read_text()[-3000:]
+        lines += [json.loads(line) for line in (directory / f"worker{i}.out").read_text().splitlines() if line.strip()]
     return lines
+
+
+def run_workers(spec: CatalogSpec, argv_list: list[list[str]], timeout: float = 240) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="icelog-workers-") as tmp:
+        with worker_processes(spec, argv_list, Path(tmp)) as procs:
+            return finish(procs, Path(tmp), timeout)
 
 
 @pytest.mark.parametrize("round_", range(2))
@@ -45,11 +79,22 @@ def test_i2_processes_with_same_expected_offset_exactly_one_commits(catalog_spec
     assert check_contiguity(t.table(), deep=True).ok
 
 
-def test_i2_retry_loops_leave_a_contiguous_log_of_exactly_the_acknowledged_rows(catalog_spec):
+def test_i2_retry_loops_leave_a_contiguous_log_of_exactly_the_acknowledged_rows(catalog_spec, tmp_path):
     t = LogTable.create(catalog_spec.open(), "db.race", partitions=3)
     writers, per_writer = 4, 8
-    acks = run_workers(catalog_spec, [["conditional_loop", "db.race", "1", str(per_writer), f"w{i}"] for i in range(writers)])
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    argv = [["conditional_loop", "db.race", "1", str(per_writer), f"w{i}", str(barrier), str(writers)] for i in range(writers)]
+    lines = run_workers(catalog_spec, argv)
+    acks = [line for line in lines if "offset" in line]
+    refused = [line for line in lines if "mismatch" in line]
     assert len(acks) == writers * per_writer
+    # I2: an acknowledged conditional append landed exactly at the offset it expected.
+    assert [(a["offset"], a["next"]) for a in acks] == [(a["expected"], a["expected"] + 1) for a in acks]
+    # The barrier made every writer expect offset 0 at once: one won, the others were refused.
+    assert sum(a["expected"] == 0 for a in acks) == 1
+    assert sum(r["expected"] == 0 for r in refused) >= writers - 1
+    assert all(r["mismatch"]["error"] == "OffsetMismatch" and r["mismatch"]["actual"] > r["expected"] for r in refused if r["mismatch"]["error"] == "OffsetMismatch")
     data = t.read(1)
     offsets = data.column("log_offset").to_pylist()
     assert offsets == list(range(writers * per_writer))
@@ -58,6 +103,25 @@ def test_i2_retry_loops_leave_a_contiguous_log_of_exactly_the_acknowledged_rows(
     assert not [v for v, n in Counter(by_offset.values()).items() if n > 1]
     assert check_contiguity(t.table(), deep=True).ok
     assert t.watermarks()[1].end == writers * per_writer
+
+
+def test_i2_commits_to_other_partitions_never_refuse_a_conditional_append(catalog_spec, tmp_path):
+    """One writer appends conditionally to partition 0 while two others race on partition 1:
+    every compare-and-swap the partition-0 writer loses is to a commit on partition 1, so it
+    re-decides and is never refused; each of its appends lands at the offset it expected."""
+    t = LogTable.create(catalog_spec.open(), "db.race", partitions=2)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    argv = [["conditional_loop", "db.race", "0", "5", "mine", str(barrier), "3"]]
+    argv += [["conditional_loop", "db.race", "1", "5", f"other{i}", str(barrier), "3"] for i in range(2)]
+    lines = run_workers(catalog_spec, argv)
+    mine = [line for line in lines if line["value"].startswith("mine-")]
+    assert [(m.get("expected"), m.get("offset")) for m in mine] == [(i, i) for i in range(5)]  # no refusal at all
+    others = [line for line in lines if line["value"].startswith("other") and "offset" in line]
+    assert sorted(o["offset"] for o in others) == list(range(10))
+    assert all(o["offset"] == o["expected"] for o in others)
+    assert t.read(0).column("value").to_pylist() == [f"mine-{i}" for i in range(5)]
+    assert check_contiguity(t.table(), deep=True).ok
 
 
 def test_i1_unconditional_appends_from_many_processes_never_duplicate(catalog_spec):
