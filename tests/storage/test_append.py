@@ -1,13 +1,16 @@
-"""I2 conditional append, I7 durability of acknowledged rows, I8 bad input, on SQLite and PostgreSQL."""
+"""I2 conditional append, I7 durability of acknowledged rows, I8 bad input, on SQLite and PostgreSQL;
+table names and catalog configuration."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pyarrow as pa
 import pytest
 
 from storage.errors import (
+    AbortableError,
     EmptyBatch,
     IcelogError,
     InvalidIdentifier,
@@ -22,16 +25,14 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from storage.log import LogTable
+from storage.commit import commit
+from storage.log import AppendRequest, LogTable
+from tests.interleave import Interleaved
+from validations.contiguity import check_contiguity
 
 
 def rows(*values: str) -> list[dict]:
     return [{"key": v, "value": v} for v in values]
-
-
-def snapshot(log_table: LogTable):
-    table = log_table.table()
-    return table.metadata.current_snapshot_id, table.metadata.properties.get("icelog.version"), log_table.watermarks()
 
 
 def test_i2_append_assigns_offsets_from_log_end(catalog):
@@ -46,25 +47,25 @@ def test_i2_append_assigns_offsets_from_log_end(catalog):
     assert {p: (w.start, w.end) for p, w in t.watermarks().items()} == {0: (0, 3), 1: (0, 1)}
 
 
-def test_i2_expected_offset_commits_only_at_log_end(catalog):
+def test_i2_expected_offset_commits_only_at_log_end(catalog, unchanged):
     t = LogTable.create(catalog, "db.events", partitions=1)
     assert t.append({0: rows("a")}, {0: 0}).ranges == {0: (0, 1)}
-    before = snapshot(t)
-    with pytest.raises(OffsetMismatch) as e:
-        t.append({0: rows("b")}, {0: 0})
-    assert (e.value.expected, e.value.actual, e.value.partition) == (0, 1, 0)
-    with pytest.raises(OffsetMismatch) as e:
-        t.append({0: rows("b")}, {0: 5})
-    assert e.value.actual == 1
-    assert snapshot(t) == before
+    with unchanged(t):
+        with pytest.raises(OffsetMismatch) as e:
+            t.append({0: rows("b")}, {0: 0})
+        assert (e.value.expected, e.value.actual, e.value.partition) == (0, 1, 0)
+        with pytest.raises(OffsetMismatch) as e:
+            t.append({0: rows("b")}, {0: 5})
+        assert e.value.actual == 1
     assert t.append({0: rows("b")}, {0: 1}).ranges == {0: (1, 2)}
 
 
-def test_i2_multi_partition_append_is_all_or_nothing(catalog):
+def test_i2_multi_partition_append_is_all_or_nothing(catalog, unchanged):
     t = LogTable.create(catalog, "db.events", partitions=2)
     t.append({1: rows("x")})
-    with pytest.raises(OffsetMismatch):
+    with unchanged(t), pytest.raises(OffsetMismatch) as e:
         t.append({0: rows("a"), 1: rows("y")}, {0: 0, 1: 0})
+    assert (e.value.partition, e.value.expected, e.value.actual) == (1, 0, 1)
     assert t.read(0).num_rows == 0 and t.read(1).num_rows == 1
 
 
@@ -74,6 +75,27 @@ def test_i2_appends_to_other_partitions_in_between_are_not_a_conflict(catalog):
     for i in range(3):
         t.append({1: rows(f"other{i}")})
     assert t.append({0: rows("mine")}, {0: end}).ranges == {0: (0, 1)}
+
+
+def test_i2_commit_to_another_partition_racing_a_conditional_append_is_no_conflict(catalog):
+    """Raced, deterministically: the competing commit to partition 1 lands after the conditional
+    append on partition 0 decided, so its compare-and-swap loses; it decides again on the new
+    base, finds partition 0 still ending where it expected, and commits there."""
+    t = LogTable.create(catalog, "db.events", partitions=2)
+    t.append({0: rows("a", "b")})
+    expected = t.watermarks()[0].end
+    other = LogTable(catalog, t.identifier)
+    mine = pa.Table.from_pylist(rows("mine"), schema=t.payload_schema())
+    request = Interleaved(AppendRequest(t.identifier, {0: mine}, {0: expected}, "c1"), lambda: other.append({1: rows("other")}))
+    outcome = commit(catalog, t.identifier, request, commit_id="c1")
+    assert expected == 2
+    assert request.decisions == [{0: (2, 3)}, {0: (2, 3)}]  # decided twice, on two bases, same offsets
+    assert outcome.attempts >= 2
+    assert outcome.result.ranges == {0: (expected, expected + 1)}
+    assert t.read(0).column("key").to_pylist() == ["a", "b", "mine"]
+    assert t.read(1).column("key").to_pylist() == ["other"]
+    assert {p: (w.start, w.end) for p, w in t.watermarks().items()} == {0: (0, 3), 1: (0, 1)}
+    assert check_contiguity(t.table(), deep=True).ok
 
 
 def test_i7_rows_survive_later_commits_and_snapshot_expiry(catalog):
@@ -123,55 +145,151 @@ def test_payload_schema_from_spec_and_typed_columns(catalog):
         ({}, InvalidInput),
     ],
 )
-def test_i8_bad_rows_raise_typed_errors_and_change_nothing(catalog, bad, error):
+def test_i8_bad_rows_raise_typed_errors_and_change_nothing(catalog, unchanged, bad, error):
     t = LogTable.create(catalog, "db.events", partitions=2)
     t.append({0: rows("a")})
-    before = snapshot(t)
-    with pytest.raises(error):
+    with unchanged(t), pytest.raises(error):
         t.append(bad)
-    assert snapshot(t) == before
 
 
-def test_i8_negative_or_non_integer_expected_offset(catalog):
+def test_i8_negative_or_non_integer_expected_offset(catalog, unchanged):
     t = LogTable.create(catalog, "db.events", partitions=1)
-    before = snapshot(t)
-    for k in (-1, "3", 1.5):
-        with pytest.raises(InvalidOffset):
+    t.append({0: rows("a")})
+    for k in (-1, "3", 1.5, True, None):
+        with unchanged(t), pytest.raises(InvalidOffset):
             t.append({0: rows("a")}, {0: k})
-    assert snapshot(t) == before
+    with unchanged(t), pytest.raises(InvalidInput):  # an expected offset for a partition without rows
+        t.append({0: rows("a")}, {0: 1, 1: 0})
 
 
-def test_i8_required_column_missing(catalog):
+def test_i8_required_column_missing(catalog, unchanged):
     t = LogTable.create(catalog, "db.f", partitions=1, payload=[{"name": "n", "type": "long", "required": True}])
-    with pytest.raises(SchemaMismatch):
-        t.append({0: [{"n": None}]})
-    with pytest.raises(SchemaMismatch):
-        t.append({0: pa.table({"other": [1]})})
-    assert t.watermarks()[0].end == 0
+    t.append({0: [{"n": 1}]})
+    with unchanged(t):
+        with pytest.raises(SchemaMismatch):
+            t.append({0: [{"n": None}]})
+        with pytest.raises(SchemaMismatch):
+            t.append({0: pa.table({"other": [1]})})
+    assert t.watermarks()[0].end == 1
 
 
 @pytest.mark.parametrize("name", ["db.ev'ents", "db.e;drop", "db/x.y", "../etc.passwd", "a.b.c", "", "db.", "db.1x", "db.e v"])
-def test_i8_bad_identifiers_rejected_before_touching_the_catalog(catalog, name):
-    with pytest.raises(InvalidIdentifier):
+def test_i8_bad_identifiers_rejected_before_touching_the_catalog(catalog, unchanged, name):
+    with unchanged(catalog=catalog), pytest.raises(InvalidIdentifier):
         LogTable.create(catalog, name, partitions=1)
     assert catalog.list_namespaces() == []
 
 
 @pytest.mark.parametrize("payload", [[{"name": "log_offset", "type": "long"}], [{"name": "x", "type": "decimal"}], [{"name": "x;y", "type": "string"}], []])
-def test_i8_bad_payload_schema(catalog, payload):
-    with pytest.raises(InvalidInput):
+def test_i8_bad_payload_schema(catalog, unchanged, payload):
+    with unchanged(catalog=catalog), pytest.raises(InvalidInput):
         LogTable.create(catalog, "db.events", partitions=1, payload=payload)
+    assert catalog.list_namespaces() == []
 
 
-def test_i8_bad_partition_count_and_duplicates(catalog):
-    for n in (0, -3, True, "2"):
-        with pytest.raises(InvalidInput):
+def test_i8_bad_partition_count_and_duplicates(catalog, unchanged):
+    for n in (0, -3, True, "2", 100_001):
+        with unchanged(catalog=catalog), pytest.raises(InvalidInput):
             LogTable.create(catalog, "db.events", partitions=n)
-    LogTable.create(catalog, "db.events", partitions=1)
-    with pytest.raises(TableAlreadyExists):
+    assert catalog.list_namespaces() == []
+    t = LogTable.create(catalog, "db.events", partitions=1)
+    t.append({0: rows("a")})
+    with unchanged(t), unchanged(catalog=catalog), pytest.raises(TableAlreadyExists):
         LogTable.create(catalog, "db.events", partitions=3)
-    with pytest.raises(UnknownTable):
+    assert len(t.watermarks()) == 1
+    with unchanged(catalog=catalog), pytest.raises(UnknownTable):
         LogTable.open(catalog, "db.missing")
+
+
+def test_i8_partitions_are_never_removed(catalog, unchanged):
+    t = LogTable.create(catalog, "db.events", partitions=3)
+    t.append({2: rows("a")})
+    for count in (2, 0, -1, "4", True):
+        with unchanged(t), pytest.raises(InvalidInput):
+            t.add_partitions(count)
+
+
+# --- names and catalogs ------------------------------------------------------------------------
+
+
+def test_bare_table_names_go_to_namespace_logs(catalog):
+    t = LogTable.create(catalog, "events", partitions=1)
+    assert t.identifier == "logs.events"
+    assert ("logs",) in catalog.list_namespaces()
+    assert catalog.list_tables("logs") == [("logs", "events")]
+    LogTable.open(catalog, "events").append({0: rows("a")})
+    assert LogTable(catalog, "logs.events").read(0).column("key").to_pylist() == ["a"]
+    with pytest.raises(TableAlreadyExists):
+        LogTable.create(catalog, "logs.events", partitions=1)
+
+
+def test_open_catalog_without_a_name_is_the_embedded_sqlite_catalog_under_icelog_home(tmp_path, monkeypatch):
+    from storage.catalog import EMBEDDED_NAME, LogSqlCatalog, open_catalog
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("ICELOG_HOME", str(home))
+    catalog = open_catalog()
+    assert isinstance(catalog, LogSqlCatalog) and catalog.name == EMBEDDED_NAME
+    assert catalog.properties["uri"] == f"sqlite:///{home / 'catalog.db'}"
+    t = LogTable.create(catalog, "db.events", partitions=1)
+    t.append({0: rows("a")})
+    assert (home / "catalog.db").is_file()
+    assert t.table().metadata.location.startswith(f"file://{home / 'warehouse'}/")
+    # Opened again (another process would do the same), it is the same catalog.
+    assert LogTable(open_catalog(), "db.events").read(0).column("key").to_pylist() == ["a"]
+    # Without ICELOG_HOME: ./.icelog
+    monkeypatch.delenv("ICELOG_HOME")
+    monkeypatch.chdir(tmp_path)
+    assert open_catalog().properties["uri"] == f"sqlite:///{tmp_path / '.icelog' / 'catalog.db'}"
+
+
+def test_open_catalog_by_name_from_pyiceberg_environment_variables(sqlite_spec, tmp_path, monkeypatch):
+    from storage.catalog import LogSqlCatalog, open_catalog
+
+    name = sqlite_spec.name  # the SQL catalog keeps each catalog name's tables apart
+    monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
+    monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__URI", sqlite_spec.uri)
+    monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE", sqlite_spec.warehouse)
+    LogTable.create(sqlite_spec.open(), "db.events", partitions=1).append({0: rows("a")})
+    catalog = open_catalog(name)
+    assert isinstance(catalog, LogSqlCatalog) and catalog.properties["uri"] == sqlite_spec.uri
+    assert LogTable(catalog, "db.events").read(0).column("key").to_pylist() == ["a"]
+    monkeypatch.setenv("ICELOG_CATALOG", name)
+    chosen = open_catalog()
+    assert chosen.name == name and chosen.properties["warehouse"] == sqlite_spec.warehouse
+    LogTable(chosen, "db.events").append({0: rows("b")})
+    assert LogTable(sqlite_spec.open(), "db.events").read(0).column("key").to_pylist() == ["a", "b"]
+    assert not (tmp_path / "embedded").exists()  # the embedded default was not touched
+
+
+@pytest.mark.parametrize("how", ["argument", "ICELOG_CATALOG"])
+def test_open_catalog_of_an_unknown_name_names_the_variable_to_set(tmp_path, monkeypatch, how):
+    from storage.catalog import CatalogNotConfigured, open_catalog
+
+    monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
+    if how == "argument":
+        call = lambda: open_catalog("nowhere")  # noqa: E731
+    else:
+        monkeypatch.setenv("ICELOG_CATALOG", "nowhere")
+        call = open_catalog
+    with pytest.raises(CatalogNotConfigured) as e:
+        call()
+    assert isinstance(e.value, InvalidInput)
+    assert "PYICEBERG_CATALOG__NOWHERE__URI" in str(e.value)
+    assert not (tmp_path / "embedded").exists()  # no silent fallback to the embedded catalog
+
+
+def test_the_users_pyiceberg_yaml_is_ignored(tmp_path, monkeypatch):
+    """tests/conftest.py isolates every test from ~/.pyiceberg.yaml and catalog variables."""
+    from storage.catalog import CatalogNotConfigured, open_catalog
+
+    home = tmp_path / "user"
+    home.mkdir()
+    (home / ".pyiceberg.yaml").write_text(f"catalog:\n  personal:\n    uri: sqlite:///{tmp_path}/personal.db\n    warehouse: file://{tmp_path}/wh\n")
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(CatalogNotConfigured):
+        open_catalog("personal")
+    assert not [name for name in os.environ if name.startswith("PYICEBERG_CATALOG__") or name in ("ICELOG_CATALOG", "ICELOG_HOME")]
 
 
 def test_errors_are_typed_and_picklable():
@@ -185,7 +303,8 @@ def test_errors_are_typed_and_picklable():
         clone = pickle.loads(pickle.dumps(error))
         assert type(clone) is type(error) and clone.fields == error.fields and str(clone) == str(error)
         assert isinstance(clone, IcelogError)
-    assert isinstance(cases[0], TerminalError) and not isinstance(cases[0], TransientError)
+    # OffsetMismatch: abort and redo from the start (re-read the log), not a plain retry.
+    assert isinstance(cases[0], AbortableError) and not isinstance(cases[0], (TransientError, TerminalError))
     assert isinstance(cases[1], TransientError)
     assert isinstance(cases[3], ValueError)
     assert cases[0].to_dict()["actual"] == 5 and "expected offset 3" in str(cases[0])
