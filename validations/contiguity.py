@@ -97,7 +97,9 @@ def scan_files(
     """
     if not paths:
         return [], [], []
-    con = con or duckdb.connect()
+    if con is None:
+        with duckdb.connect() as own:
+            return scan_files(table, paths, own)
     rows = con.execute(
         f"""
         SELECT filename, {cols.PARTITION}, count(*), min({cols.OFFSET}), max({cols.OFFSET}),

@@ -1,19 +1,44 @@
-"""Retention moves log_start without reusing offsets (I7); compaction keeps every offset (I1)."""
+"""Retention moves log_start without reusing offsets (I7); compaction keeps every offset (I1);
+orphan cleanup removes exactly the unreferenced files; bad maintenance input changes nothing (I8)."""
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
+import pytest
+
+from storage.commit import Decision, Request, commit
+from storage.errors import InvalidInput
+from storage.files import local_path
 from storage.log import LogTable
-from storage.maintenance import Retention, files_by_partition, maintain, remove_orphan_files
-from storage.commit import commit
+from storage.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
 from validations.contiguity import check_contiguity
 
 
 def fill(t: LogTable, partition: int, batches: int, size: int = 3) -> None:
     for b in range(batches):
         t.append({partition: [{"key": f"b{b}", "value": str(i)} for i in range(size)]})
+
+
+def files_on_disk(table) -> set[str]:
+    """Every file under the table's location."""
+    root = local_path(table.metadata.location)
+    return {os.path.join(d, name) for d, _, names in os.walk(root) for name in names}
+
+
+def files_referenced(table) -> set[str]:
+    """Every file the table's metadata still needs, computed here independently of
+    ``storage.maintenance.referenced_files``: the current metadata file and the metadata log;
+    per retained snapshot its manifest list, its manifests and the data files it reads."""
+    meta = table.metadata
+    needed = {local_path(table.metadata_location)} | {local_path(e.metadata_file) for e in meta.metadata_log}
+    for snapshot in meta.snapshots:
+        needed.add(local_path(snapshot.manifest_list))
+        needed.update(local_path(m.manifest_path) for m in snapshot.manifests(table.io))
+        needed.update(local_path(task.file.file_path) for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+    return needed
 
 
 def test_i7_retention_by_bytes_moves_log_start_and_never_reuses_offsets(catalog):
@@ -49,44 +74,116 @@ def test_i1_compaction_expiry_and_orphan_cleanup_keep_every_offset(catalog):
     before = {p: t.read(p).select(["log_offset", "key", "value"]) for p in (0, 1)}
     report = maintain(catalog, t.identifier, keep_snapshots=1, orphan_age_s=0)
     assert report["compaction"] == {"rewritten_files": 21, "new_files": 2}
-    assert report["orphans_removed"] > 0
     table = t.table()
     assert len(table.metadata.snapshots) == 1
     assert {p: len(files) for p, files in files_by_partition(table).items()} == {0: 1, 1: 1}
     assert {p: t.read(p).select(["log_offset", "key", "value"]) for p in (0, 1)} == before
     assert check_contiguity(table, deep=True).ok
-    # Every file left on disk is still referenced: a fresh reader sees all the rows.
-    location = table.metadata.location.removeprefix("file://")
-    assert sum(len(names) for _, _, names in os.walk(location)) > 0
+    # Every file left on disk is still referenced, and every referenced file is on disk:
+    # cleanup removed the 21 compacted files (and the metadata of expired snapshots), nothing else.
+    on_disk = files_on_disk(table)
+    assert on_disk == files_referenced(table)
+    assert report["orphans_removed"] >= 21
     assert LogTable(catalog, t.identifier).read(0).num_rows == 24
+
+
+def test_orphan_cleanup_removes_exactly_the_unreferenced_files(catalog):
+    t = LogTable.create(catalog, "db.r", partitions=1)
+    fill(t, 0, 4, size=1)
+    expire_snapshots(catalog, t.identifier, keep=1)
+    table = t.table()
+    stray = local_path(table.metadata.location) + "/data/stray.parquet"
+    with open(stray, "wb") as f:
+        f.write(b"never committed")
+    orphans = files_on_disk(table) - files_referenced(table)
+    assert stray in orphans and len(orphans) > 1  # the stray, plus manifest lists of expired snapshots
+    removed = remove_orphan_files(catalog, t.identifier, older_than_s=0)
+    assert sorted(removed) == sorted(orphans)
+    assert files_on_disk(t.table()) == files_referenced(t.table())
+    assert t.read(0).column("log_offset").to_pylist() == [0, 1, 2, 3]
 
 
 def test_orphan_cleanup_spares_young_files(catalog):
     t = LogTable.create(catalog, "db.r", partitions=1)
     fill(t, 0, 2)
-    stray = t.table().metadata.location.removeprefix("file://") + "/data/stray.parquet"
+    stray = local_path(t.table().metadata.location) + "/data/stray.parquet"
     with open(stray, "wb") as f:
         f.write(b"not committed yet")
-    assert remove_orphan_files(catalog, t.identifier, older_than_s=3600) == []
-    assert remove_orphan_files(catalog, t.identifier, older_than_s=0) == [stray]
+    assert stray not in remove_orphan_files(catalog, t.identifier, older_than_s=3600)
+    assert os.path.exists(stray)
+    assert stray in remove_orphan_files(catalog, t.identifier, older_than_s=0)
+    assert not os.path.exists(stray)
     assert t.read(0).num_rows == 6
 
 
-def test_compaction_never_merges_across_a_gap(catalog):
-    from tests.validations.test_contiguity import plant
+@dataclass
+class CommitAt(Request):
+    """Test double: commit rows at chosen offsets through icelog's own commit core.
 
+    A broken log that icelog itself committed (foreign commits are refused before any
+    maintenance decides), so compaction meets a gap it must not merge across.
+    """
+
+    table: str
+    partition: int
+    offsets: list[int]
+    commit_id: str = ""
+
+    def decide(self, state, table) -> Decision:
+        from tests.validations.test_contiguity import rows_at
+
+        p, first, nxt = self.partition, min(self.offsets), max(self.offsets) + 1
+        rows = rows_at(table, p, self.offsets)
+        return Decision(state=state.with_ends({p: max(nxt, state.end(p))}), result=None, rows={p: rows}, ranges={p: (first, nxt)})
+
+
+def test_compaction_never_merges_across_a_gap(catalog):
     t = LogTable.create(catalog, "db.r", partitions=1)
     fill(t, 0, 9, size=1)
-    plant(t, 0, [12])  # offsets 9..11 missing
+    commit(catalog, t.identifier, CommitAt(t.identifier, 0, [12]))  # offsets 9..11 missing
     report = maintain(catalog, t.identifier, keep_snapshots=1, orphan_age_s=0)
     assert report["compaction"] == {"rewritten_files": 9, "new_files": 1}
-    gaps = [v for v in check_contiguity(t.table(), deep=True).violations if v.kind == "gap"]
-    assert [(g.first, g.last) for g in gaps] == [(9, 11)]
+    assert t.read(0).column("log_offset").to_pylist() == [*range(9), 12]
+    violations = check_contiguity(t.table(), deep=True).violations
+    assert [(v.kind, v.first, v.last) for v in violations] == [("gap", 9, 11)]
 
 
 def test_metadata_files_stay_bounded_as_commits_pile_up(catalog):
-    t = LogTable.create(catalog, "db.r", partitions=1)
-    fill(t, 0, 25, size=1)
-    metadata_dir = t.table().metadata.location.removeprefix("file://") + "/metadata"
+    """Commits delete superseded metadata files after a grace; orphan cleanup gets the rest."""
+    keep = 5
+    eager = LogTable.create(catalog, "db.eager", partitions=1, properties={"write.metadata.previous-versions-max": str(keep), "icelog.metadata.delete-grace-ms": "0"})
+    fill(eager, 0, 25, size=1)
+    metadata_dir = local_path(eager.table().metadata.location) + "/metadata"
     json_files = [f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]
-    assert len(json_files) <= 12  # write.metadata.previous-versions-max=10, plus the current one
+    assert len(json_files) <= keep + 1 + 1  # the log, the current file, one not yet past the grace
+    # With the default grace, superseded files wait for orphan cleanup, which removes them.
+    patient = LogTable.create(catalog, "db.patient", partitions=1, properties={"write.metadata.previous-versions-max": str(keep)})
+    fill(patient, 0, 25, size=1)
+    metadata_dir = local_path(patient.table().metadata.location) + "/metadata"
+    assert len([f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]) > keep + 1
+    remove_orphan_files(catalog, patient.identifier, older_than_s=0)
+    assert len([f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]) == keep + 1
+    assert patient.read(0).num_rows == 25
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"retention_ms": -1},
+        {"retention_ms": 0},
+        {"retention_bytes": -5},
+        {"retention_bytes": 1.5},
+        {"keep_snapshots": 0},
+        {"keep_snapshots": True},
+        {"orphan_age_s": -1},
+        {"orphan_age_s": float("inf")},
+        {"orphan_age_s": "0"},
+    ],
+)
+def test_i8_bad_maintenance_input_changes_nothing(catalog, unchanged, bad):
+    t = LogTable.create(catalog, "db.r", partitions=1)
+    fill(t, 0, 3, size=1)
+    with unchanged(t), pytest.raises(InvalidInput):
+        maintain(catalog, t.identifier, **bad)
+    with unchanged(t), pytest.raises(InvalidInput):
+        expire_snapshots(catalog, t.identifier, keep=0)

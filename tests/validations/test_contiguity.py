@@ -20,17 +20,22 @@ from validations.contiguity import FileSpan, check_contiguity, check_files, tile
 from validations.violations import Violation
 
 
-def plant(log_table: LogTable, partition: int, offsets: list[int]) -> None:
-    """Append rows with chosen offsets straight through pyiceberg, bypassing icelog."""
-    table = log_table.table()
+def rows_at(table, partition: int, offsets: list[int], key: str = "planted") -> pa.Table:
+    """Rows of a log table (system columns filled) with chosen offsets, in the given order."""
     schema = table.schema().as_arrow()
     n = len(offsets)
     columns = {
         "log_partition": [partition] * n, "log_offset": offsets, "log_timestamp": [0] * n,
         "producer_id": [None] * n, "producer_epoch": [None] * n, "producer_seq": [None] * n,
-        "key": ["planted"] * n, "value": ["planted"] * n,
+        "key": [key] * n, "value": [key] * n,
     }
-    table.append(pa.table({f.name: pa.array(columns[f.name]).cast(f.type) for f in schema}, schema=schema))
+    return pa.table({f.name: pa.array(columns[f.name]).cast(f.type) for f in schema}, schema=schema)
+
+
+def plant(log_table: LogTable, partition: int, offsets: list[int]) -> None:
+    """Append rows with chosen offsets straight through pyiceberg, bypassing icelog."""
+    table = log_table.table()
+    table.append(rows_at(table, partition, offsets))
 
 
 @pytest.fixture
@@ -164,7 +169,7 @@ def test_i1_permuted_files_that_tile_the_log_exactly_are_contiguous(tmp_path):
     """Row order inside a file is not contiguity: files holding each offset once pass."""
     files = [[3, 1, 0, 2], [4], [7, 5, 6], [9, 8]]
     paths = write_files(tmp_path, 0, files)
-    violations, rows = check_files("db.t", paths, LogState(0, {0: Watermark(0, 10)}))
+    violations, rows = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 10)}))
     assert violations == [] and rows == 10
 
 
@@ -194,7 +199,7 @@ def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, en
     start, end = max(0, min(every) + start_shift), max(0, max(every) + 1 + end_shift)
     start = min(start, end)
     with tempfile.TemporaryDirectory() as directory:
-        violations, rows = check_files("db.t", write_files(Path(directory), 0, files), LogState(0, {0: Watermark(start, end)}))
+        violations, rows = check_files("db.t", write_files(Path(directory), 0, files), LogState(watermarks={0: Watermark(start, end)}))
     assert rows == len(every)
     assert reported_diagnosis(violations) == expected_diagnosis(files, start, end)
     watermark = [v for v in violations if v.check == "watermark"]
@@ -209,14 +214,14 @@ def test_i1_metadata_check_equals_a_counter_when_files_are_consecutive(ranges, s
     every = [o for f in files for o in f]
     start, end = max(0, min(every) + start_shift), max(every) + 1
     spans = [FileSpan(f"f{i}", 0, f[0], f[-1], len(f), True) for i, f in enumerate(files)]
-    violations = tile("db.t", spans, LogState(0, {0: Watermark(start, end)}), trust_files=True)
+    violations = tile("db.t", spans, LogState(watermarks={0: Watermark(start, end)}), trust_files=True)
     assert reported_diagnosis(violations) == expected_diagnosis(files, start, end)
 
 
 def test_i1_missing_head_is_one_gap_not_a_gap_plus_a_watermark(tmp_path):
     """Data starting after log_start: the missing head is reported once, as a gap."""
     paths = write_files(tmp_path, 0, [[3, 4, 5]])
-    violations, _ = check_files("db.t", paths, LogState(0, {0: Watermark(0, 6)}))
+    violations, _ = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 6)}))
     assert [(v.check, v.kind, v.partition, v.first, v.last) for v in violations] == [("contiguity", "gap", 0, 0, 2)]
     spans = [FileSpan("f", 0, 3, 5, 3, True)]
-    assert [(v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(0, {0: Watermark(0, 6)}), trust_files=True)] == [("gap", 0, 2)]
+    assert [(v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(watermarks={0: Watermark(0, 6)}), trust_files=True)] == [("gap", 0, 2)]
