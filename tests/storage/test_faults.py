@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,17 +74,54 @@ def worker(spec, command: str, *args: str, directory: Path, name: str = "victim"
             proc.wait()
 
 
-def kill_at(victim: Worker, timeout: float = 120) -> None:
-    """Wait until the victim pauses at its fault point, then SIGKILL it there."""
-    deadline = time.monotonic() + timeout
-    while not victim.pause_file.exists():
-        assert victim.proc.poll() is None, f"writer exited before the fault point\n{victim.output()}"
-        assert time.monotonic() < deadline, f"writer never reached the fault point\n{victim.output()}"
-        time.sleep(0.05)
-    assert int(victim.pause_file.read_text()) == victim.proc.pid
-    os.kill(victim.proc.pid, signal.SIGKILL)
-    victim.proc.wait(timeout=30)
-    assert victim.proc.returncode == -signal.SIGKILL
+def _drain(proc: subprocess.Popen) -> tuple[list[threading.Thread], list]:
+    """Read a bare Popen's pipes in the background, so a chatty child never blocks on a full
+    pipe before it reaches its fault point."""
+    captured: list = []
+    threads = []
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            thread = threading.Thread(target=lambda s=stream: captured.extend(s), daemon=True)
+            thread.start()
+            threads.append(thread)
+    return threads, captured
+
+
+def kill_at(victim: Worker | subprocess.Popen, pause_file: str | Path | None = None, timeout: float = 120) -> None:
+    """Wait until the victim pauses at its fault point, then SIGKILL it there.
+
+    ``victim`` is a :class:`Worker`, or a bare ``Popen`` plus its ``pause_file`` (Spark and
+    fan-out drivers); a bare ``Popen``'s pipes, if any, are drained while it runs and closed.
+    """
+    if isinstance(victim, Worker):
+        proc, marker, describe = victim.proc, victim.pause_file, victim.output
+        threads: list[threading.Thread] = []
+    else:
+        proc, marker = victim, Path(pause_file)
+        threads, captured = _drain(proc)
+        describe = lambda: f"exit code {proc.returncode}: {captured[-40:]}"  # noqa: E731
+    try:
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            if proc.poll() is not None:
+                for thread in threads:
+                    thread.join(timeout=30)
+                pytest.fail(f"writer exited before the fault point\n{describe()}")
+            assert time.monotonic() < deadline, "writer never reached the fault point"
+            time.sleep(0.05)
+        assert int(marker.read_text()) == proc.pid
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for thread in threads:
+            thread.join(timeout=30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def run_to_end(spec, command: str, *args: str, directory: Path, name: str) -> dict:
@@ -262,3 +300,21 @@ def test_i1_i7_kill_9_mid_compaction_then_a_rerun_converges(catalog_spec, tmp_pa
     assert t.read(0).select(["log_offset", "key", "value"]) == rows
     assert check_contiguity(t.table(), deep=True).ok
     assert_cleanup_removes_exactly_the_orphans(catalog, t, left, point, writes_data=True)
+
+
+# --- the harness itself ----------------------------------------------------------------------------
+
+
+def test_kill_at_drains_a_chatty_childs_pipes_until_its_fault_point(tmp_path):
+    """A child that writes more than a pipe holds before its fault point still gets there."""
+    pause = tmp_path / "paused"
+    code = (
+        "import os, sys, time\n"
+        "sys.stdout.write('x' * 1_000_000); sys.stdout.flush()\n"
+        "sys.stderr.write('y' * 1_000_000); sys.stderr.flush()\n"
+        f"open({str(pause)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_at(proc, str(pause), timeout=60)
+    assert proc.returncode == -signal.SIGKILL and proc.stdout.closed and proc.stderr.closed
