@@ -206,7 +206,7 @@ def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, 
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.p", partitions=1)
     other = init_producer(catalog, "db.p", "other")
-    acked = t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0}))
+    assert t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0})).ranges == {0: (0, 2)}
 
     left = kill_9(catalog_spec, point, "init_producer", "db.p", "app", "register", directory=tmp_path, table=t)
 
@@ -216,7 +216,8 @@ def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, 
     assert check_contiguity(t.table(), deep=True).ok and check_producers(t.table()).ok
     # Nothing acknowledged is lost: the rows, and the other producer's memory of its batch.
     assert keys(t, 0) == ["ack", "ack"]
-    assert t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0})).ranges == acked.ranges
+    resent = t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0}))
+    assert resent.duplicate and resent.ranges == {0: (0, 2)}
 
     # Init again (what a client does when its init failed): one producer for the client id,
     # a fresh one if the killed init never landed, the same one at the next epoch if it did.

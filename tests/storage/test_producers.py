@@ -52,7 +52,8 @@ def test_i4_duplicate_wins_over_a_stale_expected_offset(catalog, table):
     me = init_producer(catalog, "db.p")
     done = table.append({0: batch(2)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
     again = table.append({0: batch(2)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
-    assert again.duplicate and again.ranges == done.ranges
+    assert done.ranges == {0: (0, 2)}
+    assert again.duplicate and again.ranges == {0: (0, 2)}
     with pytest.raises(OffsetMismatch):
         table.append({0: batch(1)}, {0: 0}, producer=ProducerBatch(me.producer_id, 0, {0: 2}))
 
