@@ -80,7 +80,7 @@ class Retention(Request):
     commit_id: str = ""
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        now_ms = self.now_ms or int(time.time() * 1000)
+        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
         ts_id = table.schema().find_field(cols.TIMESTAMP).field_id
         drop: list[DataFile] = []
         starts: dict[int, int] = {}
