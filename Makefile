@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo test bench lock clean airflow
+.PHONY: setup demo test test-slow bench lock clean airflow
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh
 	bash infra/system-deps.sh
@@ -21,7 +21,11 @@ demo: setup
 	$(BIN)/python -m infra.demo
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+
+# The long versions of the slowest scenarios (minutes each on 2 cores).
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
 
 bench: setup
 	$(BIN)/python -m tests.bench.run

@@ -94,7 +94,7 @@ def test_i5_fanout_copies_each_record_once_and_moves_the_group_in_the_same_commi
 
 @pytest.mark.integration
 @pytest.mark.fault
-@pytest.mark.parametrize("point", [faults.AFTER_TXN_STAGE, faults.AFTER_TXN_PREPARE])
+@pytest.mark.parametrize("point", [pytest.param(faults.AFTER_TXN_STAGE, marks=pytest.mark.slow), faults.AFTER_TXN_PREPARE])
 def test_i9_fanout_killed_then_rerun_writes_each_record_exactly_once(spark, env_catalog, tmp_path, point):
     catalog = env_catalog.open()
     source = make_tables(catalog)
