@@ -1,0 +1,712 @@
+"""Transactions (I5 atomic transactions; also I1, I2, I7, I8, I9, I10): kill -9 at every named
+point, consistent readers, racing transactions, zombies, timeouts, exactly-once copying,
+expected offsets, catalogs without atomic commits, delayed commits (KAFKA-17754).
+
+Worker processes are ``tests/txn_worker.py``; their stdout goes to files (never pipes), and
+every process started here is waited for.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.noop import NoopCatalog
+
+from storage import faults
+from storage import transactions as tx
+from storage.commit import commit
+from storage.errors import (
+    AtomicCommitUnsupported,
+    ExpectedOffsetRequired,
+    IcelogError,
+    InvalidOffset,
+    OffsetMismatch,
+    ProducerFenced,
+)
+from storage.files import local_path
+from storage.groups import commit_offsets, committed_offsets
+from storage.log import LogTable
+from storage.maintenance import referenced_files, remove_orphan_files
+from storage.transactions import TransactionAborted, TransactionalProducer
+from validations.checks import run_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+# Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward.
+BEFORE_PREPARE = (faults.AFTER_TXN_BEGIN, faults.AFTER_TXN_STAGE)
+# Data tables keep few snapshots: commit cost stays flat over hundreds of transactions.
+SMALL = {"icelog.snapshots.keep": "4"}
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def spec_json(spec) -> str:
+    return json.dumps(dataclasses.asdict(spec))
+
+
+def worker_env(pause_file: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ICELOG_PAUSE")}
+    if pause_file:
+        env["ICELOG_PAUSE_FILE"] = pause_file
+    return env
+
+
+@contextlib.contextmanager
+def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None):
+    """A ``tests.txn_worker`` process writing to ``out``; always killed (if alive) and waited for."""
+    with open(out, "w") as f:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.txn_worker", mode, spec_json(spec), json.dumps(args)],
+            cwd=ROOT,
+            env=worker_env(pause_file),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+def events(out: Path) -> list[dict]:
+    """The JSON lines a worker printed (log lines and tracebacks are skipped)."""
+    found = []
+    for line in out.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+def wait_for_pause(child: subprocess.Popen, marker: str, out: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(marker) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert os.path.exists(marker), f"worker never paused (exit {child.poll()}):\n{out.read_text()[-4000:]}"
+    assert int(Path(marker).read_text()) == child.pid
+
+
+def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str) -> list[dict]:
+    """Run a worker until it pauses at its fault point, SIGKILL it there, return its events."""
+    marker, out = str(tmp / f"{tag}.paused"), tmp / f"{tag}.out"
+    with worker(mode, spec, args, out, pause_file=marker) as child:
+        wait_for_pause(child, marker, out)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+    os.remove(marker)
+    return events(out)
+
+
+def run_to_end(spec, mode: str, args: dict, out: Path, timeout: float = 300) -> list[dict]:
+    with worker(mode, spec, args, out) as child:
+        code = child.wait(timeout=timeout)
+    assert code == 0, out.read_text()[-4000:]
+    return events(out)
+
+
+def journal(catalog) -> list[dict]:
+    rows = LogTable(catalog, tx.JOURNAL).read(0)
+    return rows.select(["log_offset", "txn_id", "transactional_id", "txn_state", "detail"]).to_pylist()
+
+
+def journal_states(catalog, txn_id: str) -> list[str]:
+    return [r["txn_state"] for r in journal(catalog) if r["txn_id"] == txn_id]
+
+
+def rows(log_table: LogTable, partition: int = 0) -> list[tuple[int, str, str]]:
+    table = log_table.read(partition)
+    return list(zip(table.column("log_offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+
+def staged_files(log_table: LogTable) -> list[str]:
+    location = local_path(log_table.table().metadata.location)
+    return sorted(p for p in glob.glob(f"{location}/data/staging/**", recursive=True) if os.path.isfile(p))
+
+
+def unreferenced_data_files(log_table: LogTable) -> list[str]:
+    """Files under the table's data folder that no snapshot references (staging included)."""
+    table = log_table.table()
+    location = local_path(table.metadata.location)
+    keep = referenced_files(table)
+    on_disk = (p for p in glob.glob(f"{location}/data/**", recursive=True) if os.path.isfile(p))
+    return sorted(p for p in on_disk if p not in keep)
+
+
+def contiguous(log_table: LogTable) -> None:
+    report = run_checks(log_table.table(), ["contiguity-deep"])
+    assert report.ok, report
+
+
+def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
+    from storage.groups import GROUPS_TABLE
+
+    names = [*identifiers, tx.JOURNAL, GROUPS_TABLE]
+    return {n: catalog.load_table(n).metadata_location for n in names}
+
+
+def past_timeout(ms: int = tx.TIMEOUT_MS_DEFAULT):
+    return lambda: tx.now_ms() + ms + 1_000
+
+
+class ForwardingCatalog(NoopCatalog):
+    """A catalog that creates, loads and commits one table at a time (through a SQL catalog),
+    but has no atomic multi-table swap: like a REST or Glue catalog to icelog."""
+
+    def __init__(self, inner) -> None:
+        super().__init__("proxy")
+        self.inner = inner
+
+    def load_table(self, identifier):
+        return self.inner.load_table(identifier)
+
+    def commit_table(self, table, requirements, updates):
+        return self.inner.commit_table(table, requirements, updates)
+
+    def create_namespace(self, namespace, properties=None):
+        return self.inner.create_namespace(namespace, properties or {})
+
+    def namespace_exists(self, namespace):
+        return self.inner.namespace_exists(namespace)
+
+    def create_table(self, *args, **kwargs):
+        return self.inner.create_table(*args, **kwargs)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def heavy_spec(request, tmp_path):
+    """``catalog_spec`` for the longest tests: their SQLite run is the short version in
+    ``make test``, their PostgreSQL run is ``slow`` (the suite's time budget). The kill -9
+    tests and the short ones run on both catalogs by default."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_spec")
+    from tests.catalogs import CatalogSpec
+
+    (tmp_path / "warehouse").mkdir(exist_ok=True)
+    return CatalogSpec("postgres", f"pg{uuid.uuid4().hex[:10]}", request.getfixturevalue("postgres_server"), f"file://{tmp_path / 'warehouse'}")
+
+
+def two_tables(catalog, partitions: int = 1) -> tuple[LogTable, LogTable]:
+    return LogTable.create(catalog, "db.a", partitions, properties=SMALL), LogTable.create(catalog, "db.b", partitions, properties=SMALL)
+
+
+# --- 1. kill -9 at every named point, then recovery: all or nothing ---------------------------------
+
+
+def kill_one_transaction(catalog_spec, tmp_path, point: str):
+    """Set up a, b and src with history, run one transaction in a worker, kill it at ``point``."""
+    catalog = catalog_spec.open()
+    a, b = two_tables(catalog)
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": str(i), "value": str(i)} for i in range(10)]})
+    # Earlier history that recovery must leave alone.
+    a.append({0: [{"key": "before", "value": "100"}]})
+    b.append({0: [{"key": "before", "value": "-100"}]})
+    commit_offsets(catalog, "g", {("db.src", 0): 3})
+    before = (rows(a), rows(b))
+    args = {"tid": "copier-1", "a": "db.a", "b": "db.b", "src": "db.src", "group": "g", "position": 8, "k": 5, "pause": point}
+    seen = kill_at(catalog_spec, "one", args, tmp_path, "one")
+    assert not any(e.get("event") == "committed" for e in seen)
+    txn_id = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    epoch = next(e["epoch"] for e in seen if e.get("event") == "init")
+    return catalog, a, b, before, txn_id, epoch
+
+
+def check_all_or_nothing(catalog, a, b, before, txn_id, point) -> None:
+    """The killed transaction is either wholly visible once (it had reached PREPARE_COMMIT)
+    or not at all; no staged or orphan file is left; recovery again changes nothing."""
+    states = journal_states(catalog, txn_id)
+    assert tx.describe(catalog)["copier-1"]["txn"] is None
+    if point in BEFORE_PREPARE:
+        assert (rows(a), rows(b)) == before, "an aborted transaction became visible"
+        assert committed_offsets(catalog, "g", "db.src") == {0: 3}
+        assert states.count("ABORTED") == 1 and "COMMITTED" not in states and "PREPARE_COMMIT" not in states, states
+    else:
+        assert rows(a) == [*before[0], (1, f"{txn_id}:a", "5")]
+        assert rows(b) == [*before[1], (1, f"{txn_id}:b", "-5")]
+        assert committed_offsets(catalog, "g", "db.src") == {0: 8}
+        assert states.count("COMMITTED") == 1 and "ABORTED" not in states, states
+        committed = next(r for r in journal(catalog) if r["txn_id"] == txn_id and r["txn_state"] == "COMMITTED")
+        assert json.loads(committed["detail"])["ranges"] == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
+
+    leaked = {}
+    for t in (a, b):
+        leaked[t.identifier] = staged_files(t)  # asserted last, so every other check runs too
+        leftovers = [p for p in unreferenced_data_files(t) if p not in leaked[t.identifier]]
+        if point != faults.BETWEEN_TABLE_SWAPS:
+            # Only a killed atomic commit leaves data files it wrote but never committed.
+            assert leftovers == [], leftovers
+        remove_orphan_files(catalog, t.identifier, older_than_s=0)
+        assert unreferenced_data_files(t) == []
+        contiguous(t)
+    contiguous(LogTable(catalog, tx.JOURNAL))
+
+    # Idempotent: recovery again does nothing at all.
+    settled = metadata_locations(catalog, "db.a", "db.b")
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    assert metadata_locations(catalog, "db.a", "db.b") == settled
+    assert leaked == {"db.a": [], "db.b": []}, f"recovery left staged files after a kill at {point}"
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)  # a broken recovery may loop: fail, do not hang the suite
+@pytest.mark.parametrize("point", faults.TXN_POINTS)
+def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_or_nothing(catalog_spec, tmp_path, point):
+    catalog, a, b, before, txn_id, epoch = kill_one_transaction(catalog_spec, tmp_path, point)
+    producer = TransactionalProducer(catalog, "copier-1")  # the restarted instance
+    assert producer.init_transactions()["epoch"] == epoch + 1
+    assert tx.describe(catalog)["copier-1"]["epoch"] == epoch + 1
+    check_all_or_nothing(catalog, a, b, before, txn_id, point)
+    # Nothing stays locked or half-done: the new instance commits its own transaction,
+    # numbered right after what the log held.
+    end = len(rows(a))
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "next", "value": "1"}])
+        producer.send("db.b", 0, [{"key": "next", "value": "-1"}])
+    assert rows(a)[-1] == (end, "next", "1") and rows(b)[-1] == (end, "next", "-1")
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)  # a broken recovery may loop: fail, do not hang the suite
+@pytest.mark.parametrize("point", faults.TXN_POINTS)
+def test_i5_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing(sqlite_spec, tmp_path, point):
+    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
+    # The killed producer never comes back: recovery aborts its open transaction once it is
+    # idle past its timeout (the clock is injected), and rolls a prepared one forward.
+    report = tx.recover(catalog, clock=past_timeout())
+    if point in BEFORE_PREPARE:
+        assert report == {"rolled_forward": [], "aborted": [txn_id]}
+    elif point == faults.AFTER_CATALOG_SWAP:
+        assert report == {"rolled_forward": [], "aborted": []}  # it had committed already
+    else:
+        assert report == {"rolled_forward": [txn_id], "aborted": []}
+    check_all_or_nothing(catalog, a, b, before, txn_id, point)
+
+
+# --- 2. a reader never sees part of a transaction --------------------------------------------------
+
+
+def commit_balanced(producer: TransactionalProducer, k: int) -> None:
+    """One transaction: +k to db.a, -k to db.b (so the sum over both tables stays 0)."""
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": producer.txn_id, "value": str(k)}])
+        producer.send("db.b", 0, [{"key": producer.txn_id, "value": str(-k)}])
+
+
+def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -> None:
+    catalog = catalog_spec.open()
+    two_tables(catalog)
+    producer = TransactionalProducer(catalog, "balanced")
+    producer.init_transactions()
+    stop, out = tmp_path / "stop", tmp_path / "reader.out"
+    rng, total = random.Random(5), 0
+    with worker("reader", catalog_spec, {"a": "db.a", "b": "db.b", "stop": str(stop), "interval_s": 0.1}, out) as reader:
+        for _ in range(commits):
+            k = rng.randint(1, 1000)
+            commit_balanced(producer, k)
+            total += k
+        stop.touch()
+        assert reader.wait(timeout=120) == 0, out.read_text()[-4000:]
+    seen = events(out)
+    errors = [e["error"] for e in seen if "error" in e]
+    assert not errors, errors[:5]
+    partial = [e for e in seen if sum(e["sums"]) != 0 or e["ends"][0] != e["ends"][1] or e["rows"] != e["ends"]]
+    assert not partial, f"a reader saw part of a transaction: {partial[:5]}"
+    states = {tuple(e["ends"]) for e in seen}
+    # The reader really read while transactions committed, not only before and after.
+    assert len(states) >= min(10, commits // 10), sorted(states)
+    assert seen[-1]["ends"] == [commits, commits] and seen[-1]["sums"] == [total, -total]
+
+
+@pytest.mark.parametrize("commits", [150])
+def test_i5_reader_never_sees_part_of_a_transaction(heavy_spec, tmp_path, commits):
+    check_reader_sees_whole_transactions(heavy_spec, tmp_path, commits)
+
+
+@pytest.mark.slow  # the issue's >= 1,000 commits
+def test_i5_reader_never_sees_part_of_a_transaction_1000_commits(heavy_spec, tmp_path):
+    check_reader_sees_whole_transactions(heavy_spec, tmp_path, 1000)
+
+
+# --- 3. racing transactions: both land in some order, or one gets a typed conflict -----------------
+
+
+@pytest.mark.timeout(600)
+def test_i5_racing_transactions_on_the_same_tables_never_mix(heavy_spec, tmp_path):
+    catalog_spec = heavy_spec
+    catalog = catalog_spec.open()
+    a, b = two_tables(catalog)
+    tx.ensure_journal(catalog)
+    runs = 10
+    outs = [tmp_path / f"racer{i}.out" for i in range(2)]
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    common = {"a": "db.a", "b": "db.b", "n": runs, "expected_every": 2, "barrier": str(barrier), "parties": 2}
+    args = [{**common, "tid": f"racer-{i}", "seed": i} for i in range(2)]
+    with worker("loop", catalog_spec, args[0], outs[0]) as first, worker("loop", catalog_spec, args[1], outs[1]) as second:
+        codes = [first.wait(timeout=600), second.wait(timeout=600)]
+    assert codes == [0, 0], [o.read_text()[-3000:] for o in outs]
+    outcomes = [e for o in outs for e in events(o)]
+    assert len(outcomes) == 2 * runs
+    failed = [e for e in outcomes if e["status"] == "failed"]
+    committed = {e["txn_id"]: e for e in outcomes if e["status"] == "committed"}
+    # Only a typed conflict, and only for a transaction that named an expected offset.
+    assert all(e["error"] == "OffsetMismatch" and e["expected"] for e in failed), failed
+    # Sends without an expected offset are renumbered after the rival's rows: they always land.
+    assert all(e["status"] == "committed" for e in outcomes if not e["expected"])
+    assert all(any(e["status"] == "committed" for e in events(o)) for o in outs)
+
+    records = journal(catalog)
+    journal_committed = collections.Counter(r["txn_id"] for r in records if r["txn_state"] == "COMMITTED")
+    assert set(journal_committed) == set(committed) and set(journal_committed.values()) == {1}
+    for e in failed:
+        assert journal_states(catalog, e["txn_id"]).count("ABORTED") == 1
+    # Every committed transaction holds exactly the offsets the journal's COMMITTED record
+    # names, in both tables; nothing else is in the tables.
+    by_offset = {name: {o: (key, value) for o, key, value in rows(t)} for name, t in (("db.a", a), ("db.b", b))}
+    owned = {"db.a": set(), "db.b": set()}
+    for r in records:
+        if r["txn_state"] != "COMMITTED" or r["transactional_id"] not in ("racer-0", "racer-1"):
+            continue
+        ack = committed[r["txn_id"]]
+        ranges = json.loads(r["detail"])["ranges"]
+        assert ranges == ack["ranges"]
+        for name, sign, side in (("db.a", 1, "a"), ("db.b", -1, "b")):
+            first, nxt = ranges[name]["0"]
+            assert nxt - first == 1
+            assert by_offset[name][first] == (f"{r['txn_id']}:{side}", str(sign * ack["k"]))
+            owned[name].add(first)
+    for name in owned:
+        assert owned[name] == set(by_offset[name]), f"{name} holds rows of no committed transaction"
+    assert sum(int(v) for _, v in by_offset["db.a"].values()) + sum(int(v) for _, v in by_offset["db.b"].values()) == 0
+    for t in (a, b):
+        contiguous(t)
+        assert staged_files(t) == []
+
+
+# --- 4. zombies are fenced; timed-out transactions are aborted -------------------------------------
+
+
+def test_i5_zombie_fenced_mid_transaction_never_becomes_visible(catalog):
+    a, b = two_tables(catalog)
+    zombie = TransactionalProducer(catalog, "orders")
+    zombie.init_transactions()
+    txn_id = zombie.begin_transaction()
+    zombie.send("db.a", 0, [{"key": "zombie", "value": "1"}])
+    assert staged_files(a)
+    successor = TransactionalProducer(catalog, "orders")
+    assert successor.init_transactions()["epoch"] == zombie.epoch + 1
+    # The new instance aborted the zombie's transaction and deleted its staged files.
+    assert journal_states(catalog, txn_id).count("ABORTED") == 1 and staged_files(a) == []
+    with pytest.raises(ProducerFenced):
+        zombie.send("db.b", 0, [{"key": "zombie", "value": "-1"}])  # a new partition: the journal fences
+    with pytest.raises(ProducerFenced):
+        zombie.commit_transaction()
+    with pytest.raises(ProducerFenced):
+        zombie.abort_transaction()
+    with successor.transaction():
+        successor.send("db.a", 0, [{"key": "successor", "value": "2"}])
+    assert [r[1] for r in rows(a)] == ["successor"] and rows(b) == []
+    assert "COMMITTED" not in journal_states(catalog, txn_id)
+    assert staged_files(a) == staged_files(b) == []
+
+
+def test_i5_zombie_send_after_fencing_leaves_no_staged_file(catalog):
+    """A fenced zombie's send to a partition it had already registered stages a file that
+    nobody ever deletes (the send does not consult the journal; the coordinator already
+    aborted the transaction and deleted its folder)."""
+    a, _ = two_tables(catalog)
+    zombie = TransactionalProducer(catalog, "orders")
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("db.a", 0, [{"key": "zombie", "value": "1"}])
+    TransactionalProducer(catalog, "orders").init_transactions()
+    with contextlib.suppress(ProducerFenced):  # raising here would be fine too
+        zombie.send("db.a", 0, [{"key": "late", "value": "1"}])
+    with pytest.raises(ProducerFenced):
+        zombie.commit_transaction()
+    with contextlib.suppress(ProducerFenced):
+        zombie.abort_transaction()
+    assert rows(a) == []
+    assert staged_files(a) == [], "a fenced zombie's staged file was left behind"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def start_timed(catalog, clock: Clock) -> tuple[TransactionalProducer, str]:
+    producer = TransactionalProducer(catalog, "slow", timeout_ms=1_000, clock=clock)
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "late", "value": "1"}])
+    producer.send("db.b", 0, [{"key": "late", "value": "-1"}])
+    producer.send_offsets_to_transaction({("db.a", 0): 0}, "g")
+    return producer, txn_id
+
+
+def assert_timed_out(catalog, producer, txn_id, a, b) -> None:
+    with pytest.raises(TransactionAborted) as caught:
+        producer.commit_transaction()
+    assert caught.value.txn_id == txn_id
+    assert rows(a) == [] and rows(b) == [] and committed_offsets(catalog, "g", "db.a") == {}
+    states = journal_states(catalog, txn_id)
+    assert states.count("ABORTED") == 1 and "PREPARE_COMMIT" not in states and "COMMITTED" not in states, states
+    assert staged_files(a) == staged_files(b) == []
+
+
+def test_i5_transaction_past_its_timeout_is_aborted_by_recover(catalog):
+    a, b = two_tables(catalog)
+    clock = Clock()
+    producer, txn_id = start_timed(catalog, clock)
+    clock.ms += 999
+    assert tx.recover(catalog, clock=clock)["aborted"] == []  # not yet past the timeout
+    clock.ms += 2
+    assert tx.recover(catalog, clock=clock) == {"rolled_forward": [], "aborted": [txn_id]}
+    assert staged_files(a) == staged_files(b) == []
+    assert_timed_out(catalog, producer, txn_id, a, b)
+
+
+def test_i5_transaction_past_its_timeout_is_aborted_by_the_next_coordinator_action(catalog):
+    a, b = two_tables(catalog)
+    clock = Clock()
+    producer, txn_id = start_timed(catalog, clock)
+    clock.ms += 5_000
+    other = TransactionalProducer(catalog, "other", clock=clock)
+    other.init_transactions()  # any coordinator action of another transactional id
+    assert journal_states(catalog, txn_id).count("ABORTED") == 1
+    assert staged_files(a) == staged_files(b) == []
+    assert_timed_out(catalog, producer, txn_id, a, b)
+
+
+def test_i5_commit_past_its_timeout_aborts_the_transaction_in_the_journal(catalog):
+    """The producer's own late commit is the next coordinator action: it must record the
+    abort (and delete the staged files), not only raise, so the producer can go on."""
+    a, b = two_tables(catalog)
+    clock = Clock()
+    producer, txn_id = start_timed(catalog, clock)
+    clock.ms += 5_000
+    assert_timed_out(catalog, producer, txn_id, a, b)
+    producer.begin_transaction()  # not stuck on the aborted transaction
+
+
+# --- 5. consume-transform-produce exactly once across kill -9 ---------------------------------------
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(600)
+def test_i9_i10_copier_killed_repeatedly_copies_every_record_exactly_once(heavy_spec, tmp_path):
+    catalog_spec = heavy_spec
+    catalog = catalog_spec.open()
+    records = 36
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": str(i), "value": f"v{i}"} for i in range(records)]})
+    out = LogTable.create(catalog, "db.out", 1, properties=SMALL)
+    args = {"tid": "copier", "src": "db.src", "out": "db.out", "group": "copy", "batch": 4}
+    rng = random.Random(17)
+    # Three named points per catalog (the two catalogs cover all five), then a random moment.
+    kills = {
+        "sqlite": [faults.AFTER_TXN_PREPARE, faults.BETWEEN_TABLE_SWAPS, faults.AFTER_CATALOG_SWAP],
+        "postgres": [faults.AFTER_TXN_BEGIN, faults.BETWEEN_TABLE_SWAPS, faults.AFTER_TXN_STAGE],
+    }[catalog_spec.kind]
+    for n, point in enumerate(kills):
+        seen = kill_at(catalog_spec, "copier", {**args, "pause": point, "pause_after": rng.randint(0, 1)}, tmp_path, f"copier{n}")
+        assert not any(e.get("event") == "done" for e in seen)
+    # One more kill at a random moment, not at a named point.
+    with worker("copier", catalog_spec, args, tmp_path / "copier-random.out") as child:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=rng.uniform(3.0, 8.0))
+        child.kill()
+    seen = run_to_end(catalog_spec, "copier", args, tmp_path / "copier-last.out")
+    assert seen[-1] == {"event": "done", "position": records}
+    # The group's position, as every run read it, never went back (I10).
+    outs = [f"copier{n}.out" for n in range(len(kills))] + ["copier-random.out", "copier-last.out"]
+    positions = [e["position"] for name in outs for e in events(tmp_path / name) if e.get("event") == "position"]
+    assert positions == sorted(positions) and positions[-1] == records, positions
+
+    copied = rows(out)
+    counts = collections.Counter(key for _, key, _ in copied)
+    assert counts == collections.Counter(f"src:{i}" for i in range(records)), "a source record was lost or copied twice"
+    assert {key: value for _, key, value in copied} == {f"src:{i}": f"V{i}" for i in range(records)}
+    assert committed_offsets(catalog, "copy", "db.src") == {0: records}
+    contiguous(out)
+    assert tx.describe(catalog)["copier"]["txn"] is None
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    assert staged_files(out) == []
+
+
+# --- 6. expected offsets inside a transaction -------------------------------------------------------
+
+
+def test_i2_i5_stale_expected_offset_aborts_the_whole_transaction(catalog):
+    a, b = two_tables(catalog)
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": "s", "value": "s"}] * 5})
+    producer = TransactionalProducer(catalog, "cond")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "mine", "value": "1"}], expected_offset=0)
+    producer.send("db.b", 0, [{"key": "mine", "value": "-1"}], expected_offset=0)
+    producer.send_offsets_to_transaction({("db.src", 0): 5}, "g")
+    b.append({0: [{"key": "other", "value": "0"}]})  # another writer moves b's log end
+    with pytest.raises(OffsetMismatch) as caught:
+        producer.commit_transaction()
+    assert (caught.value.table, caught.value.expected, caught.value.actual) == ("db.b", 0, 1)
+    assert rows(a) == [] and [r[1] for r in rows(b)] == ["other"]
+    assert committed_offsets(catalog, "g", "db.src") == {}
+    states = journal_states(catalog, txn_id)
+    assert states.count("ABORTED") == 1 and "COMMITTED" not in states
+    for t in (a, b):
+        assert staged_files(t) == []
+        remove_orphan_files(catalog, t.identifier, older_than_s=0)
+        assert unreferenced_data_files(t) == []
+        contiguous(t)
+    # The producer goes on with a new transaction.
+    with producer.transaction():
+        producer.send("db.b", 0, [{"key": "retry", "value": "-1"}], expected_offset=1)
+    assert [r[1] for r in rows(b)] == ["other", "retry"]
+
+
+def test_i2_i5_send_without_expected_offset_is_renumbered_after_other_writers(catalog):
+    a, b = two_tables(catalog)
+    producer = TransactionalProducer(catalog, "free")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "mine", "value": "1"}, {"key": "mine", "value": "2"}])
+    producer.send("db.b", 0, [{"key": "mine", "value": "-3"}])
+    a.append({0: [{"key": "other", "value": "0"}] * 3})  # staged before, committed after these
+    ranges = producer.commit_transaction()
+    assert ranges == {"db.a": {"0": [3, 5]}, "db.b": {"0": [0, 1]}}
+    assert [r[:2] for r in rows(a)] == [(0, "other"), (1, "other"), (2, "other"), (3, "mine"), (4, "mine")]
+    assert journal_states(catalog, txn_id).count("COMMITTED") == 1
+    contiguous(a)
+
+
+@pytest.mark.parametrize("case", ["group offset beyond the log end", "no expected offset on a strict table"])
+def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
+    """Input the atomic commit refuses for good must be refused before PREPARE_COMMIT (or the
+    prepared transaction aborted): otherwise every roll-forward fails again, and both
+    ``recover()`` and ``init_transactions()`` raise for ever."""
+    a = LogTable.create(catalog, "db.a", 1, properties={"icelog.check-expected-offsets": "true"} if "strict" in case else {})
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": "s", "value": "s"}] * 3})
+    producer = TransactionalProducer(catalog, "bad")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    error = InvalidOffset if "group" in case else ExpectedOffsetRequired
+    with pytest.raises(error):
+        producer.send("db.a", 0, [{"key": "k", "value": "1"}])
+        producer.send_offsets_to_transaction({("db.src", 0): 10 if "group" in case else 3}, "g")
+        producer.commit_transaction()
+    with contextlib.suppress(IcelogError):
+        producer.abort_transaction()
+    assert tx.recover(catalog, clock=past_timeout())["rolled_forward"] == []  # must not raise
+    assert TransactionalProducer(catalog, "bad").init_transactions()["epoch"] == 1
+    assert rows(a) == [] and committed_offsets(catalog, "g", "db.src") == {}
+    assert "COMMITTED" not in journal_states(catalog, txn_id) and tx.describe(catalog)["bad"]["txn"] is None
+    assert staged_files(a) == []
+
+
+# --- 7. catalogs without an atomic multi-table commit -----------------------------------------------
+
+
+def refused_transaction(sqlite_catalog) -> tuple[LogTable, LogTable, dict]:
+    a, b = two_tables(sqlite_catalog)
+    a.append({0: [{"key": "before", "value": "1"}]})
+    tx.ensure_journal(sqlite_catalog)
+    before = {t.identifier: t.table().metadata_location for t in (a, b)}
+    producer = TransactionalProducer(ForwardingCatalog(sqlite_catalog), "elsewhere")
+    with pytest.raises(AtomicCommitUnsupported) as caught:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("db.a", 0, [{"key": "txn", "value": "1"}])
+        producer.send("db.b", 0, [{"key": "txn", "value": "-1"}])
+        producer.commit_transaction()
+    assert "proxy" in str(caught.value)
+    return a, b, before
+
+
+def test_i5_catalog_without_atomic_commit_refuses_the_transaction_and_nothing_changes(sqlite_catalog):
+    a, b, before = refused_transaction(sqlite_catalog)
+    assert {t.identifier: t.table().metadata_location for t in (a, b)} == before
+    assert [r[1] for r in rows(a)] == ["before"] and rows(b) == []
+
+
+def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
+    """The refusal comes after PREPARE_COMMIT was recorded: recovery through a SQL catalog
+    would then commit a transaction whose producer was told it failed."""
+    a, b, before = refused_transaction(sqlite_catalog)
+    tx.recover(sqlite_catalog, clock=past_timeout())
+    assert {t.identifier: t.table().metadata_location for t in (a, b)} == before, "a refused transaction became visible"
+    assert staged_files(a) == staged_files(b) == []
+
+
+# --- 8. a delayed commit or abort of transaction N never touches transaction N+1 (KAFKA-17754) ------
+
+
+def test_i5_delayed_commit_and_abort_of_a_transaction_do_not_touch_the_next_one(catalog, monkeypatch):
+    a, b = two_tables(catalog)
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": "s", "value": "s"}] * 10})
+    producer = TransactionalProducer(catalog, "seq")
+    producer.init_transactions()
+    prepared: list[dict] = []
+    original = faults.checkpoint
+
+    def capture(point: str) -> None:  # the coordinator entry as a recoverer would read it
+        if point == faults.AFTER_TXN_PREPARE:
+            prepared.append(json.loads(json.dumps(tx.describe(catalog)["seq"])))
+        original(point)
+
+    monkeypatch.setattr(faults, "checkpoint", capture)
+    first = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "n", "value": "1"}])
+    producer.send("db.b", 0, [{"key": "n", "value": "-1"}])
+    producer.send_offsets_to_transaction({("db.src", 0): 4}, "g")
+    assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
+    monkeypatch.setattr(faults, "checkpoint", original)
+
+    second = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "n+1", "value": "2"}])
+    producer.send("db.b", 0, [{"key": "n+1", "value": "-2"}])
+    producer.send_offsets_to_transaction({("db.src", 0): 7}, "g")
+    ongoing = tx.describe(catalog)["seq"]["txn"]
+    assert ongoing["id"] == second and ongoing["state"] == "ONGOING"
+    data = metadata_locations(catalog, "db.a", "db.b")
+    staged = staged_files(a) + staged_files(b)
+
+    # The commit of N arrives again (a recoverer that read the journal while N was prepared).
+    assert prepared and prepared[0]["txn"]["id"] == first
+    again = tx.roll_forward(catalog, "seq", prepared[0])
+    assert again["action"] == "rolled_forward" and again["ranges"] == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
+    # And a late abort of N.
+    commit(catalog, tx.JOURNAL, tx.JournalStep("abort", "seq", producer.producer_id, producer.epoch, first))
+    new_data = metadata_locations(catalog, "db.a", "db.b")
+    assert {k: v for k, v in new_data.items() if k != tx.JOURNAL} == {k: v for k, v in data.items() if k != tx.JOURNAL}
+    assert tx.describe(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
+    assert staged_files(a) + staged_files(b) == staged
+    assert journal_states(catalog, first).count("COMMITTED") == 1 and "ABORTED" not in journal_states(catalog, first)
+
+    assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
+    assert [r[1] for r in rows(a)] == ["n", "n+1"] and [r[1] for r in rows(b)] == ["n", "n+1"]
+    assert committed_offsets(catalog, "g", "db.src") == {0: 7}
+    assert journal_states(catalog, second).count("COMMITTED") == 1

@@ -1,0 +1,190 @@
+"""Worker processes for the transaction tests (``tests/storage/test_transactions.py``).
+
+``python -m tests.txn_worker MODE SPEC_JSON ARGS_JSON``
+
+Every mode prints one JSON line per event on stdout, flushed at once, so a test that
+redirects stdout to a file and kills the process with SIGKILL still reads every event
+that happened before the kill. Modes:
+
+* ``one``: one transaction: ``+k`` to table ``a``, ``-k`` to table ``b`` and the group's
+  position on ``src``. ``pause`` names a fault point of ``storage.faults``; the worker
+  arms it (sets ``ICELOG_PAUSE_AT``) at the moment that makes it hit *this* transaction's
+  step, since some points (``after_catalog_swap``) fire in every commit.
+* ``loop``: ``n`` transactions of ``+k`` / ``-k`` (the sum over both tables stays 0), some
+  with expected offsets; reports each outcome (committed, or the typed error).
+* ``reader``: polls consistent cuts of two tables (``storage.swap.load_tables``), sums
+  each table's ``value`` column with DuckDB over the planned files, until a stop file appears.
+* ``copier``: consume-transform-produce: reads ``src`` from the group's committed
+  position, writes transformed rows to ``out`` and the new position in one transaction,
+  batch by batch, until the group's position reaches the source's log end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+
+from storage import faults
+from storage.errors import IcelogError
+from storage.log import LogTable
+from storage.transactions import TransactionalProducer
+from tests.catalogs import CatalogSpec
+
+# When to arm each fault point so that it pauses inside the transaction's own step.
+ARM = {
+    faults.AFTER_TXN_BEGIN: "before_first_send",  # a's partition registered (BEGIN), nothing staged
+    faults.AFTER_TXN_STAGE: "before_last_send",  # a and b registered, both files staged
+    faults.AFTER_TXN_PREPARE: "before_commit",
+    faults.BETWEEN_TABLE_SWAPS: "before_commit",  # only multi-table commits reach it
+    faults.AFTER_CATALOG_SWAP: "at_prepare",  # not the PREPARE commit's swap: the atomic commit's
+}
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def _arm(point: str) -> None:
+    os.environ["ICELOG_PAUSE_AT"] = point
+
+
+def _arm_at_checkpoint(trigger: str, point: str) -> None:
+    """Arm ``point`` when the process passes ``trigger`` (storage calls faults.checkpoint)."""
+    original = faults.checkpoint
+
+    def checkpoint(name: str) -> None:
+        if name == trigger:
+            _arm(point)
+        original(name)
+
+    faults.checkpoint = checkpoint
+
+
+def one(catalog, args: dict) -> None:
+    pause = args.get("pause")
+    when = ARM.get(pause) if pause else None
+    if when == "at_prepare":
+        _arm_at_checkpoint(faults.AFTER_TXN_PREPARE, pause)
+    producer = TransactionalProducer(catalog, args["tid"])
+    emit(event="init", **producer.init_transactions())
+    txn_id = producer.begin_transaction()
+    emit(event="begin", txn_id=txn_id)
+    k = args["k"]
+    if when == "before_first_send":
+        _arm(pause)
+    producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": str(k)}])
+    if when == "before_last_send":
+        _arm(pause)
+    producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": str(-k)}])
+    if args.get("src"):
+        producer.send_offsets_to_transaction({(args["src"], 0): args["position"]}, args["group"])
+    if when == "before_commit":
+        _arm(pause)
+    ranges = producer.commit_transaction()
+    emit(event="committed", txn_id=txn_id, ranges=ranges)
+
+
+def loop(catalog, args: dict) -> None:
+    """``n`` transactions; every ``expected_every``-th one sends with expected offsets."""
+    rng = random.Random(args.get("seed"))
+    producer = TransactionalProducer(catalog, args["tid"])
+    producer.init_transactions()
+    a, b = LogTable(catalog, args["a"]), LogTable(catalog, args["b"])
+    if args.get("barrier"):  # start racing only when every racer is ready
+        open(os.path.join(args["barrier"], args["tid"]), "w").close()
+        deadline = time.monotonic() + 300
+        while len(os.listdir(args["barrier"])) < args["parties"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"barrier: {os.listdir(args['barrier'])} of {args['parties']} racers arrived")
+            time.sleep(0.01)
+    every = args.get("expected_every", 0)
+    for i in range(args["n"]):
+        k = rng.randint(1, 1000)
+        expected = bool(every) and i % every == 0
+        txn_id = producer.begin_transaction()
+        try:
+            ea = a.watermarks()[0].end if expected else None
+            eb = b.watermarks()[0].end if expected else None
+            producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": str(k)}], expected_offset=ea)
+            producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": str(-k)}], expected_offset=eb)
+            ranges = producer.commit_transaction()
+        except IcelogError as e:
+            if producer.txn_id is not None:
+                producer.abort_transaction()
+            emit(i=i, txn_id=txn_id, status="failed", error=type(e).__name__, message=str(e), expected=expected)
+            continue
+        emit(i=i, txn_id=txn_id, status="committed", k=k, ranges=ranges, expected=expected)
+
+
+def reader(catalog, args: dict) -> None:
+    import duckdb
+
+    from storage.scan import planned_paths
+    from storage.swap import load_tables
+
+    names = [args["a"], args["b"]]
+    con = duckdb.connect()
+    final = False
+    while True:
+        if os.path.exists(args["stop"]):
+            final = True  # one last read after the writer finished
+        try:
+            tables = load_tables(catalog, names)
+            ends, sums = [], []
+            for name in names:
+                table = tables[name]
+                marks = json.loads(table.metadata.properties["icelog.watermarks"])
+                ends.append(marks["0"][1])
+                paths = planned_paths(table)
+                if paths:
+                    sums.append(con.execute("SELECT coalesce(sum(CAST(value AS BIGINT)), 0), count(*) FROM read_parquet(?)", [paths]).fetchone())
+                else:
+                    sums.append((0, 0))
+            emit(ends=ends, sums=[int(s[0]) for s in sums], rows=[int(s[1]) for s in sums])
+        except Exception as e:  # noqa: BLE001: reported, the test fails on it
+            emit(error=repr(e))
+        if final:
+            return
+        time.sleep(args.get("interval_s", 0.05))  # leave the writer a core
+
+
+def copier(catalog, args: dict) -> None:
+    """Copy ``src`` (one partition) to ``out``, ``batch`` records per transaction.
+
+    With ``pause``, the fault point is armed once ``pause_after`` batches have committed,
+    so the next transaction stops there (the test then kills the process)."""
+    from storage.groups import committed_offsets
+
+    producer = TransactionalProducer(catalog, args["tid"])
+    producer.init_transactions()  # rolls forward or aborts what the killed instance left
+    src, out, group = LogTable(catalog, args["src"]), args["out"], args["group"]
+    end = src.watermarks()[0].end
+    batches = 0
+    while True:
+        position = committed_offsets(catalog, group, args["src"]).get(0, 0)
+        emit(event="position", position=position)
+        if position >= end:
+            emit(event="done", position=position)
+            return
+        if args.get("pause") and batches == args.get("pause_after", 0):
+            trigger = ARM[args["pause"]]
+            if trigger == "at_prepare":
+                _arm_at_checkpoint(faults.AFTER_TXN_PREPARE, args["pause"])
+            else:
+                _arm(args["pause"])  # every point of the copier's next transaction can hit it
+        rows = src.read(0, position, min(end, position + args["batch"]))
+        with producer.transaction():
+            producer.send(out, 0, [{"key": f"src:{o}", "value": str(v).upper()} for o, v in zip(rows.column("log_offset").to_pylist(), rows.column("value").to_pylist())])
+            producer.send_offsets_to_transaction({(args["src"], 0): position + rows.num_rows}, group)
+        batches += 1
+        emit(event="batch", position=position + rows.num_rows)
+
+
+MODES = {"one": one, "loop": loop, "reader": reader, "copier": copier}
+
+if __name__ == "__main__":
+    mode, spec, raw = sys.argv[1:4]
+    MODES[mode](CatalogSpec(**json.loads(spec)).open(), json.loads(raw))
