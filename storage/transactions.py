@@ -64,6 +64,7 @@ from storage.errors import (
 from storage.files import write_log_files
 from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, with_system_columns
 from storage.state import LogState
+from storage.swap import check_atomic
 
 JOURNAL = "icelog_system.transactions"
 STATE = "icelog.transactions"
@@ -197,7 +198,10 @@ class JournalStep(Request):
                 records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "timeout"}))
                 aborted.append({"transactional_id": self.transactional_id, "txn": txn})
                 entry["txn"] = txn = None
-            getattr(self, f"_{self.step}")(entry, txn, records, now, result)
+                if self.step != "abort":  # record the abort; the caller raises TransactionAborted
+                    result["timed_out"] = self.txn_id
+            if "timed_out" not in result:
+                getattr(self, f"_{self.step}")(entry, txn, records, now, result)
         if not records and self.step == "expire":
             return Decision(state=state, result=result, write=False)
         new_state = replace(state, transactions=txns)
@@ -228,9 +232,10 @@ class JournalStep(Request):
         if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
             entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
         entry.update(epoch=entry["epoch"] + 1, txn=None)
+        last_committed = entry.pop("last_committed", None)
         if self.timeout_ms is not None:
             entry["timeout_ms"] = self.timeout_ms
-        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"]}
+        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "last_committed": last_committed}
 
     def _register(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None:
@@ -269,6 +274,9 @@ class JournalStep(Request):
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared")
         ranges = self.committed_ranges() if self.committed_ranges else {}
         entry["txn"] = None
+        # Its staged payload files are deleted after the commit; if the process dies first,
+        # the next init_transactions or recover deletes them (idempotent).
+        entry["last_committed"] = {"id": txn["id"], "partitions": txn["partitions"]}
         records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
         result["ranges"] = ranges
 
@@ -377,15 +385,17 @@ class TxnAppend(Request):
 # --- the producer ----------------------------------------------------------------------------------
 
 
-def _delete_staging(catalog: Catalog, txn: Mapping[str, Any]) -> None:
-    """Delete an aborted transaction's staged and pre-written files (a missing folder is fine)."""
+def _delete_staging(catalog: Catalog, txn: Mapping[str, Any], committed: bool = False) -> None:
+    """Delete a transaction's staged files, and its pre-written ones if it aborted (a missing
+    folder is fine)."""
     for table_name in txn.get("partitions", {}):
         try:
             location = LogTable.open(catalog, table_name).table().metadata.location
         except Exception:  # noqa: BLE001: a dropped table has nothing left to clean
             continue
         _delete_dir(staging_dir(location, txn["id"]))
-        _delete_dir(prewritten_dir(location, txn["id"]))
+        if not committed:  # a committed transaction's pre-written files are its data
+            _delete_dir(prewritten_dir(location, txn["id"]))
 
 
 def _delete_dir(uri: str) -> None:
@@ -437,6 +447,7 @@ class TransactionalProducer:
         roll forward a prepared transaction, abort an ongoing one."""
         from storage.producers import lease_producer_ids
 
+        check_atomic(self.catalog, 2)  # refuse now, not at the first commit
         ensure_journal(self.catalog)
         while True:
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
@@ -447,6 +458,8 @@ class TransactionalProducer:
             if result.get("roll_forward"):
                 roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"])
                 continue
+            if result.get("last_committed"):
+                _delete_staging(self.catalog, result["last_committed"], committed=True)
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
@@ -564,8 +577,11 @@ class TransactionalProducer:
         faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
             ranges = _commit_prepared(self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, prepared, self.clock)
-        except OffsetMismatch:
-            self._journal("abort", force=True)
+        except (AbortableError, TerminalError) as e:
+            if _can_never_commit(e):  # else fenced or already ended: the journal's owner decides
+                self._journal("abort", force=True)
+            elif isinstance(e, ProducerFenced):
+                self._discard_staged()
             self.txn_id = None
             raise
         self.txn_id = None
@@ -576,7 +592,12 @@ class TransactionalProducer:
         """Discard the open transaction: nothing of it ever becomes visible."""
         if self.txn_id is None:
             return
-        self._journal("abort")
+        try:
+            self._journal("abort")
+        except ProducerFenced:
+            self._discard_staged()
+            self.txn_id = None
+            raise
         self.txn_id = None
 
     @contextlib.contextmanager
@@ -594,6 +615,16 @@ class TransactionalProducer:
 
     # --- internals --------------------------------------------------------------------------
 
+    def _discard_staged(self) -> None:
+        """A fenced zombie deletes the payload files it staged (a send after the new instance
+        cleaned up would otherwise leave one behind). Pre-written files are left alone: the
+        new instance may have rolled the transaction forward with them."""
+        for name, sends in self._sends.items():
+            for send in sends:
+                if not send.prewritten:
+                    with contextlib.suppress(OSError):
+                        self._table(name).table().io.delete(send.path)
+
     def _require_open(self) -> str:
         if self.txn_id is None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="no open transaction: call begin_transaction()")
@@ -606,23 +637,34 @@ class TransactionalProducer:
 
     def _journal(self, step: str, *, partitions: Mapping[str, list[int]] | None = None, prepared: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
         request = JournalStep(step, self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", partitions=partitions or {}, prepared=prepared or {}, clock=self.clock)
-        if force:  # abort after a failed prepared commit: the transaction goes back to ongoing first
+        if force:  # abort a prepared transaction whose commit can never succeed
             request = _ForceAbort(**{f: getattr(request, f) for f in ("step", "transactional_id", "producer_id", "epoch", "txn_id", "clock")})
         result = commit(self.catalog, JOURNAL, request).result
         _clean_aborted(self.catalog, result)
+        if result.get("timed_out"):
+            self.txn_id = None
+            raise TransactionAborted(transactional_id=self.transactional_id, txn_id=result["timed_out"], reason="timed out")
         return result
 
 
 @dataclass
 class _ForceAbort(JournalStep):
-    """Abort a prepared transaction whose commit can never succeed (an offset mismatch)."""
+    """Abort a prepared transaction whose commit can never succeed (e.g. an offset mismatch)."""
+
+    reason: str = "its commit can never succeed"
 
     def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None or txn["id"] != self.txn_id:
             return
         entry["txn"] = None
-        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "expected offset no longer holds"}))
+        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": self.reason}))
         result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
+
+
+def _can_never_commit(error: BaseException) -> bool:
+    """A prepared transaction that fails like this would fail forever: abort it, or recovery
+    would wedge on it. A fenced producer or an ended transaction is not ours to abort."""
+    return not isinstance(error, (ProducerFenced, InvalidTxnState, TransactionAborted))
 
 
 def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
@@ -657,10 +699,12 @@ def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[s
     txn = entry["txn"]
     try:
         ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
-    except OffsetMismatch:
-        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"])
+    except (AbortableError, TerminalError) as e:
+        if not _can_never_commit(e):
+            raise
+        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
-        return {"txn_id": txn["id"], "action": "aborted", "reason": "expected offset no longer holds"}
+        return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
 
 
@@ -673,6 +717,8 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str,
     report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
     for tid, entry in state.transactions.items():
+        if entry.get("last_committed"):  # staged files a committed transaction may have left
+            _delete_staging(catalog, entry["last_committed"], committed=True)
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
             done = roll_forward(catalog, tid, entry)
