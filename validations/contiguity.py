@@ -241,7 +241,7 @@ def tile(
         if data_first < mark.start:
             violations.append(Violation("watermark", table, "watermark", f"log_start is {mark.start} but the data holds offsets from {data_first}", partition=p, first=data_first, last=mark.start - 1))
         if data_end != mark.end:
-            violations.append(Violation("watermark", table, "watermark", f"stored log_end is {mark.end} but the data ends at {data_end} (max offset + 1)", partition=p, first=min(mark.end, data_end), last=max(mark.end, data_end) - 1, extra={"stored_end": mark.end, "data_end": data_end}))
+            violations.append(Violation("watermark", table, "watermark", f"stored log_end is {mark.end} but the data ends at {data_end} (max offset + 1)", partition=p, first=min(mark.end, data_end), last=max(mark.end, data_end) - 1, extra={"stored_start": mark.start, "stored_end": mark.end, "data_end": data_end}))
     return violations
 
 

@@ -130,8 +130,9 @@ def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_
     write_landing(tmp_path / "landing")
     argv = [sys.executable, "-m", "tests.spark_worker", json.dumps(asdict(env_catalog)), "db.events", str(tmp_path / "landing"), "run-k"]
     pause = str(tmp_path / "paused")
-    driver = subprocess.Popen(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]", "ICELOG_PAUSE_AT": "after_ingest_write", "ICELOG_PAUSE_FILE": pause}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    kill_at(driver, pause, timeout=300)
+    with open(tmp_path / "driver.log", "w") as out:  # a file, not a pipe: a chatty driver never blocks
+        driver = subprocess.Popen(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]", "ICELOG_PAUSE_AT": "after_ingest_write", "ICELOG_PAUSE_FILE": pause}, stdout=out, stderr=subprocess.STDOUT)
+        kill_at(driver, pause, timeout=300)
     # Files were written but never committed: no reader sees any of them.
     data_dir = Path(t.table().metadata.location.removeprefix("file://")) / "data"
     left_behind = sorted(str(p) for p in data_dir.rglob("*.parquet"))
