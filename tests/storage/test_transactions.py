@@ -339,6 +339,7 @@ def test_i5_reader_never_sees_part_of_a_transaction(heavy_spec, tmp_path, commit
 
 
 @pytest.mark.slow  # the issue's >= 1,000 commits
+@pytest.mark.timeout(3600)
 def test_i5_reader_never_sees_part_of_a_transaction_1000_commits(heavy_spec, tmp_path):
     check_reader_sees_whole_transactions(heavy_spec, tmp_path, 1000)
 
