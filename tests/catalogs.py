@@ -27,3 +27,27 @@ class CatalogSpec:
             f"PYICEBERG_CATALOG__{key}__URI": self.uri,
             f"PYICEBERG_CATALOG__{key}__WAREHOUSE": self.warehouse,
         }
+
+
+def forwarding_catalog(inner):
+    """A catalog that creates, loads and commits one table at a time (through a SQL catalog)
+    but has no atomic multi-table swap: what a REST or Glue catalog is to icelog."""
+    from pyiceberg.catalog.noop import NoopCatalog
+
+    class ForwardingCatalog(NoopCatalog):
+        def load_table(self, identifier):
+            return inner.load_table(identifier)
+
+        def commit_table(self, table, requirements, updates):
+            return inner.commit_table(table, requirements, updates)
+
+        def create_namespace(self, namespace, properties=None):
+            return inner.create_namespace(namespace, properties or {})
+
+        def namespace_exists(self, namespace):
+            return inner.namespace_exists(namespace)
+
+        def create_table(self, *args, **kwargs):
+            return inner.create_table(*args, **kwargs)
+
+    return ForwardingCatalog("proxy")

@@ -13,13 +13,13 @@ import time
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog.noop import NoopCatalog
 
 from storage import faults
 from storage.commit import commit_tables, was_committed
 from storage.errors import AtomicCommitUnsupported
 from storage.log import AppendRequest, LogTable
 from storage.swap import load_tables
+from tests.catalogs import forwarding_catalog
 from tests.interleave import Interleaved
 from tests.multi_worker import two_table_append
 
@@ -115,24 +115,10 @@ def test_i5_consistent_reads_never_see_half_a_commit(sqlite_catalog):
     assert len(seen) > 10 and all(x == y for x, y in seen), [s for s in seen if s[0] != s[1]][:5]
 
 
-class ProxyCatalog(NoopCatalog):
-    """A catalog that can commit one table at a time but has no atomic multi-table swap."""
-
-    def __init__(self, inner) -> None:
-        super().__init__("proxy")
-        self.inner = inner
-
-    def load_table(self, identifier):
-        return self.inner.load_table(identifier)
-
-    def commit_table(self, table, requirements, updates):
-        return self.inner.commit_table(table, requirements, updates)
-
-
 def test_i5_catalog_without_atomic_multi_table_commit_is_refused_and_nothing_changes(sqlite_catalog):
     a, b = LogTable.create(sqlite_catalog, "db.a", 1), LogTable.create(sqlite_catalog, "db.b", 1)
     before = (fingerprint(a), fingerprint(b))
-    proxy = ProxyCatalog(sqlite_catalog)
+    proxy = forwarding_catalog(sqlite_catalog)
     with pytest.raises(AtomicCommitUnsupported) as caught:
         two_table_append(proxy, a.identifier, b.identifier, "x")
     assert "proxy" in str(caught.value)

@@ -23,7 +23,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from pyiceberg.catalog.noop import NoopCatalog
 
 from storage import faults
 from storage import transactions as tx
@@ -42,6 +41,7 @@ from storage.log import LogTable
 from storage.maintenance import referenced_files, remove_orphan_files
 from storage.transactions import TransactionAborted, TransactionalProducer
 from validations.checks import run_checks
+from tests.catalogs import forwarding_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 # Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward.
@@ -162,30 +162,6 @@ def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
 
 def past_timeout(ms: int = tx.TIMEOUT_MS_DEFAULT):
     return lambda: tx.now_ms() + ms + 1_000
-
-
-class ForwardingCatalog(NoopCatalog):
-    """A catalog that creates, loads and commits one table at a time (through a SQL catalog),
-    but has no atomic multi-table swap: like a REST or Glue catalog to icelog."""
-
-    def __init__(self, inner) -> None:
-        super().__init__("proxy")
-        self.inner = inner
-
-    def load_table(self, identifier):
-        return self.inner.load_table(identifier)
-
-    def commit_table(self, table, requirements, updates):
-        return self.inner.commit_table(table, requirements, updates)
-
-    def create_namespace(self, namespace, properties=None):
-        return self.inner.create_namespace(namespace, properties or {})
-
-    def namespace_exists(self, namespace):
-        return self.inner.namespace_exists(namespace)
-
-    def create_table(self, *args, **kwargs):
-        return self.inner.create_table(*args, **kwargs)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
@@ -635,7 +611,7 @@ def refused_transaction(sqlite_catalog) -> tuple[LogTable, LogTable, dict]:
     a.append({0: [{"key": "before", "value": "1"}]})
     tx.ensure_journal(sqlite_catalog)
     before = {t.identifier: t.table().metadata_location for t in (a, b)}
-    producer = TransactionalProducer(ForwardingCatalog(sqlite_catalog), "elsewhere")
+    producer = TransactionalProducer(forwarding_catalog(sqlite_catalog), "elsewhere")
     with pytest.raises(AtomicCommitUnsupported) as caught:
         producer.init_transactions()
         producer.begin_transaction()
