@@ -449,7 +449,7 @@ class TransactionalProducer:
 
         check_atomic(self.catalog, 2)  # refuse now, not at the first commit
         ensure_journal(self.catalog)
-        while True:
+        for _ in range(10):  # each round finishes one prepared transaction; it never needs many
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
             fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
             step = JournalStep("init", self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
@@ -463,6 +463,7 @@ class TransactionalProducer:
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
+        raise InvalidTxnState(transactional_id=self.transactional_id, reason="a prepared transaction stayed prepared after 10 roll-forwards; run `icelog transactions recover` and check its tables")
 
     def begin_transaction(self) -> str:
         if self.epoch is None:
