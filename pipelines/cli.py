@@ -1,7 +1,8 @@
 """The ``icelog`` command line: one Click group, ``--output text|json``, typed exit codes.
 
 Exit codes: 0 success; 1 validation found violations; 2 bad input or usage;
-3 conflict (offset mismatch, fenced producer, lost commit races); 4 any other error.
+3 conflict (offset mismatch, fenced producer, lost commit races); 4 any other error;
+5 not authorized (a missing permission, ``icelog acls``).
 
 The code follows from the error's type (``storage.errors``): a :class:`ConflictError` is 3,
 an :class:`InvalidInput` or another :class:`TerminalError` is 2, anything else is 4, an
@@ -33,9 +34,9 @@ from typing import Any, BinaryIO, Callable
 
 import click
 
-from storage.errors import ConflictError, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, TerminalError
+from storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, TerminalError
 
-EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER = 1, 2, 3, 4
+EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -44,6 +45,8 @@ MAX_PARTITIONS = 100_000
 
 def exit_code(error: BaseException) -> int:
     """The exit code an error's type implies."""
+    if isinstance(error, AuthorizationFailed):
+        return EXIT_UNAUTHORIZED
     if isinstance(error, ConflictError):
         return EXIT_CONFLICT
     if isinstance(error, (InvalidInput, TerminalError)):
@@ -194,7 +197,7 @@ class IcelogGroup(click.Group):
 
 
 EPILOG = """\b
-Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error.
+Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized.
 --output json prints one JSON document per run, errors included: {"error", "message", ...}.
 JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strings.
 """
@@ -829,6 +832,10 @@ def transactions_abort(ctx: Context, transactional_id: str) -> None:
 
     report = abort(ctx.catalog, transactional_id)
     ctx.emit(report, lambda d: click.echo(f"aborted {d['aborted']}" if d["aborted"] else "no open transaction"))
+
+
+# Command groups kept in their own modules register on import (they import ``cli`` from here).
+from pipelines import cli_groups, cli_mirror  # noqa: E402,F401
 
 
 def main() -> None:

@@ -370,3 +370,17 @@ class DuplicateSequence(TerminalError):
             f"{self.table} partition {self.partition}: sequence {self.sequence} of producer "
             f"{self.producer_id} was already written (older than the last batches kept)"
         )
+
+
+# --- permissions (KIP-391's ReplicatorWrite ACL) -----------------------------------------
+
+
+class AuthorizationFailed(TerminalError):
+    """The calling principal lacks a permission (CLI exit code 5); nothing was written."""
+
+    def __init__(self, *, principal: str, operation: str, table: str) -> None:
+        self.principal, self.operation, self.table = principal, operation, table
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"principal {self.principal!r} may not {self.operation} on {self.table} (default deny; see `icelog acls`)"
