@@ -384,3 +384,82 @@ class AuthorizationFailed(TerminalError):
 
     def describe(self) -> str:
         return f"principal {self.principal!r} may not {self.operation} on {self.table} (default deny; see `icelog acls`)"
+
+
+# --- writes with offsets and mirrors (KIP-391, I6) -----------------------------------------
+
+
+class InvalidProduceOffset(ConflictError, AbortableError):
+    """A batch with explicit offsets does not start at the partition's log end (KIP-391)."""
+
+    def __init__(self, *, table: str, partition: int, offset: int, log_end: int) -> None:
+        self.table, self.partition, self.offset, self.log_end = table, partition, offset, log_end
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.table} partition {self.partition}: a batch with offsets must start at the log end "
+            f"{self.log_end}, not at {self.offset}"
+        )
+
+
+class CorruptBatch(InvalidInput):
+    """A batch's own offsets are not consecutive (or not of the partition it names)."""
+
+    def __init__(self, *, table: str, partition: int, reason: str) -> None:
+        self.table, self.partition = table, partition
+        super().__init__(reason=reason)
+
+    def describe(self) -> str:
+        return f"corrupt batch for {self.table} partition {self.partition}: {self.reason}"
+
+
+class ReadOnlyTable(TerminalError):
+    """The table is a mirror target: only the mirror writes it until it is promoted."""
+
+    def __init__(self, *, table: str, source: str) -> None:
+        self.table, self.source = table, source
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.table} is a read-only mirror of {self.source}; run `icelog mirror promote {self.table}` to write to it"
+
+
+class MirrorGap(TerminalError):
+    """The source no longer holds offsets the mirror never copied (retention ran first)."""
+
+    def __init__(self, *, source: str, partition: int, missing_start: int, missing_end: int) -> None:
+        self.source, self.partition = source, partition
+        self.missing_start, self.missing_end = missing_start, missing_end
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.source} partition {self.partition}: offsets [{self.missing_start}, {self.missing_end}) "
+            "were removed by the source's retention before they were mirrored; refusing to skip them"
+        )
+
+
+class MirrorSourceChanged(TerminalError):
+    """The source table is not the one the mirror copies (dropped and re-created, or another table)."""
+
+    def __init__(self, *, source: str, expected_uuid: str, actual_uuid: str) -> None:
+        self.source, self.expected_uuid, self.actual_uuid = source, expected_uuid, actual_uuid
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.source} is not the table this mirror copies: its table UUID is {self.actual_uuid}, "
+            f"the mirror's source was {self.expected_uuid} (dropped and re-created?); refusing to mix them"
+        )
+
+
+class MirrorPromoted(TerminalError):
+    """The target was promoted: mirroring into it has stopped for good."""
+
+    def __init__(self, *, table: str) -> None:
+        self.table = table
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.table} was promoted to a writable table; it is no longer a mirror target"

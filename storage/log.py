@@ -27,6 +27,7 @@ from storage.errors import (
     InvalidOffset,
     NotALogTable,
     OffsetMismatch,
+    ReadOnlyTable,
     TableAlreadyExists,
     UnknownPartition,
     UnknownTable,
@@ -67,6 +68,8 @@ class AppendResult:
 
 
 CHECK_EXPECTED_OFFSETS = "icelog.check-expected-offsets"
+# Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
+READ_ONLY = "icelog.read-only"
 
 
 @dataclass
@@ -91,6 +94,8 @@ class AppendRequest(Request):
         return {p: rows.num_rows for p, rows in self.payload.items()}
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        if table.metadata.properties.get(READ_ONLY):
+            raise ReadOnlyTable(table=self.table, source=table.metadata.properties[READ_ONLY])
         counts = self.counts()
         for p in counts:
             if p >= state.partitions:

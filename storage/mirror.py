@@ -1,0 +1,384 @@
+"""Mirrors: offset-preserving copies of log tables in another catalog (KIP-391, DESIGN I6).
+
+A mirror target holds the same (partition, offset) with the same content as its source, so
+consumers fail over with their committed offsets unchanged. :func:`mirror` is one
+incremental, resumable step:
+
+1. Read the source's consumer-group offsets, *then* the source table: a committed group
+   offset never passes the log end (I10), so every offset read is covered by the data read.
+2. Create the target on first use, with the source's schema, partition spec, sort order and
+   table properties. It is read-only (``icelog.read-only``) until :func:`promote`.
+3. Refuse to go on if the source is not the table mirrored so far (its table UUID changed:
+   dropped and re-created), or if the source's retention removed offsets never mirrored
+   (:class:`MirrorGap` names the range). Never skip silently.
+4. Find what the source committed since the last mirrored source snapshot, from the
+   manifests of the snapshots in between (work proportional to the delta). If that snapshot
+   is no longer retained, fall back to the source's live files.
+5. Copy those data files byte for byte into the target's warehouse (in parallel; names are
+   derived from the source file, so a re-run after a crash overwrites rather than piles up).
+   A file that straddles the target's log end (the source compacted across it) is sliced.
+6. Commit one :class:`OffsetWriteRequest` (plus the group offsets, in the same atomic
+   multi-table commit) through the commit core. The progress (source snapshot, UUID and
+   state version) is a table property set in that same commit, so a crash at any point
+   resumes from exactly what the target holds: no gap, no duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.manifest import DataFile, ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+
+from storage import schema as cols
+from storage.acls import REPLICATOR_WRITE, authorize
+from storage.catalog import ensure_namespace
+from storage.commit import COMMITS, HEAD, VERSION, Decision, Request, commit, commit_tables, load
+from storage.errors import InvalidInput, MirrorGap, MirrorPromoted, MirrorSourceChanged, NotALogTable
+from storage.files import data_files_from_parquet, file_offset_range, file_partition
+from storage.groups import GROUPS_TABLE, GroupOffsetsState
+from storage.log import READ_ONLY
+from storage.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
+from storage.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
+from storage.system import ensure_system_table
+
+log = structlog.get_logger("icelog.mirror")
+
+MIRROR = "icelog.mirror"  # JSON: {"catalog", "table", "uuid", "snapshot", "version"}
+PROMOTED = "icelog.mirror.promoted"
+# Never copied from the source: the target's own state, bookkeeping and mirror marks.
+_OWN_PROPERTIES = {VERSION, HEAD, COMMITS, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
+COPY_THREADS = int(os.environ.get("ICELOG_MIRROR_THREADS", "8"))
+
+
+@dataclass
+class MirrorResult:
+    """What one mirror step did."""
+
+    source: str
+    target: str
+    target_catalog: str
+    source_snapshot_id: int | None
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    log_ends: dict[int, int] = field(default_factory=dict)
+    copied_files: int = 0
+    sliced_files: int = 0
+    bytes_copied: int = 0
+    groups: int = 0
+    incremental: bool = True
+    up_to_date: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mirror_record(metadata: TableMetadata) -> dict[str, Any] | None:
+    """The source a target mirrors, and how far: ``{"catalog", "table", "uuid", "snapshot", "version"}``."""
+    raw = metadata.properties.get(MIRROR)
+    return json.loads(raw) if raw else None
+
+
+def mirror(
+    source_catalog: Catalog,
+    source_table: str,
+    target_catalog: Catalog,
+    target_table: str | None = None,
+    *,
+    principal: str | None = None,
+) -> MirrorResult:
+    """Mirror everything ``source_table`` committed since the last step into the target.
+
+    Args:
+        source_catalog: The source's catalog.
+        source_table: The source log table.
+        target_catalog: The catalog of the copy (may be the same catalog).
+        target_table: The copy's name (default: the source's).
+        principal: Needs ``replicator-write`` on the target in the target catalog
+            (default: ``ICELOG_PRINCIPAL``).
+
+    Returns:
+        The offsets copied per partition and the target's log ends.
+
+    Raises:
+        AuthorizationFailed: no ``replicator-write`` grant; nothing is written.
+        MirrorGap: the source's retention removed offsets never mirrored.
+        MirrorSourceChanged: the source table was dropped and re-created.
+        MirrorPromoted: the target was promoted.
+        CommitConflict, CommitOutcomeUnknown: transient; run again (it resumes).
+    """
+    started = time.perf_counter()
+    source_id = cols.qualified(source_table)
+    target_id = cols.qualified(target_table or source_id)
+    if source_catalog.name == target_catalog.name and source_id == target_id:
+        raise InvalidInput(reason=f"a table cannot mirror itself ({source_id} in {source_catalog.name})")
+    authorize(target_catalog, principal, REPLICATOR_WRITE, target_id)
+    groups = _source_groups(source_catalog, source_id)  # before the table: see step 1
+    source = load(source_catalog, source_id)
+    if FORMAT not in source.metadata.properties:
+        raise NotALogTable(table=source_id)
+    target = _open_target(source_catalog.name, source_id, source, target_catalog, target_id)
+    record = mirror_record(target.metadata) or {}
+    if record.get("uuid") != str(source.metadata.table_uuid):
+        raise MirrorSourceChanged(source=source_id, expected_uuid=str(record.get("uuid")), actual_uuid=str(source.metadata.table_uuid))
+    result = MirrorResult(source_id, target_id, target_catalog.name, source.metadata.current_snapshot_id)
+    progress = {**record, "snapshot": source.metadata.current_snapshot_id, "version": source.metadata.properties.get(VERSION)}
+    target_groups = _target_groups(target_catalog, target_id)
+    group_changes = {g: o for g, o in groups.items() if target_groups.get(g) != o}
+    if progress == record and not group_changes:
+        result.up_to_date = True
+        result.log_ends = {p: w.end for p, w in LogState.from_metadata(target.metadata).watermarks.items()}
+        result.seconds = time.perf_counter() - started
+        return result
+    request = _plan(source, target, record, progress, result)
+    parts: list[tuple[str, Request]] = [(target_id, request)]
+    if group_changes:
+        ensure_system_table(target_catalog, GROUPS_TABLE)
+        parts.append((GROUPS_TABLE, MirrorGroupOffsets(target_id, group_changes)))
+        result.groups = len(group_changes)
+    commit_id = "mirror-" + hashlib.sha256(json.dumps([target_id, progress, group_changes], sort_keys=True).encode()).hexdigest()[:32]
+    outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
+    if outcome.result is not None:
+        result.log_ends = dict(outcome.result.log_ends)
+    result.seconds = time.perf_counter() - started
+    log.info("mirrored", source=source_id, target=target_id, ranges=result.ranges, files=result.copied_files)
+    return result
+
+
+def _plan(source: Table, target: Table, record: Mapping[str, Any], progress: Mapping[str, Any], result: MirrorResult) -> OffsetWriteRequest:
+    """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
+    src = LogState.from_metadata(source.metadata)
+    dst = LogState.from_metadata(target.metadata).with_partitions(max(src.partitions, 0))
+    first_step = record.get("snapshot") is None
+    starts: dict[int, int] = {}
+    wanted: dict[int, tuple[int, int]] = {}
+    for p, mark in src.watermarks.items():
+        have = dst.watermarks[p]
+        end = have.end
+        if first_step and have.end == 0:
+            end = mark.start  # a new mirror starts at the source's log start
+        elif mark.start > have.end:
+            raise MirrorGap(source=result.source, partition=p, missing_start=have.end, missing_end=mark.start)
+        if mark.start > have.start:
+            starts[p] = mark.start
+        if mark.end > end:
+            wanted[p] = (end, mark.end)
+        elif mark.end < have.end:
+            raise MirrorSourceChanged(source=result.source, expected_uuid=str(record.get("uuid")), actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})")
+    files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result)
+    spans = batch_spans(target, result.target, rows, files)
+    for p, need in wanted.items():
+        if spans.get(p) != need:
+            raise InvalidInput(reason=f"{result.source} partition {p}: source files cover {spans.get(p)}, not {need} (run `icelog validate` on the source)")
+    result.ranges = dict(spans)
+    lineage = {SOURCE_SNAPSHOT: str(progress["snapshot"]), "icelog.mirror-source": f"{record['catalog']}/{record['table']}"}
+    return OffsetWriteRequest(
+        result.target,
+        spans,
+        rows=rows,
+        files=files,
+        log_starts=starts,
+        partitions=src.partitions,
+        producers=dict(src.producers),
+        properties={MIRROR: json.dumps(dict(progress), sort_keys=True)},
+        lineage=lineage,
+    )
+
+
+def _copy_delta(
+    source: Table, target: Table, since: int | None, wanted: Mapping[int, tuple[int, int]], result: MirrorResult
+) -> tuple[dict[int, list[DataFile]], dict[int, pa.Table]]:
+    """Copy the source files holding the wanted offsets; slice the ones that straddle."""
+    if not wanted:
+        return {}, {}
+    candidates = _added_since(source, since) if since is not None else None
+    if candidates is None:
+        from storage.maintenance import live_files
+
+        result.incremental = False
+        candidates = live_files(source)
+    offset_id = source.schema().find_field(cols.OFFSET).field_id
+    whole: dict[int, list[tuple[int, DataFile]]] = {}
+    sliced: dict[int, pa.Table] = {}
+    for data_file in candidates:
+        p = file_partition(data_file)
+        if p not in wanted or not data_file.record_count:
+            continue
+        first, nxt = file_offset_range(data_file, offset_id)
+        lo, hi = wanted[p]
+        if nxt <= lo or first >= hi:
+            continue
+        if first < lo:
+            rows = _read(source, data_file)
+            sliced[p] = rows.filter(pc.greater_equal(rows[cols.OFFSET], lo))
+            result.sliced_files += 1
+        else:
+            whole.setdefault(p, []).append((first, data_file))
+    same_schema = source.schema().as_struct() == target.schema().as_struct()
+    jobs = [(p, f) for p in sorted(whole) for _, f in sorted(whole[p], key=lambda e: e[0])]
+    if not same_schema:  # decode and re-encode through the target's schema
+        for p, data_file in jobs:
+            sliced[p] = pa.concat_tables([t for t in (sliced.get(p), _read(source, data_file)) if t is not None])
+        return {}, sliced
+    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
+        copied = list(pool.map(lambda job: _copy_file(source, target, *job), jobs))
+    files: dict[int, list[DataFile]] = {}
+    for (p, data_file), new_file in zip(jobs, copied):
+        files.setdefault(p, []).append(new_file)
+        result.copied_files += 1
+        result.bytes_copied += data_file.file_size_in_bytes
+    return files, sliced
+
+
+def _copy_file(source: Table, target: Table, partition: int, data_file: DataFile) -> DataFile:
+    """Copy one data file byte for byte; the name is derived from the source path (idempotent)."""
+    digest = hashlib.sha256(data_file.file_path.encode()).hexdigest()[:16]
+    dest = f"{target.metadata.location.rstrip('/')}/data/{cols.PARTITION}={partition}/m-{digest}-{posixpath.basename(data_file.file_path)}"
+    with source.io.new_input(data_file.file_path).open() as src:
+        payload = src.read()
+    with target.io.new_output(dest).create(overwrite=True) as out:
+        out.write(payload)
+    return data_files_from_parquet(target, [dest])[0]
+
+
+def _read(table: Table, data_file: DataFile) -> pa.Table:
+    from storage.maintenance import _read_file
+
+    return _read_file(table, data_file)
+
+
+def _added_since(source: Table, since: int) -> list[DataFile] | None:
+    """Files added after snapshot ``since`` and still live, read only from the manifests of
+    the snapshots in between; ``None`` when ``since`` is no longer an ancestor of ``main``."""
+    metadata = source.metadata
+    chain = []
+    snapshot = metadata.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != since:
+        chain.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    if snapshot is None:
+        return None
+    ids = {s.snapshot_id for s in chain}
+    added: dict[str, DataFile] = {}
+    deleted: set[str] = set()
+    for snap in chain:
+        for manifest in snap.manifests(source.io):
+            if manifest.added_snapshot_id != snap.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(source.io, discard_deleted=False):
+                if entry.snapshot_id not in ids:
+                    continue
+                if entry.status == ManifestEntryStatus.ADDED:
+                    added[entry.data_file.file_path] = entry.data_file
+                elif entry.status == ManifestEntryStatus.DELETED:
+                    deleted.add(entry.data_file.file_path)
+    return [f for path, f in added.items() if path not in deleted]
+
+
+def _open_target(source_catalog: str, source_id: str, source: Table, catalog: Catalog, target_id: str) -> Table:
+    """The target, created on first use like its source; refused if promoted or not a mirror."""
+    try:
+        target = catalog.load_table(target_id)
+    except NoSuchTableError:
+        target = _create_target(source_catalog, source_id, source, catalog, target_id)
+    props = target.metadata.properties
+    if props.get(PROMOTED) == "true":
+        raise MirrorPromoted(table=target_id)
+    if MIRROR not in props:
+        raise InvalidInput(reason=f"{target_id} exists in {catalog.name} and is not a mirror; choose another --target-table")
+    return target
+
+
+def _create_target(source_catalog: str, source_id: str, source: Table, catalog: Catalog, target_id: str) -> Table:
+    props = {k: v for k, v in source.metadata.properties.items() if k not in _OWN_PROPERTIES}
+    record = {"catalog": source_catalog, "table": source_id, "uuid": str(source.metadata.table_uuid), "snapshot": None, "version": None}
+    props.update(
+        {
+            **LogState.initial(LogState.from_metadata(source.metadata).partitions).to_properties(),
+            VERSION: "0",
+            HEAD: "",
+            MIRROR: json.dumps(record, sort_keys=True),
+            READ_ONLY: f"{source_catalog}/{source_id}",
+        }
+    )
+    ensure_namespace(catalog, target_id.split(".")[0])
+    try:
+        catalog.create_table(
+            target_id, schema=source.schema(), partition_spec=source.spec(), sort_order=source.sort_order(), properties=props
+        )
+    except TableAlreadyExistsError:
+        pass  # another mirror step created it meanwhile
+    return load(catalog, target_id)
+
+
+def _source_groups(catalog: Catalog, table: str) -> dict[str, dict[str, int]]:
+    try:
+        metadata = catalog.load_table(GROUPS_TABLE).metadata
+    except NoSuchTableError:
+        return {}
+    state = GroupOffsetsState.from_metadata(metadata)
+    return {g: dict(ts[table]) for g, ts in state.offsets.items() if table in ts}
+
+
+def _target_groups(catalog: Catalog, table: str) -> dict[str, dict[str, int]]:
+    return _source_groups(catalog, table)
+
+
+@dataclass
+class MirrorGroupOffsets(Request):
+    """Set groups' committed offsets on the target table to the source's, verbatim."""
+
+    table: str
+    offsets: Mapping[str, Mapping[str, int]]
+    state_type = GroupOffsetsState
+
+    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
+        for group, partitions in self.offsets.items():
+            groups.setdefault(group, {})[self.table] = dict(partitions)
+        from dataclasses import replace
+
+        return Decision(state=replace(state, offsets=groups), result={"groups": len(self.offsets)})
+
+
+@dataclass
+class Promote(Request):
+    """Make a mirror target writable and stop mirroring into it."""
+
+    table: str
+    commit_id: str = ""
+
+    def decide(self, state: LogState, table: Table) -> Decision:
+        props = table.metadata.properties
+        if MIRROR not in props:
+            raise InvalidInput(reason=f"{self.table} is not a mirror target")
+        done = props.get(PROMOTED) == "true"
+        result = {"table": self.table, "promoted": True, "source": mirror_record(table.metadata)}
+        return Decision(state=state, result=result, properties={READ_ONLY: "", PROMOTED: "true"}, write=not done)
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+def promote(catalog: Catalog, table: str) -> dict[str, Any]:
+    """Promote a mirror target: it becomes an ordinary writable log table; mirroring stops.
+
+    Raises:
+        InvalidInput: the table is not a mirror target.
+    """
+    identifier = cols.qualified(table)
+    return commit(catalog, identifier, Promote(identifier)).result
