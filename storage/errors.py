@@ -386,6 +386,48 @@ class AuthorizationFailed(TerminalError):
         return f"principal {self.principal!r} may not {self.operation} on {self.table} (default deny; see `icelog acls`)"
 
 
+# --- consumer groups (I10) ------------------------------------------------------------------
+
+
+class InvalidRange(InvalidInput):
+    """A range commit that is malformed, overlaps offsets already done, or leaves the log."""
+
+    def __init__(self, *, table: str, partition: int, first: Any, last: Any, reason: str) -> None:
+        self.table, self.partition, self.first, self.last = table, partition, first, last
+        super().__init__(reason=reason)
+
+    def describe(self) -> str:
+        return f"{self.table} partition {self.partition}: range {self.first!r}-{self.last!r} refused: {self.reason}"
+
+
+class RangeLimitExceeded(TransientError):
+    """The commit would keep more open ranges than ``icelog.groups.max-ranges``: close a gap first."""
+
+    def __init__(self, *, group: str, table: str, partition: int, ranges: int, limit: int) -> None:
+        self.group, self.table, self.partition, self.ranges, self.limit = group, table, partition, ranges, limit
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"group {self.group!r} {self.table} partition {self.partition}: {self.ranges} open ranges would pass "
+            f"the limit {self.limit} (icelog.groups.max-ranges); commit the offsets of the lowest gap first"
+        )
+
+
+class StaleGeneration(ConflictError, AbortableError):
+    """A group member acted with a generation that is no longer current (or was removed): fenced."""
+
+    def __init__(self, *, group: str, member: str, generation: int, current_generation: int) -> None:
+        self.group, self.member, self.generation, self.current_generation = group, member, generation, current_generation
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"group {self.group!r}: member {self.member!r} acted at generation {self.generation}, "
+            f"the group is at {self.current_generation} (rejoin, then redo from the committed offsets)"
+        )
+
+
 # --- writes with offsets and mirrors (KIP-391, I6) -----------------------------------------
 
 
@@ -463,3 +505,22 @@ class MirrorPromoted(TerminalError):
 
     def describe(self) -> str:
         return f"{self.table} was promoted to a writable table; it is no longer a mirror target"
+
+
+# --- the ingest ledger ------------------------------------------------------------------
+
+
+class SourceFileChanged(TerminalError):
+    """A source file was loaded before and its content changed since; nothing was written."""
+
+    def __init__(self, *, table: str, path: str, loaded_fingerprint: str, fingerprint: str, loaded_at: str) -> None:
+        self.table, self.path, self.loaded_fingerprint = table, path, loaded_fingerprint
+        self.fingerprint, self.loaded_at = fingerprint, loaded_at
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.path} was loaded into {self.table} at {self.loaded_at} and its content changed since "
+            f"({self.loaded_fingerprint} -> {self.fingerprint}); nothing was loaded. "
+            "Reload it as new rows with --reload-changed, or restore the file"
+        )

@@ -7,13 +7,25 @@ committed position per source (table, partition)::
 
 The convention is Kafka's: a committed offset is the *next* offset to read. A commit runs
 through the commit core, so it can join a transaction's atomic multi-table commit
-(exactly-once consume–transform–produce). The consumer-groups work extends this state
-(individually committed ranges, members, generations) under the same key.
+(exactly-once consume–transform–produce).
+
+Consumer groups keep two more properties in the same table, apart from the stable offsets
+(as the seed separates them):
+
+* ``icelog.group-ranges``: individually committed (IC) ranges above each stable offset,
+  ``{"<group>": {"<table>": {"<partition>": [[first, last], ...]}}}``, at most
+  ``icelog.groups.max-ranges`` (default 1,000) per partition (``storage.ranges``);
+* ``icelog.group-members``: members, generation, assignment and draining hash ranges per
+  group (``storage.membership``).
+
+The seed's *stable offset* (the last offset done, inclusive) is ``committed - 1``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -23,24 +35,50 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from storage.commit import Decision, Request, commit
-from storage.errors import InvalidInput, InvalidOffset
+from storage import membership
+from storage.errors import IcelogError, InvalidInput, InvalidOffset, InvalidRange, RangeLimitExceeded, StaleGeneration
+from storage.ranges import RangeError, RangeState, check_range, commit_range, normalize, resume_at
 from storage.system import ensure_system_table
 
 GROUPS_TABLE = "icelog_system.group_offsets"
 OFFSETS = "icelog.group-offsets"
+RANGES = "icelog.group-ranges"
+MEMBERS = "icelog.group-members"
+MAX_RANGES = "icelog.groups.max-ranges"
+MAX_RANGES_DEFAULT = 1000
 
 
 @dataclass(frozen=True)
 class GroupOffsetsState:
     offsets: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
     snapshot_id: int | None = None
+    ranges: Mapping[str, Mapping[str, Mapping[str, list[list[int]]]]] = field(default_factory=dict)
+    members: Mapping[str, Any] = field(default_factory=dict)
+    max_ranges: int = MAX_RANGES_DEFAULT
 
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> GroupOffsetsState:
-        return cls(json.loads(metadata.properties.get(OFFSETS, "{}")), metadata.current_snapshot_id)
+        props = metadata.properties
+        return cls(
+            json.loads(props.get(OFFSETS, "{}")),
+            metadata.current_snapshot_id,
+            json.loads(props.get(RANGES, "{}")),
+            json.loads(props.get(MEMBERS, "{}")),
+            int(props.get(MAX_RANGES, MAX_RANGES_DEFAULT)),
+        )
 
     def to_properties(self) -> dict[str, str]:
-        return {OFFSETS: json.dumps(self.offsets, sort_keys=True, separators=(",", ":"))}
+        def dump(value: Any) -> str:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+        return {OFFSETS: dump(self.offsets), RANGES: dump(self.ranges), MEMBERS: dump(self.members)}
+
+    def range_state(self, group: str, table: str, partition: int, log_start: int) -> RangeState:
+        """One partition's stable offset and IC ranges, resumed at ``log_start`` after retention."""
+        committed = self.offsets.get(group, {}).get(table, {}).get(str(partition))
+        ranges = self.ranges.get(group, {}).get(table, {}).get(str(partition), [])
+        stable = log_start - 1 if committed is None else committed - 1
+        return resume_at(normalize(stable, [tuple(r) for r in ranges]), log_start)  # type: ignore[misc]
 
     def committed(self, group: str, table: str) -> dict[int, int]:
         return {int(p): o for p, o in self.offsets.get(group, {}).get(table, {}).items()}
@@ -70,29 +108,33 @@ class CommitGroupOffsets(Request):
     state_type = GroupOffsetsState
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
-        groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
-        mine = groups.setdefault(self.group, {})
+        updates: dict[tuple[str, int], RangeState] = {}
         for (source, p), offset in sorted(self.offsets.items()):
             end = self.log_ends[(source, p)]
             if offset > end:
                 raise InvalidOffset(partition=p, offset=offset, reason=f"beyond the log end {end} of {source}")
-            mine.setdefault(source, {})[str(p)] = offset
-        return Decision(state=replace(state, offsets=groups), result={"group": self.group, "committed": len(self.offsets)})
+            ranges = state.ranges.get(self.group, {}).get(source, {}).get(str(p), [])
+            updates[(source, p)] = normalize(offset - 1, [tuple(r) for r in ranges])  # type: ignore[misc]
+        return Decision(state=with_range_states(state, self.group, updates), result={"group": self.group, "committed": len(self.offsets)})
+
+
+def with_range_states(state: GroupOffsetsState, group: str, updates: Mapping[tuple[str, int], RangeState]) -> GroupOffsetsState:
+    """``state`` with these partitions' stable offsets (as Kafka committed offsets) and IC ranges."""
+    offsets = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
+    ranges = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.ranges.items()}
+    for (source, p), rs in updates.items():
+        offsets.setdefault(group, {}).setdefault(source, {})[str(p)] = rs.committed
+        mine = ranges.setdefault(group, {}).setdefault(source, {})
+        if rs.ranges:
+            mine[str(p)] = rs.to_json()
+        else:
+            mine.pop(str(p), None)
+    return replace(state, offsets=offsets, ranges=ranges)
 
 
 def log_ends(catalog: Catalog, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
     """Each source partition's log end now (it only grows, so an offset under it stays valid)."""
-    from storage.log import LogTable
-
-    ends: dict[tuple[str, int], int] = {}
-    for source in {t for t, _ in offsets}:
-        marks = LogTable.open(catalog, source).watermarks()
-        for t, p in offsets:
-            if t == source:
-                if p not in marks:
-                    raise InvalidOffset(partition=p, offset=offsets[(t, p)], reason=f"{source} has no partition {p}")
-                ends[(t, p)] = marks[p].end
-    return ends
+    return {key: end for key, (_, end) in log_bounds(catalog, offsets).items()}
 
 
 def commit_request(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int], int]) -> CommitGroupOffsets:
@@ -119,3 +161,305 @@ def committed_offsets(catalog: Catalog, group: str, table: str) -> dict[int, int
     except NoSuchTableError:
         return {}
     return GroupOffsetsState.from_metadata(metadata).committed(group, qualified(table))
+
+
+# --- individual (range) commits and membership ------------------------------------------------
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _group_copy(state: GroupOffsetsState, group: str) -> dict[str, Any]:
+    return copy.deepcopy(dict(state.members.get(group) or membership.empty_group()))
+
+
+def _with_group(state: GroupOffsetsState, group: str, record: Mapping[str, Any]) -> GroupOffsetsState:
+    members = dict(state.members)
+    members[group] = record
+    return replace(state, members=members)
+
+
+def _fence(group: str, record: dict[str, Any], member: str | None, generation: int | None, now_ms: int) -> None:
+    """Expire lapsed members, then refuse a member that is gone or acts at an old generation."""
+    membership.expire(record, now_ms)
+    if member is None:
+        live = membership.live_members(record, now_ms)
+        if live:
+            raise StaleGeneration(group=group, member="", generation=-1, current_generation=record["generation"])
+        return
+    if member not in record["members"] or generation != record["generation"]:
+        raise StaleGeneration(
+            group=group, member=member, generation=-1 if generation is None else generation, current_generation=record["generation"]
+        )
+    record["members"][member]["heartbeat_ms"] = now_ms
+    membership.acknowledge(record, member)
+
+
+@dataclass
+class CommitRanges(Request):
+    """Mark offset ranges done, individually (I10): merged, never applied twice, never past the log end.
+
+    ``member``/``generation`` fence a group member (:class:`StaleGeneration`); ``None`` is a
+    manual commit, allowed only while the group has no live member.
+    """
+
+    group: str
+    ranges: Mapping[tuple[str, int], list[tuple[int, int]]]
+    log_bounds: Mapping[tuple[str, int], tuple[int, int]]
+    member: str | None = None
+    generation: int | None = None
+    now_ms: int | None = None
+    state_type = GroupOffsetsState
+
+    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        now = self.now_ms if self.now_ms is not None else _now_ms()
+        record = _group_copy(state, self.group)
+        _fence(self.group, record, self.member, self.generation, now)
+        updates: dict[tuple[str, int], RangeState] = {}
+        for (source, p), ranges in sorted(self.ranges.items()):
+            start, end = self.log_bounds[(source, p)]
+            rs = state.range_state(self.group, source, p, start)
+            for first, last in ranges:
+                if first < start:
+                    raise InvalidRange(table=source, partition=p, first=first, last=last, reason=f"below the log start {start}")
+                if last >= end:
+                    raise InvalidRange(table=source, partition=p, first=first, last=last, reason=f"beyond the log end {end}")
+                try:
+                    rs = commit_range(rs, first, last)
+                except RangeError as e:
+                    raise InvalidRange(table=source, partition=p, first=first, last=last, reason=str(e)) from e
+            if len(rs.ranges) > state.max_ranges:
+                raise RangeLimitExceeded(group=self.group, table=source, partition=p, ranges=len(rs.ranges), limit=state.max_ranges)
+            updates[(source, p)] = rs
+        new = _with_group(with_range_states(state, self.group, updates), self.group, record)
+        result = {
+            "group": self.group,
+            "generation": record["generation"],
+            "partitions": {f"{t}/{p}": {"stable": rs.stable, "committed": rs.committed, "ranges": rs.to_json()} for (t, p), rs in updates.items()},
+        }
+        return Decision(state=new, result=result)
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+def validate_ranges(group: str, ranges: Mapping[tuple[str, int], list[tuple[int, int]]]) -> None:
+    """Shape checks before anything is read (I8)."""
+    validate_offsets(group, {key: 0 for key in ranges} if ranges else {})
+    for (source, p), rs in ranges.items():
+        if not rs:
+            raise InvalidInput(reason=f"no ranges for {source} partition {p}")
+        for r in rs:
+            try:
+                check_range(*r)
+            except (RangeError, TypeError) as e:
+                raise InvalidRange(table=source, partition=p, first=r, last=r, reason=str(e)) from e
+
+
+def log_bounds(catalog: Catalog, keys: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(log_start, log_end)`` of each source partition now."""
+    from storage.log import LogTable
+
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    for source in sorted({t for t, _ in keys}):
+        marks = LogTable.open(catalog, source).watermarks()
+        for t, p in keys:
+            if t == source:
+                if p not in marks:
+                    raise InvalidOffset(partition=p, offset=None, reason=f"{source} has no partition {p}")
+                bounds[(t, p)] = (marks[p].start, marks[p].end)
+    return bounds
+
+
+def ranges_request(
+    catalog: Catalog,
+    group: str,
+    ranges: Mapping[tuple[str, int], list[tuple[int, int]]],
+    *,
+    member: str | None = None,
+    generation: int | None = None,
+) -> CommitRanges:
+    """A validated range commit, ready to run alone or in a multi-table commit (``commit_tables``)."""
+    from storage.schema import qualified
+
+    ranges = {(qualified(t), p): [tuple(r) for r in rs] for (t, p), rs in ranges.items()} if ranges else {}
+    validate_ranges(group, ranges)  # type: ignore[arg-type]
+    ensure_system_table(catalog, GROUPS_TABLE)
+    return CommitRanges(group, ranges, log_bounds(catalog, ranges), member, generation)  # type: ignore[arg-type]
+
+
+def commit_ranges(
+    catalog: Catalog,
+    group: str,
+    ranges: Mapping[tuple[str, int], list[tuple[int, int]]],
+    *,
+    member: str | None = None,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    """Commit offset ranges ``{(table, partition): [(first, last), ...]}`` (inclusive) on their own.
+
+    Raises:
+        InvalidRange: malformed, overlapping what is done, below the log start or past the log end.
+        RangeLimitExceeded: too many open ranges (close the lowest gap first).
+        StaleGeneration: the member was removed, or acted at an old generation.
+    """
+    return commit(catalog, GROUPS_TABLE, ranges_request(catalog, group, ranges, member=member, generation=generation)).result
+
+
+@dataclass
+class GroupAction(Request):
+    """Join, heartbeat (sync) or leave; every action first removes members whose session lapsed."""
+
+    group: str
+    member: str
+    action: str  # "join" | "heartbeat" | "leave"
+    subscription: Mapping[str, list[int]] = field(default_factory=dict)
+    session_ms: int = 10_000
+    now_ms: int | None = None
+    state_type = GroupOffsetsState
+
+    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        now = self.now_ms if self.now_ms is not None else _now_ms()
+        record = _group_copy(state, self.group)
+        membership.expire(record, now)
+        if self.action == "join":
+            membership.join(record, self.member, self.subscription, self.session_ms, now)
+        elif self.action == "leave":
+            membership.leave(record, self.member)
+        elif self.member not in record["members"]:
+            raise StaleGeneration(group=self.group, member=self.member, generation=-1, current_generation=record["generation"])
+        else:
+            record["members"][self.member]["heartbeat_ms"] = now
+            membership.acknowledge(record, self.member)
+        return Decision(state=_with_group(state, self.group, record), result=copy.deepcopy(record))
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+def group_action(catalog: Catalog, request: GroupAction) -> dict[str, Any]:
+    """Run a membership action; returns the group's membership record after it."""
+    if not isinstance(request.group, str) or not request.group.strip() or len(request.group) > 256:
+        raise InvalidInput(reason="a group id is a non-empty string of at most 256 characters")
+    ensure_system_table(catalog, GROUPS_TABLE)
+    return commit(catalog, GROUPS_TABLE, request).result
+
+
+def group_state(catalog: Catalog) -> GroupOffsetsState:
+    try:
+        metadata = catalog.load_table(GROUPS_TABLE).metadata
+    except NoSuchTableError:
+        return GroupOffsetsState()
+    return GroupOffsetsState.from_metadata(metadata)
+
+
+def list_groups(catalog: Catalog) -> list[str]:
+    state = group_state(catalog)
+    return sorted(set(state.offsets) | set(state.ranges) | set(state.members))
+
+
+def describe_group(catalog: Catalog, group: str, now_ms: int | None = None) -> dict[str, Any]:
+    """Per table and partition: stable offset (last done, inclusive), Kafka committed offset
+    (next to read), IC ranges, log bounds, lag; plus members, generation, assignment and
+    draining ranges."""
+    from storage.log import LogTable
+
+    now = now_ms if now_ms is not None else _now_ms()
+    state = group_state(catalog)
+    record = copy.deepcopy(dict(state.members.get(group) or membership.empty_group()))
+    tables = sorted(set(state.offsets.get(group, {})) | set(state.ranges.get(group, {})) | set(record["assignment"]))
+    partitions: list[dict[str, Any]] = []
+    for source in tables:
+        try:
+            marks = LogTable.open(catalog, source).watermarks()
+        except IcelogError:
+            marks = {}
+        keys = set(state.offsets.get(group, {}).get(source, {})) | set(state.ranges.get(group, {}).get(source, {}))
+        keys |= set(record["assignment"].get(source, {}))
+        for p in sorted(int(k) for k in keys):
+            mark = marks.get(p)
+            start, end = (mark.start, mark.end) if mark else (0, 0)
+            stored = state.offsets.get(group, {}).get(source, {}).get(str(p))
+            rs = state.range_state(group, source, p, start)
+            entry = {
+                "table": source,
+                "partition": p,
+                "stable_offset": rs.stable,
+                "committed_offset": rs.committed,
+                "ranges": rs.to_json(),
+                "log_start": start,
+                "log_end": end,
+                "lag": max(0, end - rs.committed) - sum(l - f + 1 for f, l in rs.ranges),
+                "owners": record["assignment"].get(source, {}).get(str(p), {}),
+                "draining": [d for d in record["draining"] if d["table"] == source and d["partition"] == p],
+            }
+            if stored is not None and stored < start:
+                entry["note"] = (
+                    f"retention moved the log start to {start}, past the stored stable offset {stored - 1}: "
+                    f"the group resumes from the log start"
+                )
+            partitions.append(entry)
+    members = [
+        {
+            "member": m,
+            "generation": s["generation"],
+            "heartbeat_age_ms": now - s["heartbeat_ms"],
+            "session_ms": s["session_ms"],
+            "live": now - s["heartbeat_ms"] <= s["session_ms"],
+            "subscription": s["subscription"],
+        }
+        for m, s in sorted(record["members"].items())
+    ]
+    return {"group": group, "generation": record["generation"], "members": members, "partitions": partitions, "max_ranges": state.max_ranges}
+
+
+@dataclass
+class ResetGroup(Request):
+    """Set partitions' stable offsets and drop their IC ranges; refused while members are live."""
+
+    group: str
+    positions: Mapping[tuple[str, int], int]  # Kafka committed offset: next to read
+    now_ms: int | None = None
+    state_type = GroupOffsetsState
+
+    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        record = _group_copy(state, self.group)
+        _fence(self.group, record, None, None, self.now_ms if self.now_ms is not None else _now_ms())
+        updates = {key: RangeState(offset - 1, ()) for key, offset in self.positions.items()}
+        new = _with_group(with_range_states(state, self.group, updates), self.group, record)
+        return Decision(state=new, result={"group": self.group, "reset": {f"{t}/{p}": o for (t, p), o in sorted(self.positions.items())}})
+
+
+def reset_group(catalog: Catalog, group: str, table: str, to: str, partitions: list[int] | None = None) -> dict[str, Any]:
+    """Move a group's position on ``table`` to ``earliest``, ``latest`` or an offset (next to read).
+
+    Raises:
+        StaleGeneration: the group has live members.
+        InvalidOffset: an offset outside ``[log_start, log_end]``.
+    """
+    from storage.log import LogTable
+    from storage.schema import qualified
+
+    source = qualified(table)
+    marks = LogTable.open(catalog, source).watermarks()
+    chosen = sorted(marks) if partitions is None else partitions
+    positions: dict[tuple[str, int], int] = {}
+    for p in chosen:
+        if p not in marks:
+            raise InvalidOffset(partition=p, offset=None, reason=f"{source} has no partition {p}")
+        if to == "earliest":
+            positions[(source, p)] = marks[p].start
+        elif to == "latest":
+            positions[(source, p)] = marks[p].end
+        else:
+            try:
+                offset = int(to)
+            except ValueError:
+                raise InvalidInput(reason=f"reset to 'earliest', 'latest' or an offset, not {to!r}") from None
+            if not marks[p].start <= offset <= marks[p].end:
+                raise InvalidOffset(partition=p, offset=offset, reason=f"outside [{marks[p].start}, {marks[p].end}]")
+            positions[(source, p)] = offset
+    validate_offsets(group, positions)
+    ensure_system_table(catalog, GROUPS_TABLE)
+    return commit(catalog, GROUPS_TABLE, ResetGroup(group, positions)).result
