@@ -1,0 +1,315 @@
+"""I6: mirrors keep offsets. Writes with offsets, the replicator permission, the mirror.
+
+Every test runs SQLite -> SQLite and SQLite -> PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from storage import schema as cols
+from storage.acls import add_acl
+from storage.errors import (
+    AuthorizationFailed,
+    CorruptBatch,
+    InvalidProduceOffset,
+    MirrorGap,
+    MirrorPromoted,
+    MirrorSourceChanged,
+    ReadOnlyTable,
+)
+from storage.groups import commit_offsets, committed_offsets
+from storage.log import LogTable
+from storage.maintenance import Retention, live_files, referenced_files
+from storage.commit import commit
+from storage.mirror import mirror, mirror_record, promote
+from storage.producers import ProducerBatch, init_producer
+from storage.replica import write_with_offsets
+from tests.catalogs import CatalogSpec
+
+PRINCIPAL = "mirror-bot"
+
+
+@pytest.fixture
+def source_spec(sqlite_spec) -> CatalogSpec:
+    return sqlite_spec
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target_spec(request, tmp_path) -> CatalogSpec:
+    warehouse = tmp_path / "target-warehouse"
+    warehouse.mkdir()
+    if request.param == "sqlite":
+        return CatalogSpec("sqlite", "mirrorcat", f"sqlite:///{tmp_path / 'target.db'}", f"file://{warehouse}")
+    base = request.getfixturevalue("postgres_server")
+    return CatalogSpec("postgres", f"pg{uuid.uuid4().hex[:10]}", base, f"file://{warehouse}")
+
+
+@pytest.fixture
+def source(source_spec):
+    return source_spec.open()
+
+
+@pytest.fixture
+def target(target_spec):
+    catalog = target_spec.open()
+    add_acl(catalog, PRINCIPAL, "logs.*")
+    return catalog
+
+
+def rows(n: int, tag: str = "v") -> list[dict]:
+    return [{"key": f"k{i}", "value": f"{tag}{i}"} for i in range(n)]
+
+
+def run_mirror(source, target, table="orders", **kwargs):
+    return mirror(source, table, target, principal=PRINCIPAL, **kwargs)
+
+
+def assert_parity(source, target, table: str = "orders") -> None:
+    """Same partitions, same [log_start, log_end), same rows (every column) at each offset,
+    and no data file referenced twice in the target."""
+    src, dst = LogTable.open(source, table), LogTable.open(target, table)
+    assert dst.watermarks() == src.watermarks()
+    for p, mark in src.watermarks().items():
+        a = src.read(p, mark.start, mark.end)
+        b = dst.read(p, mark.start, mark.end)
+        assert b.num_rows == mark.end - mark.start
+        assert b.to_pylist() == a.to_pylist(), f"partition {p} differs"
+    assert dst.state().producers == src.state().producers
+    paths = [f.file_path for f in live_files(dst.table())]
+    assert not [p for p, n in Counter(paths).items() if n > 1], "a data file is referenced twice"
+
+
+# --- writes with offsets ----------------------------------------------------------------------
+
+
+def offset_rows(partition: int, offsets: list[int]) -> pa.Table:
+    n = len(offsets)
+    return pa.table(
+        {
+            cols.PARTITION: pa.array([partition] * n, pa.int32()),
+            cols.OFFSET: pa.array(offsets, pa.int64()),
+            cols.TIMESTAMP: pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            cols.PRODUCER_ID: pa.nulls(n, pa.int64()),
+            cols.PRODUCER_EPOCH: pa.nulls(n, pa.int32()),
+            cols.PRODUCER_SEQ: pa.nulls(n, pa.int32()),
+            "key": [f"k{o}" for o in offsets],
+            "value": [f"v{o}" for o in offsets],
+        }
+    )
+
+
+@pytest.fixture
+def replica(target):
+    table = LogTable.create(target, "replica", 2)
+    write_with_offsets(target, "replica", {0: offset_rows(0, [0, 1, 2])}, principal=PRINCIPAL)
+    return table
+
+
+def test_i6_write_with_offsets_keeps_them_and_returns_log_ends(target, replica):
+    result = write_with_offsets(target, "replica", {0: offset_rows(0, [3, 4]), 1: offset_rows(1, [0])}, principal=PRINCIPAL)
+    assert result.ranges == {0: (3, 5), 1: (0, 1)}
+    assert result.log_ends == {0: 5, 1: 1}
+    assert replica.read(0).column(cols.OFFSET).to_pylist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "offsets, error",
+    [
+        ([3, 5], CorruptBatch),  # not consecutive
+        ([4, 3], CorruptBatch),  # going backward
+        ([2, 3], InvalidProduceOffset),  # starts before the log end
+        ([4, 5], InvalidProduceOffset),  # starts after the log end
+    ],
+)
+def test_i6_bad_batches_refused_target_unchanged(target, replica, unchanged, offsets, error):
+    with unchanged(replica):
+        with pytest.raises(error) as caught:
+            write_with_offsets(target, "replica", {0: offset_rows(0, offsets)}, principal=PRINCIPAL)
+    if error is InvalidProduceOffset:
+        assert caught.value.log_end == 3
+
+
+def test_i6_batch_of_another_partition_refused(target, replica, unchanged):
+    with unchanged(replica), pytest.raises(CorruptBatch):
+        write_with_offsets(target, "replica", {1: offset_rows(0, [0, 1])}, principal=PRINCIPAL)
+
+
+@pytest.mark.parametrize("principal", [None, "someone-else"])
+def test_i6_unauthorized_principal_refused_nothing_written(target, replica, unchanged, monkeypatch, principal):
+    monkeypatch.delenv("ICELOG_PRINCIPAL", raising=False)
+    with unchanged(replica), pytest.raises(AuthorizationFailed):
+        write_with_offsets(target, "replica", {0: offset_rows(0, [3])}, principal=principal)
+
+
+def test_i6_principal_from_environment(target, replica, monkeypatch):
+    monkeypatch.setenv("ICELOG_PRINCIPAL", PRINCIPAL)
+    assert write_with_offsets(target, "replica", {0: offset_rows(0, [3])}).log_ends[0] == 4
+
+
+def test_ordinary_appends_need_no_permission(target):
+    table = LogTable.create(target, "plain", 1)
+    assert table.append({0: rows(2)}).ranges == {0: (0, 2)}
+
+
+# --- the mirror -------------------------------------------------------------------------------
+
+
+def test_i6_mirror_same_partitions_offsets_rows_schema_and_properties(source, target):
+    src = LogTable.create(source, "orders", 3, properties={"icelog.retention.ms": "86400000"})
+    for i in range(3):
+        src.append({0: rows(3, f"a{i}"), 2: rows(1, f"c{i}")})
+    result = run_mirror(source, target)
+    assert result.ranges == {0: (0, 9), 2: (0, 3)}
+    assert result.copied_files == 6 and result.sliced_files == 0
+    assert_parity(source, target)
+    dst = LogTable.open(target, "orders").table()
+    assert dst.schema().as_struct() == src.table().schema().as_struct()
+    assert dst.spec() == src.table().spec()
+    assert dst.metadata.properties["icelog.retention.ms"] == "86400000"
+    assert mirror_record(dst.metadata)["table"] == "logs.orders"
+
+
+def test_i6_incremental_copies_only_the_delta(source, target):
+    src = LogTable.create(source, "orders", 2)
+    for _ in range(5):
+        src.append({0: rows(2), 1: rows(1)})
+    run_mirror(source, target)
+    src.append({1: rows(4, "new")})
+    result = run_mirror(source, target)
+    assert result.incremental and result.copied_files == 1 and result.ranges == {1: (5, 9)}
+    assert run_mirror(source, target).up_to_date
+    assert_parity(source, target)
+
+
+def test_i6_files_are_byte_for_byte_copies(source, target):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(5)})
+    run_mirror(source, target)
+    (a,), (b,) = live_files(src.table()), live_files(LogTable.open(target, "orders").table())
+    read = lambda path: Path(path.removeprefix("file://")).read_bytes()  # noqa: E731
+    assert a.file_path != b.file_path and read(a.file_path) == read(b.file_path)
+
+
+def test_i6_retention_and_new_partitions_propagate(source, target):
+    src = LogTable.create(source, "orders", 1)
+    for i in range(3):
+        src.append({0: rows(2, f"r{i}")})
+    run_mirror(source, target)
+    commit(source, "logs.orders", Retention("logs.orders", retention_bytes=1))  # keeps only the newest file
+    src.add_partitions(3)
+    src.append({2: rows(2)})
+    result = run_mirror(source, target)
+    assert src.watermarks()[0].start == 4
+    assert LogTable.open(target, "orders").watermarks()[0].start == 4
+    assert result.log_ends == {0: 6, 1: 0, 2: 2}
+    assert_parity(source, target)
+    assert len([f for f in live_files(LogTable.open(target, "orders").table()) if f.partition[0] == 0]) == 1
+
+
+def test_i6_new_mirror_of_trimmed_source_starts_at_its_log_start(source, target):
+    src = LogTable.create(source, "orders", 1)
+    for _ in range(3):
+        src.append({0: rows(2)})
+    commit(source, "logs.orders", Retention("logs.orders", retention_bytes=1))
+    run_mirror(source, target)
+    assert_parity(source, target)
+
+
+def test_i6_gap_fails_fast_and_names_the_missing_range(source, target):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    for _ in range(3):
+        src.append({0: rows(2)})
+    commit(source, "logs.orders", Retention("logs.orders", retention_bytes=1))
+    dst = LogTable.open(target, "orders")
+    before = dst.watermarks()
+    with pytest.raises(MirrorGap) as caught:
+        run_mirror(source, target)
+    assert (caught.value.partition, caught.value.missing_start, caught.value.missing_end) == (0, 2, 6)
+    assert "[2, 6)" in str(caught.value)
+    assert dst.watermarks() == before
+
+
+def test_i6_recreated_source_fails_fast(source, target):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    source.drop_table("logs.orders")
+    LogTable.create(source, "orders", 1).append({0: rows(5)})
+    with pytest.raises(MirrorSourceChanged):
+        run_mirror(source, target)
+    assert LogTable.open(target, "orders").watermarks()[0].end == 2
+
+
+def test_i6_unauthorized_mirror_writes_nothing(source, target, monkeypatch):
+    monkeypatch.delenv("ICELOG_PRINCIPAL", raising=False)
+    LogTable.create(source, "orders", 1).append({0: rows(2)})
+    tables_before = target.list_tables("logs") if target.namespace_exists("logs") else []
+    with pytest.raises(AuthorizationFailed):
+        mirror(source, "orders", target, principal="intruder")
+    assert (target.list_tables("logs") if target.namespace_exists("logs") else []) == tables_before
+
+
+def test_i6_target_read_only_until_promoted(source, target):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    dst = LogTable.open(target, "orders")
+    with pytest.raises(ReadOnlyTable):
+        dst.append({0: rows(1)})
+    promote(target, "orders")
+    assert dst.append({0: rows(1)}).ranges == {0: (2, 3)}
+    src.append({0: rows(1)})
+    with pytest.raises(MirrorPromoted):
+        run_mirror(source, target)
+
+
+def test_i6_idempotent_producer_state_carried_over(source, target):
+    src = LogTable.create(source, "orders", 1)
+    me = init_producer(source, "logs.orders", "writer")
+    src.append({0: rows(3)}, producer=ProducerBatch(me.producer_id, me.epoch, {0: 0}))
+    run_mirror(source, target)
+    assert_parity(source, target)
+    promote(target, "orders")
+    again = LogTable.open(target, "orders").append({0: rows(3)}, producer=ProducerBatch(me.producer_id, me.epoch, {0: 0}))
+    assert again.duplicate and again.ranges == {0: (0, 3)}
+
+
+def test_i6_failover_drill_group_continues_from_committed_offset(source, target):
+    src = LogTable.create(source, "orders", 2)
+    for i in range(4):
+        src.append({0: rows(3, f"a{i}"), 1: rows(2, f"b{i}")})
+    consumed = {0: src.read(0, 0, 5), 1: src.read(1, 0, 3)}
+    commit_offsets(source, "billing", {("orders", 0): 5, ("orders", 1): 3})
+    src.append({0: rows(1, "late")})
+    result = run_mirror(source, target)
+    assert result.groups == 1
+    # the group switches catalogs
+    positions = committed_offsets(target, "billing", "orders")
+    assert positions == {0: 5, 1: 3}
+    dst = LogTable.open(target, "orders")
+    for p, position in positions.items():
+        after = dst.read(p, position)
+        assert after.to_pylist() == src.read(p, position).to_pylist()
+        assert after.column(cols.OFFSET).to_pylist()[0] == consumed[p].column(cols.OFFSET).to_pylist()[-1] + 1
+
+
+def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
+    from storage.maintenance import Compaction
+
+    src = LogTable.create(source, "orders", 1)
+    for _ in range(3):
+        src.append({0: rows(2)})
+    run_mirror(source, target)
+    src.append({0: rows(2)})
+    commit(source, "logs.orders", Compaction("logs.orders", target_rows=100))  # one file 0..7
+    result = run_mirror(source, target)
+    assert result.ranges == {0: (6, 8)}
+    assert_parity(source, target)
