@@ -63,3 +63,119 @@ def test_bad_expectation_files_are_typed_errors(tmp_path):
     with pytest.raises(InvalidInput):
         payload_expectations("db.x", bad)
     assert payload_expectations("db.none") == []
+
+
+# --- incremental validation --------------------------------------------------------------
+
+
+def tamper(table, partition: int, column: str, value) -> str:
+    """Rewrite one already-committed data file in place (bit rot, or a hand edit): its
+    first row's ``column`` becomes ``value``. No commit, so lineage knows nothing of it."""
+    import pyarrow.parquet as pq
+
+    from storage.files import local_path
+    from storage.maintenance import files_by_partition
+
+    path = local_path(files_by_partition(table.table())[partition][0][2].file_path)
+    rows = pq.read_table(path)
+    index = rows.schema.get_field_index(column)
+    values = rows[column].to_pylist()
+    values[0] = value
+    pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array(values, rows.schema.field(index).type)), path)
+    return path
+
+
+def test_incremental_validation_reads_only_new_ranges_and_full_catches_an_old_bad_row(flights, flights_rows, tmp_path):
+    root = tmp_path / "gx"
+    first = run_suite(flights.table(), docs_root=root)
+    assert first.success and first.scope["mode"] == "full" and first.scope["rows"] == 20_000
+    tamper(flights, 0, "carrier", "ZZ")  # an old range goes bad without a commit
+    flights.append({1: flights_rows.slice(0, 100)})
+    new = run_suite(flights.table(), docs_root=root)
+    assert new.scope["mode"] == "incremental"
+    assert new.scope["ranges"] == {"1": [[10_000, 10_100]]} and new.scope["since"] == first.snapshot_id
+    assert new.success, new.failed  # the tampered old row is outside the scope
+    assert run_suite(flights.table(), docs_root=root).scope["mode"] == "none"
+    full = run_suite(flights.table(), docs_root=root, full=True)
+    assert not full.success and full.scope["mode"] == "full"
+    assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in full.failed] == [("carrier", 1)]
+
+
+def test_incremental_validation_fails_on_a_bad_new_row_until_it_is_fixed(flights, flights_rows, tmp_path):
+    from validations.quality import validation_record
+
+    root = tmp_path / "gx"
+    passed = run_suite(flights.table(), docs_root=root)
+    bad = flights_rows.slice(0, 50).to_pylist()
+    bad[7]["carrier"] = "ZZ"
+    flights.append({0: pa.Table.from_pylist(bad, flights_rows.schema)})
+    for _ in range(2):  # a failure does not advance the record: the next run checks the same rows
+        result = run_suite(flights.table(), docs_root=root)
+        assert not result.success
+        assert result.scope["ranges"] == {"0": [[10_000, 10_050]]}
+        assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in result.failed] == [("carrier", 1)]
+    record = validation_record(flights.table(), root)
+    assert record["validated_snapshot_id"] == passed.snapshot_id
+    assert [r["success"] for r in record["runs"]] == [True, False, False]
+
+
+def test_incremental_validation_falls_back_to_full_when_the_validated_snapshot_expired(sqlite_catalog, tmp_path):
+    from storage.log import LogTable
+
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=1, properties={"icelog.snapshots.keep": "2"})
+    t.append({0: [{"key": "a"}] * 3})
+    assert run_suite(t.table(), docs_root=tmp_path).scope["mode"] == "full"
+    for _ in range(3):
+        t.append({0: [{"key": "b"}]})
+    result = run_suite(t.table(), docs_root=tmp_path)
+    assert result.success and result.scope["mode"] == "full" and result.scope["rows"] == 6
+    assert "no longer retained" in result.scope["reason"]
+
+
+def test_incremental_validation_falls_back_to_full_after_a_foreign_commit(flights, tmp_path):
+    run_suite(flights.table(), docs_root=tmp_path)
+    plant_rows(flights, [{"log_partition": 1, "log_offset": 5, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    result = run_suite(flights.table(), docs_root=tmp_path)
+    assert result.scope["mode"] == "full" and "without icelog lineage" in result.scope["reason"]
+    assert {f["expectation"] for f in result.failed} == {"expect_compound_columns_to_be_unique"}
+
+
+def test_engine_is_picked_by_rows_in_scope(monkeypatch):
+    from validations.quality import pick_engine
+
+    monkeypatch.setenv("ICELOG_GX_SPARK_ROWS", "1000")
+    assert pick_engine(1000) == "pandas" and pick_engine(1001) == "spark"
+    assert pick_engine(10**9, "pandas") == "pandas"
+    monkeypatch.setenv("ICELOG_GX_SPARK_ROWS", "many")
+    with pytest.raises(InvalidInput, match="ICELOG_GX_SPARK_ROWS"):
+        pick_engine(5)
+    with pytest.raises(InvalidInput):
+        pick_engine(5, "polars")
+
+
+# --- GX on Spark --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipelines.spark import spark_session
+
+    return spark_session("local[2]", "icelog-tests")  # shared with the other Spark tests (getOrCreate)
+
+
+def failures(result) -> set[tuple]:
+    return {(f["expectation"], f["kwargs"].get("column"), f["unexpected_count"]) for f in result.failed}
+
+
+@pytest.mark.integration
+def test_gx_on_spark_passes_on_the_flights_and_fails_on_planted_rows_like_pandas(flights, spark, tmp_path):
+    ok = run_suite(flights.table(), docs_root=tmp_path / "gx", engine="spark", spark=spark)
+    assert ok.engine == "spark" and ok.success, ok.failed
+    assert ok.evaluated >= 15
+    end = flights.watermarks()[0].end
+    plant_rows(flights, [{"log_partition": 0, "log_offset": end, "carrier": "ZZ", "dep_delay": 5000.0, "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    on_spark = run_suite(flights.table(), docs_root=tmp_path / "gx", engine="spark", spark=lambda: spark)
+    on_pandas = run_suite(flights.table(), docs_root=tmp_path / "gx", engine="pandas")
+    assert not on_spark.success and on_spark.engine == "spark"
+    assert failures(on_spark) == failures(on_pandas)
+    assert ("expect_column_values_to_be_in_set", "carrier", 1) in failures(on_spark)
