@@ -13,6 +13,7 @@ from pyiceberg.table import Table
 
 from storage.errors import InvalidInput
 from validations.contiguity import check_contiguity
+from validations.mirror import check_mirror_parity
 from validations.producers import check_producers
 from validations.transactions import check_transactions
 from validations.sql import resolve_snapshot
@@ -25,6 +26,7 @@ CHECKS: dict[str, Check] = {
     "contiguity-deep": lambda table, snapshot_id: check_contiguity(table, deep=True, snapshot_id=snapshot_id),
     "producers": check_producers,
     "transactions": check_transactions,
+    "mirror-parity": check_mirror_parity,
 }
 DEFAULT = ("contiguity-deep", "producers", "transactions")
 
