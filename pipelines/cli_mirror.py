@@ -2,4 +2,106 @@
 
 from __future__ import annotations
 
-from pipelines.cli import cli  # noqa: F401 - commands register on this group
+import click
+
+from pipelines.cli import Context, cli
+
+
+class _MirrorGroup(click.Group):
+    """``icelog mirror SOURCE ...`` runs a mirror step; ``icelog mirror promote TABLE`` promotes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_MirrorGroup)
+def mirror() -> None:
+    """Mirror a log table to another catalog with the same offsets (KIP-391).
+
+    \b
+    icelog mirror SOURCE --target-catalog NAME [--target-table T] [--principal P]
+    icelog mirror promote TABLE      (on the target catalog: --catalog NAME)
+    """
+
+
+@mirror.command("run")
+@click.argument("source")
+@click.option("--target-catalog", required=True, help="pyiceberg catalog name of the copy.")
+@click.option("--target-table", default=None, help="Name of the copy (default: the source's).")
+@click.option("--principal", envvar="ICELOG_PRINCIPAL", default=None, help="Who writes (needs replicator-write on the target; default $ICELOG_PRINCIPAL).")
+@click.pass_obj
+def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str | None, principal: str | None) -> None:
+    """Copy what SOURCE (in --catalog) committed since the last step; resumable."""
+    from storage.catalog import open_catalog
+    from storage.mirror import mirror as run
+
+    result = run(ctx.catalog, source, open_catalog(target_catalog), target_table, principal=principal)
+
+    def text(d: dict) -> None:
+        if d["up_to_date"]:
+            click.echo(f"{d['target']} in {d['target_catalog']} is up to date with {d['source']}")
+            return
+        added = ", ".join(f"p{p}: {r[0]}..{r[1] - 1}" for p, r in sorted(d["ranges"].items(), key=lambda e: int(e[0]))) or "no new offsets"
+        click.echo(f"mirrored {d['source']} -> {d['target_catalog']}/{d['target']}: {added} ({d['copied_files']} files copied, {d['seconds']:.2f} s)")
+
+    ctx.emit(result.to_dict(), text)
+
+
+@mirror.command("promote")
+@click.argument("table")
+@click.pass_obj
+def mirror_promote(ctx: Context, table: str) -> None:
+    """Make the mirror target TABLE (in --catalog) writable; mirroring into it stops."""
+    from storage.mirror import promote
+
+    ctx.emit(promote(ctx.catalog, table), lambda d: click.echo(f"{d['table']} is promoted: writable, no longer mirrored"))
+
+
+@cli.group()
+def acls() -> None:
+    """Permissions (default deny), stored in the catalog's icelog_system.acls."""
+
+
+def _acl_options(f):
+    f = click.option("--operation", type=click.Choice(["replicator-write"]), default="replicator-write", show_default=True)(f)
+    f = click.option("--table", "pattern", required=True, help="Table name or fnmatch pattern, e.g. 'logs.*'.")(f)
+    return click.option("--principal", required=True)(f)
+
+
+@acls.command("add")
+@_acl_options
+@click.pass_obj
+def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None:
+    """Grant OPERATION on tables matching --table to --principal."""
+    from storage.acls import add_acl
+
+    ctx.emit(add_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"granted {operation} on {pattern} to {principal}"))
+
+
+@acls.command("remove")
+@_acl_options
+@click.pass_obj
+def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> None:
+    """Revoke exactly that grant."""
+    from storage.acls import remove_acl
+
+    ctx.emit(remove_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"revoked {operation} on {pattern} from {principal}"))
+
+
+@acls.command("list")
+@click.pass_obj
+def acls_list(ctx: Context) -> None:
+    """Every grant."""
+    from storage.acls import list_acls
+
+    grants = [a.to_dict() for a in list_acls(ctx.catalog)]
+
+    def text(d: dict) -> None:
+        for a in d["acls"] or []:
+            click.echo(f"{a['principal']}\t{a['operation']}\t{a['table']}")
+        if not d["acls"]:
+            click.echo("no grants (default deny)")
+
+    ctx.emit({"acls": grants}, text)

@@ -1,0 +1,53 @@
+"""``icelog mirror`` and ``icelog acls``: typed exit codes, JSON documents, read-only targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.log import LogTable
+from tests.catalogs import CatalogSpec
+from tests.pipelines.test_cli_hardening import Cli
+
+
+@pytest.fixture
+def target_spec(tmp_path) -> CatalogSpec:
+    (tmp_path / "tw").mkdir()
+    return CatalogSpec("sqlite", "drcat", f"sqlite:///{tmp_path / 'dr.db'}", f"file://{tmp_path / 'tw'}")
+
+
+@pytest.fixture
+def icelog(sqlite_spec, target_spec) -> Cli:
+    extra = {k: v for k, v in target_spec.env().items() if k.startswith("PYICEBERG_CATALOG__DRCAT")}
+    return Cli(sqlite_spec, **extra)
+
+
+def test_i6_mirror_cli_acls_mirror_validate_promote(icelog, sqlite_spec, target_spec):
+    source = LogTable.create(sqlite_spec.open(), "orders", 2)
+    source.append({0: [{"key": "a"}, {"key": "b"}], 1: [{"key": "c"}]})
+    refused = icelog("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot", code=5)
+    assert refused["error"] == "AuthorizationFailed"
+    assert icelog("--catalog", "drcat", "acls", "list") == {"acls": []}
+    icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.*")
+    assert icelog("--catalog", "drcat", "acls", "list")["acls"] == [{"principal": "bot", "operation": "replicator-write", "table": "logs.*"}]
+    done = icelog("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot")
+    assert done["ranges"] == {"0": [0, 2], "1": [0, 1]} and done["log_ends"] == {"0": 2, "1": 1}
+    icelog.env["ICELOG_PRINCIPAL"] = "bot"
+    assert icelog("mirror", "orders", "--target-catalog", "drcat")["up_to_date"] is True
+    assert icelog("--catalog", "drcat", "validate", "orders", "--check", "mirror-parity")["ok"] is True
+    refused = icelog("--catalog", "drcat", "produce", "orders", "--partition", "0", input='{"key": "x"}\n', code=2)
+    assert refused["error"] == "ReadOnlyTable"
+    assert icelog("--catalog", "drcat", "mirror", "promote", "orders")["promoted"] is True
+    icelog("--catalog", "drcat", "produce", "orders", "--partition", "0", input='{"key": "x"}\n')
+    assert LogTable.open(target_spec.open(), "orders").watermarks()[0].end == 3
+    assert icelog("mirror", "orders", "--target-catalog", "drcat", code=2)["error"] == "MirrorPromoted"
+    icelog("--catalog", "drcat", "acls", "remove", "--principal", "bot", "--table", "logs.*")
+    assert icelog("--catalog", "drcat", "acls", "list") == {"acls": []}
+
+
+def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
+    LogTable.create(sqlite_spec.open(), "orders", 1).append({0: [{"key": "a"}]})
+    icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.orders")
+    result = icelog.raw("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot", json_output=False)
+    assert result.exit_code == 0 and "p0: 0..0" in result.stdout
+    assert icelog.raw("mirror", "--help", json_output=False).exit_code == 0
+    assert icelog("mirror", "orders", code=2)["error"]  # --target-catalog is required
