@@ -20,7 +20,7 @@ import pytest
 
 from infra.airflow import REPO, airflow_env, api_env, dags_test, free_port, migrate, services
 
-DAG_IDS = {"icelog_ingest", "icelog_backfill", "icelog_validate", "icelog_maintenance", "icelog_fanout"}
+DAG_IDS = {"icelog_ingest", "icelog_backfill", "icelog_validate", "icelog_maintenance", "icelog_fanout", "icelog_mirror"}
 
 
 @pytest.fixture(scope="module")

@@ -51,3 +51,22 @@ def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
     assert result.exit_code == 0 and "p0: 0..0" in result.stdout
     assert icelog.raw("mirror", "--help", json_output=False).exit_code == 0
     assert icelog("mirror", "orders", code=2)["error"]  # --target-catalog is required
+
+
+def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
+    from pipelines.mirror import mirror_table
+    from storage.acls import add_acl
+    from storage.errors import InvalidInput
+
+    for key, value in {**sqlite_spec.env(), **target_spec.env()}.items():
+        if key.startswith(("PYICEBERG_CATALOG__", "ICELOG_CATALOG")):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ICELOG_CATALOG", sqlite_spec.name)
+    monkeypatch.setenv("ICELOG_PRINCIPAL", "dag")
+    LogTable.create(sqlite_spec.open(), "orders", 1).append({0: [{"key": "a"}]})
+    add_acl(target_spec.open(), "dag", "logs.orders")
+    with pytest.raises(InvalidInput):
+        mirror_table("orders")
+    monkeypatch.setenv("ICELOG_MIRROR_CATALOG", "drcat")
+    assert mirror_table("orders")["log_ends"] == {0: 1}
+    assert mirror_table("orders")["up_to_date"] is True

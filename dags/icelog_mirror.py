@@ -1,0 +1,42 @@
+"""icelog_mirror: every 5 minutes, mirror each table to the disaster-recovery catalog with the same offsets.
+
+The target catalog is ``$ICELOG_MIRROR_CATALOG`` (or the run's ``target_catalog`` param); the
+principal (``$ICELOG_PRINCIPAL``) needs ``replicator-write`` there (``icelog acls add``). Each
+step copies only what the source committed since the last one, and resumes after a crash.
+A gap (the source's retention ran first) or a re-created source fails the task: it never
+skips offsets.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, task
+
+from dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
+
+
+@dag(
+    dag_id="icelog_mirror",
+    schedule=timedelta(minutes=5),
+    max_active_runs=1,
+    doc_md=__doc__,
+    **DAG_DEFAULTS,
+    params={
+        "target_catalog": Param(os.environ.get("ICELOG_MIRROR_CATALOG", ""), type="string", description="pyiceberg catalog name of the copies"),
+    },
+)
+def icelog_mirror():
+    for table in TABLES:
+
+        @task(task_id=task_id("mirror", table))
+        def mirror(table: str = table, params: dict | None = None) -> dict:
+            from pipelines.mirror import mirror_table
+
+            return mirror_table(table, (params or {}).get("target_catalog") or None)
+
+        mirror()
+
+
+icelog_mirror()

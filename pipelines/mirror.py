@@ -1,0 +1,32 @@
+"""Mirror tasks for Airflow (and the place for a Spark bulk copy): wiring over ``storage.mirror``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
+
+
+def mirror_table(source: str, target_catalog: str | None = None, target_table: str | None = None, principal: str | None = None) -> dict[str, Any]:
+    """One incremental, resumable mirror step of ``source`` (in the default catalog).
+
+    Args:
+        source: The source log table.
+        target_catalog: The copy's catalog (default ``$ICELOG_MIRROR_CATALOG``).
+        target_table: The copy's name (default: the source's).
+        principal: Needs ``replicator-write`` on the target (default ``$ICELOG_PRINCIPAL``).
+
+    Raises:
+        InvalidInput: no target catalog named.
+        AuthorizationFailed, MirrorGap, MirrorSourceChanged, MirrorPromoted: terminal; see
+            ``storage.mirror.mirror``. Transient errors are safe to retry: a step resumes.
+    """
+    from storage.catalog import open_catalog
+    from storage.errors import InvalidInput
+    from storage.mirror import mirror
+
+    name = target_catalog or os.environ.get(MIRROR_CATALOG_ENV)
+    if not name:
+        raise InvalidInput(reason=f"no target catalog: pass one or set {MIRROR_CATALOG_ENV}")
+    return mirror(open_catalog(), source, open_catalog(name), target_table, principal=principal).to_dict()
