@@ -325,34 +325,48 @@ def _create_target(source_catalog: str, source_id: str, source: Table, catalog: 
     return load(catalog, target_id)
 
 
-def _source_groups(catalog: Catalog, table: str) -> dict[str, dict[str, int]]:
+def _source_groups(catalog: Catalog, table: str) -> dict[str, dict[str, Any]]:
+    """Per group, its committed offsets and individually committed ranges on ``table``
+    (members and generations are session state: consumers rejoin on failover)."""
     try:
         metadata = catalog.load_table(GROUPS_TABLE).metadata
     except NoSuchTableError:
         return {}
     state = GroupOffsetsState.from_metadata(metadata)
-    return {g: dict(ts[table]) for g, ts in state.offsets.items() if table in ts}
+    groups = set(state.offsets) | set(state.ranges)
+    found = {
+        g: {"offsets": dict(state.offsets.get(g, {}).get(table, {})), "ranges": dict(state.ranges.get(g, {}).get(table, {}))}
+        for g in groups
+    }
+    return {g: v for g, v in found.items() if v["offsets"] or v["ranges"]}
 
 
-def _target_groups(catalog: Catalog, table: str) -> dict[str, dict[str, int]]:
+def _target_groups(catalog: Catalog, table: str) -> dict[str, dict[str, Any]]:
     return _source_groups(catalog, table)
 
 
 @dataclass
 class MirrorGroupOffsets(Request):
-    """Set groups' committed offsets on the target table to the source's, verbatim."""
+    """Set groups' committed offsets and ranges on the target table to the source's, verbatim
+    (offsets are preserved, so they mean the same records)."""
 
     table: str
-    offsets: Mapping[str, Mapping[str, int]]
+    groups: Mapping[str, Mapping[str, Any]]
     state_type = GroupOffsetsState
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
-        groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
-        for group, partitions in self.offsets.items():
-            groups.setdefault(group, {})[self.table] = dict(partitions)
         from dataclasses import replace
 
-        return Decision(state=replace(state, offsets=groups), result={"groups": len(self.offsets)})
+        offsets = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
+        ranges = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.ranges.items()}
+        for group, mirrored in self.groups.items():
+            for kept, key in ((offsets, "offsets"), (ranges, "ranges")):
+                if mirrored[key]:
+                    kept.setdefault(group, {})[self.table] = dict(mirrored[key])
+                else:
+                    kept.get(group, {}).pop(self.table, None)
+        new_state = replace(state, offsets=offsets, ranges=ranges)
+        return Decision(state=new_state, result={"groups": len(self.groups)})
 
 
 @dataclass

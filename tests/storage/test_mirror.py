@@ -313,3 +313,17 @@ def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
     result = run_mirror(source, target)
     assert result.ranges == {0: (6, 8)}
     assert_parity(source, target)
+
+
+def test_i6_individually_committed_ranges_mirrored_verbatim(source, target):
+    from storage.groups import commit_ranges, group_state
+
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(10)})
+    commit_offsets(source, "workers", {("orders", 0): 2})
+    commit_ranges(source, "workers", {("orders", 0): [(5, 6)]})
+    run_mirror(source, target)
+    mine, theirs = group_state(target), group_state(source)
+    assert mine.offsets["workers"]["logs.orders"] == theirs.offsets["workers"]["logs.orders"] == {"0": 2}
+    assert mine.ranges["workers"]["logs.orders"] == theirs.ranges["workers"]["logs.orders"] == {"0": [[5, 6]]}
+    assert mine.range_state("workers", "logs.orders", 0, 0) == theirs.range_state("workers", "logs.orders", 0, 0)
