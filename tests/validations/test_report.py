@@ -1,70 +1,209 @@
-"""The HTML report, rendered in a real headless Chromium (Debian's), with a screenshot kept."""
+"""The HTML report and the Data Docs, rendered in a real headless Chromium (Debian's) with the
+network blocked: every request that is not a local file is aborted and counted as a failure.
+Screenshots are kept in test-artifacts/."""
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
 
 from storage.log import LogTable
 from tests.validations.test_contiguity import plant
-from validations.report import build_report
+from validations.report import build_index, build_report
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def render(page_path: Path, screenshot: Path) -> dict:
+class OfflineBrowser:
+    """One Chromium page that may only load file:// URLs; records every failed request."""
+
+    def __init__(self, p) -> None:
+        self.browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        self.context = self.browser.new_context(viewport={"width": 1100, "height": 1300})
+        self.failed: list[str] = []
+        self.errors: list[str] = []
+        self.blocked_local: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("requestfailed", lambda r: self.failed.append(r.url))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        if not url.startswith("file:") or any(part in url for part in self.blocked_local):
+            route.abort()  # shows up in requestfailed
+        else:
+            route.continue_()
+
+    def open(self, path: Path, ready: str = "document.readyState === 'complete'") -> None:
+        self.page.goto(path.as_uri())
+        self.page.wait_for_function(ready)
+        self.page.wait_for_load_state("networkidle")
+
+    def shot(self, name: str) -> bytes:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        return self.page.screenshot(path=str(ARTIFACTS / name), full_page=False)
+
+    def difference(self, a: bytes, b: bytes) -> float:
+        """Fraction of pixels that differ between two screenshots (decoded by Chromium itself)."""
+        self.page.set_content("<canvas id=a></canvas><canvas id=b></canvas>")
+        return self.page.evaluate(
+            """async ([a, b]) => {
+                const load = src => new Promise(ok => { const i = new Image(); i.onload = () => ok(i); i.src = src; });
+                const [ia, ib] = await Promise.all([load(a), load(b)]);
+                const px = img => { const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+                    const g = c.getContext('2d'); g.drawImage(img, 0, 0); return g.getImageData(0, 0, img.width, img.height).data; };
+                const [da, db] = [px(ia), px(ib)];
+                let differ = 0;
+                for (let i = 0; i < Math.min(da.length, db.length); i += 4)
+                    if (Math.abs(da[i] - db[i]) + Math.abs(da[i+1] - db[i+1]) + Math.abs(da[i+2] - db[i+2]) > 30) differ++;
+                return differ / (Math.min(da.length, db.length) / 4);
+            }""",
+            [f"data:image/png;base64,{base64.b64encode(x).decode()}" for x in (a, b)],
+        )
+
+    def close(self) -> None:
+        self.browser.close()
+
+
+@pytest.fixture
+def browser():
     from playwright.sync_api import sync_playwright
 
-    errors: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1100, "height": 1300})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(page_path.as_uri())
-        page.wait_for_function("document.body.dataset.rendered !== undefined")
-        seen = {
-            "errors": list(errors),  # our page only: GX's Data Docs pull CSS/JS from CDNs this network cannot reach
-            "status": page.locator("#status").inner_text(),
-            "dots": page.locator("#commit-history circle").count(),
-            "rendered": page.evaluate("document.body.dataset.rendered"),
-            "partitions": page.locator("#partitions tr").count() - 1,
-            "violations": page.locator("#violations").inner_text(),
-            "docs": page.locator("#data-docs").count(),
-        }
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(screenshot), full_page=True)
-        if seen["docs"]:
-            page.locator("#data-docs").click()
-            page.wait_for_load_state()
-            seen["docs_title"] = page.title()
-        browser.close()
-    return seen
+        b = OfflineBrowser(p)
+        yield b
+        b.close()
+
+
+def report_facts(page) -> dict:
+    return page.evaluate("""() => ({
+        status: document.querySelector('#status').innerText,
+        dots: document.querySelectorAll('#commit-history circle').length,
+        partitionBars: document.querySelectorAll('#partitions-rows rect').length,
+        fileBars: document.querySelectorAll('#partitions-files rect').length,
+        dayBars: document.querySelectorAll('#rows-per-day rect').length,
+        axisTitles: [...document.querySelectorAll('.axis-title')].map(t => t.textContent),
+        charts: document.body.dataset.charts,
+        partitions: document.querySelectorAll('#partitions tr').length - 1,
+        violations: document.querySelector('#violations').innerText,
+        freshness: document.querySelector('#freshness b').innerText,
+        compaction: document.querySelector('#compaction-note').innerText,
+        docs: document.querySelectorAll('#data-docs').length,
+    })""")
 
 
 @pytest.mark.integration
-def test_report_renders_in_chromium_with_chart_status_and_data_docs(sqlite_catalog, tmp_path):
+def test_report_and_data_docs_render_offline_with_no_failed_request(sqlite_catalog, tmp_path, browser):
     t = LogTable.create(sqlite_catalog, "db.events", partitions=3)
     for i in range(4):
         t.append({i % 3: [{"key": f"k{i}", "value": "v"}] * (i + 1)})
-    page = build_report(t.table(), tmp_path / "report")
-    seen = render(page, ARTIFACTS / "report-ok.png")
-    assert seen["errors"] == []
-    assert seen["status"] == "OK" and seen["dots"] == 4 and seen["rendered"] == "4"
-    assert seen["partitions"] == 3 and "none" in seen["violations"]
-    assert seen["docs"] == 1 and seen.get("docs_title")  # the link leads to the copied Data Docs site
-    assert (ARTIFACTS / "report-ok.png").stat().st_size > 10_000
+    page = build_report(t.table(), tmp_path / "report", docs_root=tmp_path / "gx")
+    browser.open(page, "document.body.dataset.rendered !== undefined")
+    seen = report_facts(browser.page)
+    browser.shot("report-ok.png")
+    assert browser.failed == [] and browser.errors == []
+    assert seen["status"] == "OK" and seen["dots"] == 4 and seen["charts"] == "4"
+    assert seen["partitionBars"] == 3 and seen["fileBars"] == 6 and seen["dayBars"] == 1
+    assert {"partition", "rows", "data files", "day appended (UTC)", "rows added", "commit time (UTC)", "rows appended (cumulative)"} <= set(seen["axisTitles"])
+    assert seen["partitions"] == 3 and "none" in seen["violations"] and seen["docs"] == 1
+
+    # Data Docs: the index's validation table is built by bootstrap-table (jQuery + Bootstrap
+    # loaded), Font Awesome's font is loaded, and the local Vega stack draws a chart.
+    browser.open(tmp_path / "report" / "data-docs" / "index.html")
+    docs = browser.page.evaluate("""async () => {
+        const spec = {$schema: 'https://vega.github.io/schema/vega-lite/v5.json', data: {values: [{a: 'x', b: 3}, {a: 'y', b: 5}]},
+                      mark: 'bar', encoding: {x: {field: 'a', type: 'nominal'}, y: {field: 'b', type: 'quantitative'}}};
+        const div = document.createElement('div'); document.body.appendChild(div);
+        await vegaEmbed(div, spec, {renderer: 'svg', actions: false});
+        const faces = await document.fonts.load('900 16px "Font Awesome 6 Free"');
+        return {table: document.querySelectorAll('.bootstrap-table').length, rows: document.querySelectorAll('.bootstrap-table tbody tr').length,
+                navbar: getComputedStyle(document.querySelector('nav.navbar')).display,
+                vegaBars: div.querySelectorAll('svg .mark-rect path').length,
+                fontAwesome: faces.length};
+    }""")
+    styled = browser.shot("data-docs-offline.png")
+    assert browser.failed == [] and browser.errors == []
+    assert docs["table"] >= 1 and docs["rows"] >= 1 and docs["navbar"] == "flex" and docs["vegaBars"] == 2 and docs["fontAwesome"] >= 1
+    validation = next((tmp_path / "report" / "data-docs" / "validations").rglob("*.html"))
+    browser.open(validation)
+    assert browser.failed == [] and browser.errors == []
+    assert browser.page.evaluate("getComputedStyle(document.querySelector('nav.navbar')).display") == "flex"
+    browser.shot("data-docs-validation-offline.png")
+
+    # By screenshot: the same page without its local assets (what the CDN version showed here) differs.
+    browser.blocked_local.append("/static/offline/")
+    browser.open(tmp_path / "report" / "data-docs" / "index.html")
+    bare = browser.shot("data-docs-without-assets.png")
+    assert browser.failed  # the blocked assets did fail: the check above could see a failure
+    assert browser.difference(styled, bare) > 0.05
 
 
 @pytest.mark.integration
-def test_report_shows_the_latest_violations(sqlite_catalog, tmp_path):
+def test_report_shows_the_latest_violations(sqlite_catalog, tmp_path, browser):
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
     t.append({0: [{"key": "a"}] * 3})
     plant(t, 0, [7])
     page = build_report(t.table(), tmp_path / "report", gx=False)
-    seen = render(page, ARTIFACTS / "report-violations.png")
-    assert seen["errors"] == []
+    browser.open(page, "document.body.dataset.rendered !== undefined")
+    seen = report_facts(browser.page)
+    browser.shot("report-violations.png")
+    assert browser.failed == [] and browser.errors == []
     assert seen["status"] == "VIOLATIONS"
     assert "offsets 3..6 missing" in seen["violations"]
+
+
+def test_report_small_files_compaction_note_and_freshness(sqlite_catalog, tmp_path):
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
+    for _ in range(8):  # COMPACT_MIN_FILES one-batch files in partition 0
+        t.append({0: [{"key": "a"}] * 2})
+    t.append({1: [{"key": "b"}]})
+    last = t.table().metadata.last_updated_ms
+    page = build_report(t.table(), tmp_path / "report", gx=False, now_ms=last + 2 * 3_600_000)
+    doc = json.loads((page.parent / "report.json").read_text())
+    assert [(p["partition"], p["files"], p["small_files"], p["compaction_due"]) for p in doc["partition_files"]] == [(0, 8, 8, True), (1, 1, 1, False)]
+    assert doc["compaction_due"] == [0] and doc["small_files"] == 9
+    assert doc["freshness_ms"] == 2 * 3_600_000
+    text = page.read_text()
+    assert "Compaction is due in partition 0:" in text and "2.0 h" in text
+
+
+def test_commit_history_outlives_snapshot_expiry(sqlite_catalog, tmp_path):
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=2, properties={"icelog.snapshots.keep": "3"})
+    for i in range(12):
+        t.append({i % 2: [{"key": "a"}] * (i + 1)})
+    assert len(t.table().metadata.snapshots) == 3
+    page = build_report(t.table(), tmp_path / "report", gx=False)
+    doc = json.loads((page.parent / "report.json").read_text())
+    appends = [h for h in doc["history"] if h["rows"]]
+    assert [h["rows"] for h in appends] == list(range(1, 13))
+    assert all(h["timestamp_ms"] for h in appends)
+    assert [h["timestamp_ms"] for h in appends] == sorted(h["timestamp_ms"] for h in appends)
+    assert page.read_text().count("<circle") == 12
+    assert sum(d["rows"] for d in doc["rows_per_day"]) == 78
+
+
+@pytest.mark.integration
+def test_report_all_writes_an_index_with_each_tables_status(sqlite_catalog, tmp_path, browser):
+    good = LogTable.create(sqlite_catalog, "db.good", partitions=1)
+    good.append({0: [{"key": "a"}] * 3})
+    bad = LogTable.create(sqlite_catalog, "db.bad", partitions=1)
+    bad.append({0: [{"key": "a"}] * 3})
+    plant(bad, 0, [7])
+    index = build_index(sqlite_catalog, tmp_path / "reports", gx=False)
+    listed = {e["table"]: e for e in json.loads((index.parent / "index.json").read_text())}
+    assert set(listed) == {"db.good", "db.bad"} and listed["db.good"]["ok"] and not listed["db.bad"]["ok"]
+    browser.open(index, "document.body.dataset.rendered !== undefined")
+    rows = browser.page.evaluate("[...document.querySelectorAll('#tables tr')].slice(1).map(r => [r.querySelector('a').getAttribute('href'), r.querySelector('.status').innerText])")
+    assert browser.failed == [] and browser.errors == []
+    assert sorted(rows) == [["db.bad/index.html", "VIOLATIONS"], ["db.good/index.html", "OK"]]
+    assert browser.page.locator("#status").inner_text() == "1 need attention"
+    browser.page.locator("a[href='db.bad/index.html']").click()
+    browser.page.wait_for_function("document.body.dataset.rendered !== undefined")
+    assert browser.page.locator("#status").inner_text() == "VIOLATIONS" and browser.failed == []
+    browser.shot("report-index.png")

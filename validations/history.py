@@ -1,0 +1,124 @@
+"""What a table's history looks like, from sources that outlive snapshot expiry.
+
+Only the newest ``icelog.snapshots.keep`` snapshots (20) are retained, so their summaries
+cannot draw a table's history. Two durable sources can:
+
+* the commit registry (``icelog.commits``, a table property, the last ``icelog.commit-ids.keep``
+  commits, 1,000 by default): each commit's id and, for appends, the offset ranges it added;
+* the rows themselves: every row carries its append time (``log_timestamp``). The time of a
+  commit is the append time of the first row of its first range, found by a hash join of the
+  commits' first offsets against the planned files (DuckDB, at scan speed).
+
+Rows removed by retention take their commits' times with them: those commits keep their place
+and size, without a time, until the registry forgets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pyiceberg.table import Table
+
+from storage import schema as cols
+from storage.commit import recent_commits
+from storage.scan import planned_paths
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """One commit in the registry, oldest first."""
+
+    seq: int
+    commit_id: str
+    rows: int
+    ranges: dict[int, tuple[int, int]]
+    snapshot_id: int | None
+    timestamp_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"time": iso(self.timestamp_ms)}
+
+
+def iso(timestamp_ms: int | None) -> str | None:
+    if timestamp_ms is None:
+        return None
+    return datetime.fromtimestamp(timestamp_ms / 1000, timezone.utc).isoformat(timespec="seconds")
+
+
+def _appended_ranges(receipt: Any) -> dict[int, tuple[int, int]]:
+    """An append's receipt is ``{"partition": [start, end]}``; other commits added no rows."""
+    if not isinstance(receipt, dict):
+        return {}
+    ranges = {}
+    for p, r in receipt.items():
+        if not (str(p).isdigit() and isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) for v in r)):
+            return {}
+        ranges[int(p)] = (r[0], r[1])
+    return ranges
+
+
+def commit_log(table: Table, paths: list[str] | None = None) -> list[CommitEntry]:
+    """Every commit the registry remembers, with rows added and commit time (see module doc)."""
+    snapshot_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
+    raw = [(cid, _appended_ranges(receipt), head) for cid, receipt, head in recent_commits(table.metadata)]
+    firsts = {(p, r[0]): i for i, (_, ranges, _) in enumerate(raw) for p, r in ranges.items() if r[1] > r[0]}
+    appended_ms = _first_row_times(table, list(firsts), paths)
+    times: dict[int, int] = {}
+    for key, i in firsts.items():
+        if key in appended_ms:
+            times[i] = min(times.get(i, appended_ms[key]), appended_ms[key])
+    entries = []
+    for i, (cid, ranges, head) in enumerate(raw):
+        # A commit that added no rows (producer init, compaction) is timed by its snapshot if kept.
+        when = times.get(i, snapshot_ms.get(head) if not ranges else None)
+        entries.append(CommitEntry(i, cid, sum(e - s for s, e in ranges.values()), ranges, head, when))
+    return entries
+
+
+def _first_row_times(table: Table, keys: list[tuple[int, int]], paths: list[str] | None) -> dict[tuple[int, int], int]:
+    import duckdb
+    import pyarrow as pa
+
+    paths = planned_paths(table) if paths is None else paths
+    if not keys or not paths:
+        return {}
+    wanted = pa.table({"p": [k[0] for k in keys], "o": [k[1] for k in keys]})
+    with duckdb.connect() as con:
+        con.register("wanted", wanted)
+        rows = con.execute(
+            f"SELECT r.{cols.PARTITION}, r.{cols.OFFSET}, epoch_ms(r.{cols.TIMESTAMP}) FROM read_parquet($p) r "
+            f"JOIN wanted w ON r.{cols.PARTITION} = w.p AND r.{cols.OFFSET} = w.o",
+            {"p": paths},
+        ).fetchall()
+    return {(int(p), int(o)): int(ms) for p, o, ms in rows}
+
+
+def rows_per_day(table: Table, paths: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows appended per UTC day (by append time), for the rows the table still holds."""
+    import duckdb
+
+    paths = planned_paths(table) if paths is None else paths
+    if not paths:
+        return []
+    with duckdb.connect() as con:
+        rows = con.execute(
+            f"SELECT strftime(date_trunc('day', {cols.TIMESTAMP} AT TIME ZONE 'UTC'), '%Y-%m-%d') AS day, count(*) "
+            "FROM read_parquet($p) GROUP BY day ORDER BY day",
+            {"p": paths},
+        ).fetchall()
+    return [{"day": day, "rows": int(n)} for day, n in rows]
+
+
+def freshness_ms(table: Table, now_ms: int) -> int:
+    """Milliseconds since the table's last commit (property-only commits included)."""
+    return max(0, now_ms - table.metadata.last_updated_ms)
+
+
+def human_age(ms: int) -> str:
+    seconds = ms // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds} s"
