@@ -7,12 +7,13 @@ UV      := uv==0.13.8
 
 .PHONY: setup demo test test-slow bench lock clean airflow
 
-$(STAMP): requirements.lock pyproject.toml infra/system-deps.sh
+$(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(UV)
 	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	cd infra/web-assets && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error   # Data Docs assets, offline
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 setup: $(STAMP)
