@@ -259,6 +259,8 @@ def _page(name: str, s: dict[str, Any], partitions: list[dict[str, Any]], per_da
     if quality is not None:
         failed = "".join(f"<li>{esc(f['expectation'])} {esc(json.dumps(f['kwargs']))}: {f['unexpected_count']} unexpected</li>" for f in quality.failed)
         docs_link = '<a id="data-docs" href="data-docs/index.html">Great Expectations Data Docs</a>' if (out / "data-docs").exists() else ""
+        if quality.docs_not_offline:
+            docs_link += f' <span id="docs-not-offline" class="badge warn">needs the network: {esc(quality.docs_not_offline)}</span>'
         scope = quality.scope or {}
         quality_html = (
             f"<p><span id='quality-status' class='badge {'ok' if quality.success else 'bad'}'>{'passed' if quality.success else 'failed'}</span> "

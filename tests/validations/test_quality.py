@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -179,3 +181,22 @@ def test_gx_on_spark_passes_on_the_flights_and_fails_on_planted_rows_like_pandas
     assert not on_spark.success and on_spark.engine == "spark"
     assert failures(on_spark) == failures(on_pandas)
     assert ("expect_column_values_to_be_in_set", "carrier", 1) in failures(on_spark)
+
+
+def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog, tmp_path, monkeypatch):
+    from storage.log import LogTable
+    from validations.quality import WebAssetsMissing, offline_data_docs
+
+    monkeypatch.setenv("ICELOG_WEB_ASSETS", str(tmp_path / "nowhere"))
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
+    t.append({0: [{"key": "a"}] * 3})
+    result = run_suite(t.table(), docs_root=tmp_path / "gx")
+    assert result.success and "make setup" in result.docs_not_offline
+    with pytest.raises(WebAssetsMissing):
+        offline_data_docs(tmp_path / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site")
+    monkeypatch.delenv("ICELOG_WEB_ASSETS")
+    site = Path(result.data_docs).parent
+    replaced = offline_data_docs(site)
+    assert any("cdn.jsdelivr.net/npm/vega@5" in u for u in replaced) and any("bootstrap" in u for u in replaced)
+    pages = "".join(page.read_text() for page in site.rglob("*.html"))
+    assert "cdn" not in pages and "unpkg.com" not in pages and "integrity=" not in pages

@@ -1,0 +1,122 @@
+"""Benchmark: GX validation on Spark against pandas, full against incremental.
+
+Run: ``python -m tests.validations.test_quality_bench ROWS [--engine spark|pandas] [--increment N]``.
+Each measurement runs in a fresh process so that peak memory (this process and its children,
+the Spark JVM among them) belongs to it alone. ``make test-slow`` runs a small version.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+CHUNK = 5_000_000
+
+
+def build_table(catalog, rows: int, partitions: int = 4):
+    import numpy as np
+    import pyarrow as pa
+
+    from storage.log import LogTable
+
+    table = LogTable.create(catalog, "bench.events", partitions=partitions)
+    per = rows // partitions
+    for p in range(partitions):
+        done = 0
+        while done < per:
+            n = min(CHUNK, per - done)
+            keys = pa.array(np.char.add("k", (np.arange(done, done + n) % 1000).astype(str)))
+            table.append({p: pa.table({"key": keys, "value": keys})})
+            done += n
+    return table
+
+
+def measure(workdir: Path, engine: str, *, full: bool) -> dict:
+    """One validation in this process (called in a child process by :func:`main`)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from validations.quality import run_suite
+
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{workdir}/catalog.db", warehouse=f"file://{workdir}/warehouse")
+    table = catalog.load_table("bench.events")
+    spark = None
+    if engine == "spark":
+        from pipelines.spark import spark_session
+
+        spark = spark_session("local[2]", "icelog-bench", {"spark.driver.memory": "4g"})
+    started = time.perf_counter()
+    result = run_suite(table, docs_root=workdir / f"gx-{engine}", full=full, engine=engine, spark=spark)
+    seconds = time.perf_counter() - started
+    if spark is not None:
+        spark.stop()
+        spark.sparkContext._gateway.shutdown() if getattr(spark.sparkContext, "_gateway", None) else None
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"engine": engine, "mode": result.scope["mode"], "rows_validated": result.scope["rows"], "success": result.success, "seconds": round(seconds, 1), "peak_rss_mb_python": round(own)}
+
+
+def run_child(workdir: Path, engine: str, full: bool) -> dict:
+    code = f"import json,sys; from pathlib import Path; from tests.validations.test_quality_bench import measure; print('RESULT' + json.dumps(measure(Path({str(workdir)!r}), {engine!r}, full={full})))"
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
+    if line is None:
+        raise RuntimeError(proc.stderr[-3000:])
+    out = json.loads(line[6:])
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far: the JVM or the Python child
+    out["peak_rss_mb_largest_process"] = round(children)
+    out["process_seconds"] = round(time.perf_counter() - started, 1)
+    return out
+
+
+def main(rows: int, engines: list[str], increment: int) -> list[dict]:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    workdir = Path(tempfile.mkdtemp(prefix="icelog-qbench-"))
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{workdir}/catalog.db", warehouse=f"file://{workdir}/warehouse")
+    started = time.perf_counter()
+    table = build_table(catalog, rows)
+    results = [{"built_rows": rows, "build_seconds": round(time.perf_counter() - started, 1)}]
+    for engine in engines:
+        results.append(run_child(workdir, engine, full=True))
+        print(json.dumps(results[-1]), flush=True)
+    if increment:
+        table.append({0: build_increment(increment)})
+        for engine in engines:
+            results.append(run_child(workdir, engine, full=False) | {"increment": increment})
+            print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def build_increment(n: int):
+    import numpy as np
+    import pyarrow as pa
+
+    keys = pa.array(np.char.add("k", (np.arange(n) % 1000).astype(str)))
+    return pa.table({"key": keys, "value": keys})
+
+
+@pytest.mark.slow
+def test_bench_spark_and_pandas_validate_the_same_table():
+    results = main(200_000, ["pandas", "spark"], 10_000)
+    full = [r for r in results[1:] if r["mode"] == "full"]
+    incremental = [r for r in results[1:] if r["mode"] == "incremental"]
+    assert all(r["success"] for r in results[1:])
+    assert all(r["rows_validated"] == 200_000 for r in full) and all(r["rows_validated"] == 10_000 for r in incremental)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("rows", type=int)
+    parser.add_argument("--engine", action="append", default=None)
+    parser.add_argument("--increment", type=int, default=0)
+    args = parser.parse_args()
+    print(json.dumps(main(args.rows, args.engine or ["spark"], args.increment), indent=1))
