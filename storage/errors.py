@@ -507,6 +507,17 @@ class MirrorPromoted(TerminalError):
         return f"{self.table} was promoted to a writable table; it is no longer a mirror target"
 
 
+class MirrorSchemaChanged(TerminalError):
+    """The source gained columns its mirror lacks: copying on would drop them."""
+
+    def __init__(self, *, source: str, columns: list[str]) -> None:
+        self.source, self.columns = source, columns
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.source} has columns its mirror lacks: {self.columns}; mirror into a new target table"
+
+
 # --- the ingest ledger ------------------------------------------------------------------
 
 

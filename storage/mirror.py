@@ -14,9 +14,10 @@ incremental, resumable step:
 4. Find what the source committed since the last mirrored source snapshot, from the
    manifests of the snapshots in between (work proportional to the delta). If that snapshot
    is no longer retained, fall back to the source's live files.
-5. Copy those data files byte for byte into the target's warehouse (in parallel; names are
-   derived from the source file, so a re-run after a crash overwrites rather than piles up).
-   A file that straddles the target's log end (the source compacted across it) is sliced.
+5. Copy those data files byte for byte into the target's warehouse, in parallel, each under
+   a new name (so concurrent steps never write over each other's or a committed file). A
+   step that fails deletes its copies; one killed leaves them to orphan cleanup. A file that
+   straddles the target's log end (the source compacted across it) is sliced.
 6. Commit one :class:`OffsetWriteRequest` (plus the group offsets, in the same atomic
    multi-table commit) through the commit core. The progress (source snapshot, UUID and
    state version) is a table property set in that same commit, so a crash at any point
@@ -30,9 +31,10 @@ import json
 import os
 import posixpath
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,7 +49,17 @@ from storage import schema as cols
 from storage.acls import REPLICATOR_WRITE, authorize
 from storage.catalog import ensure_namespace
 from storage.commit import COMMITS, HEAD, VERSION, Decision, Request, commit, commit_tables, load
-from storage.errors import InvalidInput, MirrorGap, MirrorPromoted, MirrorSourceChanged, NotALogTable
+from storage.errors import (
+    CatalogUnavailable,
+    CommitOutcomeUnknown,
+    InvalidInput,
+    InvalidProduceOffset,
+    MirrorGap,
+    MirrorPromoted,
+    MirrorSchemaChanged,
+    MirrorSourceChanged,
+    NotALogTable,
+)
 from storage.files import data_files_from_parquet, file_offset_range, file_partition
 from storage.groups import GROUPS_TABLE, GroupOffsetsState
 from storage.log import READ_ONLY
@@ -62,6 +74,8 @@ PROMOTED = "icelog.mirror.promoted"
 # Never copied from the source: the target's own state, bookkeeping and mirror marks.
 _OWN_PROPERTIES = {VERSION, HEAD, COMMITS, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
 COPY_THREADS = int(os.environ.get("ICELOG_MIRROR_THREADS", "8"))
+COPY_CHUNK = 8 << 20
+Copier = Callable[[Sequence[Tuple[str, str]]], None]
 
 
 @dataclass
@@ -99,6 +113,8 @@ def mirror(
     target_table: str | None = None,
     *,
     principal: str | None = None,
+    copier: Copier | None = None,
+    max_attempts: int = 5,
 ) -> MirrorResult:
     """Mirror everything ``source_table`` committed since the last step into the target.
 
@@ -109,6 +125,9 @@ def mirror(
         target_table: The copy's name (default: the source's).
         principal: Needs ``replicator-write`` on the target in the target catalog
             (default: ``ICELOG_PRINCIPAL``).
+        copier: Copies ``(source path, target path)`` pairs byte for byte (default:
+            :func:`copy_files`, threads in this process; ``pipelines.mirror`` has a Spark one).
+        max_attempts: Steps planned again when a concurrent step moved the target's log end.
 
     Returns:
         The offsets copied per partition and the target's log ends.
@@ -118,14 +137,28 @@ def mirror(
         MirrorGap: the source's retention removed offsets never mirrored.
         MirrorSourceChanged: the source table was dropped and re-created.
         MirrorPromoted: the target was promoted.
+        MirrorSchemaChanged: the source gained columns the target lacks.
+        InvalidProduceOffset: concurrent steps into the same target kept moving its log end.
         CommitConflict, CommitOutcomeUnknown: transient; run again (it resumes).
     """
-    started = time.perf_counter()
     source_id = cols.qualified(source_table)
     target_id = cols.qualified(target_table or source_id)
     if source_catalog.name == target_catalog.name and source_id == target_id:
         raise InvalidInput(reason=f"a table cannot mirror itself ({source_id} in {source_catalog.name})")
     authorize(target_catalog, principal, REPLICATOR_WRITE, target_id)
+    for attempt in range(1, max_attempts + 1):
+        try:
+            return _step(source_catalog, source_id, target_catalog, target_id, copier or copy_files)
+        except InvalidProduceOffset:
+            # Another step into the same target moved its log end since this one planned:
+            # plan again from what the target holds now.
+            if attempt == max_attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier) -> MirrorResult:
+    started = time.perf_counter()
     groups = _source_groups(source_catalog, source_id)  # before the table: see step 1
     source = load(source_catalog, source_id)
     if FORMAT not in source.metadata.properties:
@@ -134,23 +167,34 @@ def mirror(
     record = mirror_record(target.metadata) or {}
     if record.get("uuid") != str(source.metadata.table_uuid):
         raise MirrorSourceChanged(source=source_id, expected_uuid=str(record.get("uuid")), actual_uuid=str(source.metadata.table_uuid))
+    missing = _missing_columns(source, target)
+    if missing:
+        raise MirrorSchemaChanged(source=source_id, columns=missing)
     result = MirrorResult(source_id, target_id, target_catalog.name, source.metadata.current_snapshot_id)
     progress = {**record, "snapshot": source.metadata.current_snapshot_id, "version": source.metadata.properties.get(VERSION)}
     target_groups = _target_groups(target_catalog, target_id)
     group_changes = {g: o for g, o in groups.items() if target_groups.get(g) != o}
+    group_changes.update({g: {"offsets": {}, "ranges": {}} for g in target_groups if g not in groups})
     if progress == record and not group_changes:
         result.up_to_date = True
         result.log_ends = {p: w.end for p, w in LogState.from_metadata(target.metadata).watermarks.items()}
         result.seconds = time.perf_counter() - started
         return result
-    request = _plan(source, target, record, progress, result)
+    token = uuid.uuid4().hex  # this step's commit id and copy names: never shared with another step
+    request = _plan(source, target, record, progress, result, copier, token)
     parts: list[tuple[str, Request]] = [(target_id, request)]
     if group_changes:
         ensure_system_table(target_catalog, GROUPS_TABLE)
         parts.append((GROUPS_TABLE, MirrorGroupOffsets(target_id, group_changes)))
         result.groups = len(group_changes)
-    commit_id = "mirror-" + hashlib.sha256(json.dumps([target_id, progress, group_changes], sort_keys=True).encode()).hexdigest()[:32]
-    outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
+    commit_id = f"mirror-{token}"
+    try:
+        outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
+    except (CommitOutcomeUnknown, CatalogUnavailable):
+        raise  # the commit may have landed: its files stay (orphan cleanup gets them if not)
+    except BaseException:
+        _discard(target, request.files)  # never committed: remove this step's copies
+        raise
     if outcome.result is not None:
         result.log_ends = dict(outcome.result.log_ends)
     result.seconds = time.perf_counter() - started
@@ -158,7 +202,22 @@ def mirror(
     return result
 
 
-def _plan(source: Table, target: Table, record: Mapping[str, Any], progress: Mapping[str, Any], result: MirrorResult) -> OffsetWriteRequest:
+def _discard(target: Table, files: Mapping[int, Sequence[DataFile]]) -> None:
+    for data_file in (f for fs in files.values() for f in fs):
+        try:
+            target.io.delete(data_file.file_path)
+        except OSError:
+            pass  # orphan cleanup (storage.maintenance) gets it later
+
+
+def _missing_columns(source: Table, target: Table) -> list[str]:
+    names = {f.name for f in target.schema().fields}
+    return [f.name for f in source.schema().fields if f.name not in names]
+
+
+def _plan(
+    source: Table, target: Table, record: Mapping[str, Any], progress: Mapping[str, Any], result: MirrorResult, copier: Copier, token: str
+) -> OffsetWriteRequest:
     """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
     src = LogState.from_metadata(source.metadata)
     dst = LogState.from_metadata(target.metadata).with_partitions(max(src.partitions, 0))
@@ -178,7 +237,7 @@ def _plan(source: Table, target: Table, record: Mapping[str, Any], progress: Map
             wanted[p] = (end, mark.end)
         elif mark.end < have.end:
             raise MirrorSourceChanged(source=result.source, expected_uuid=str(record.get("uuid")), actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})")
-    files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result)
+    files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result, copier, token)
     spans = batch_spans(target, result.target, rows, files)
     for p, need in wanted.items():
         if spans.get(p) != need:
@@ -199,7 +258,7 @@ def _plan(source: Table, target: Table, record: Mapping[str, Any], progress: Map
 
 
 def _copy_delta(
-    source: Table, target: Table, since: int | None, wanted: Mapping[int, tuple[int, int]], result: MirrorResult
+    source: Table, target: Table, since: int | None, wanted: Mapping[int, tuple[int, int]], result: MirrorResult, copier: Copier, token: str
 ) -> tuple[dict[int, list[DataFile]], dict[int, pa.Table]]:
     """Copy the source files holding the wanted offsets; slice the ones that straddle."""
     if not wanted:
@@ -233,8 +292,10 @@ def _copy_delta(
         for p, data_file in jobs:
             sliced[p] = pa.concat_tables([t for t in (sliced.get(p), _read(source, data_file)) if t is not None])
         return {}, sliced
-    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
-        copied = list(pool.map(lambda job: _copy_file(source, target, *job), jobs))
+    pairs = [(f.file_path, _target_path(target, p, f, token[:12])) for p, f in jobs]
+    copier(pairs)
+    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:  # footers only: stats for the manifests
+        copied = list(pool.map(lambda pair: data_files_from_parquet(target, [pair[1]])[0], pairs))
     files: dict[int, list[DataFile]] = {}
     for (p, data_file), new_file in zip(jobs, copied):
         files.setdefault(p, []).append(new_file)
@@ -243,15 +304,26 @@ def _copy_delta(
     return files, sliced
 
 
-def _copy_file(source: Table, target: Table, partition: int, data_file: DataFile) -> DataFile:
-    """Copy one data file byte for byte; the name is derived from the source path (idempotent)."""
-    digest = hashlib.sha256(data_file.file_path.encode()).hexdigest()[:16]
-    dest = f"{target.metadata.location.rstrip('/')}/data/{cols.PARTITION}={partition}/m-{digest}-{posixpath.basename(data_file.file_path)}"
-    with source.io.new_input(data_file.file_path).open() as src:
-        payload = src.read()
-    with target.io.new_output(dest).create(overwrite=True) as out:
-        out.write(payload)
-    return data_files_from_parquet(target, [dest])[0]
+def _target_path(target: Table, partition: int, data_file: DataFile, token: str) -> str:
+    """Where a source file's copy goes: a name of its own per step, so concurrent steps into
+    one target never write over each other's (or a committed) file."""
+    digest = hashlib.sha256(data_file.file_path.encode()).hexdigest()[:12]
+    return f"{target.metadata.location.rstrip('/')}/data/{cols.PARTITION}={partition}/m-{digest}-{token}-{posixpath.basename(data_file.file_path)}"
+
+
+def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
+    """Copy files byte for byte, in parallel threads (any filesystem pyarrow reaches)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    io = PyArrowFileIO()
+
+    def one(pair: tuple[str, str]) -> None:
+        with io.new_input(pair[0]).open() as src, io.new_output(pair[1]).create(overwrite=True) as out:
+            while chunk := src.read(COPY_CHUNK):
+                out.write(chunk)
+
+    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
+        list(pool.map(one, pairs))
 
 
 def _read(table: Table, data_file: DataFile) -> pa.Table:

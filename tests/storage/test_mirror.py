@@ -327,3 +327,50 @@ def test_i6_individually_committed_ranges_mirrored_verbatim(source, target):
     assert mine.offsets["workers"]["logs.orders"] == theirs.offsets["workers"]["logs.orders"] == {"0": 2}
     assert mine.ranges["workers"]["logs.orders"] == theirs.ranges["workers"]["logs.orders"] == {"0": [[5, 6]]}
     assert mine.range_state("workers", "logs.orders", 0, 0) == theirs.range_state("workers", "logs.orders", 0, 0)
+
+
+def test_i6_source_schema_gaining_a_column_fails_fast(source, target):
+    from pyiceberg.types import StringType
+
+    from storage.errors import MirrorSchemaChanged
+
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    with src.table().update_schema() as update:
+        update.add_column("note", StringType())
+    src.append({0: [{"key": "k", "value": "v", "note": "n"}]})
+    with pytest.raises(MirrorSchemaChanged) as caught:
+        run_mirror(source, target)
+    assert caught.value.columns == ["note"]
+    assert LogTable.open(target, "orders").watermarks()[0].end == 2
+
+
+def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, target_spec, target):
+    import threading
+
+    source = source_spec.open()
+    src = LogTable.create(source, "orders", 2)
+    errors: list[BaseException] = []
+
+    def mirror_loop() -> None:
+        mine_source, mine_target = source_spec.open(), target_spec.open()
+        try:
+            for _ in range(6):
+                mirror(mine_source, "orders", mine_target, principal=PRINCIPAL)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=mirror_loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(6):
+        src.append({i % 2: rows(2, f"c{i}")})
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    run_mirror(source, target)
+    assert_parity(source, target)
+    table = LogTable.open(target, "orders").table()
+    on_disk = {str(f) for f in Path(table.metadata.location.removeprefix("file://"), "data").rglob("*.parquet")}
+    assert on_disk == referenced_files(table) & on_disk, "a step that lost left its copies behind"
