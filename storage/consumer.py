@@ -1,0 +1,310 @@
+"""A consumer shaped like the Kafka clients: ``subscribe``/``assign``, ``poll``, ``commit``, ``close``.
+
+Several consumers of one group can share one partition:
+
+* by **key-hash range** (``mode="key"``): each member reads only the records whose key hash
+  (:func:`key_hashes`) falls in its ranges of ``0..65535``, in offset order, so per-key order
+  holds;
+* by **offset chunks** (``mode="chunks"``, for unkeyed records): chunks of ``chunk_size``
+  offsets are dealt round-robin (``storage.membership.chunk_slot``).
+
+Each member commits exactly the offsets it processed, out of order, as ranges
+(``storage.groups.CommitRanges``); ``poll`` never returns an offset that is committed or that
+this consumer fetched and has not committed yet. Near ``icelog.groups.max-ranges`` open
+ranges, ``poll`` only fetches offsets inside the gaps (back-pressure), so the gap closes and
+no state is ever dropped.
+
+The key hash is the low 16 bits of CRC-32 of the key's UTF-8 bytes (a null key hashes as the
+empty string, to 0). Python: ``zlib.crc32(key.encode()) & 0xFFFF``; Spark SQL:
+``crc32(key) & 65535`` (``crc32`` hashes a string's UTF-8 bytes).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+
+from storage import membership
+from storage import schema as cols
+from storage.commit import CommitRequest, commit_tables
+from storage.errors import InvalidInput, StaleGeneration
+from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request
+from storage.log import LogTable
+from storage.ranges import Range, RangeState, pending, to_ranges
+
+KEY_COLUMN = "key"
+BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
+SCAN_WINDOW = 5_000  # offsets read per step while looking for this member's records
+
+
+def key_hash(key: str | None) -> int:
+    return zlib.crc32((key or "").encode()) & 0xFFFF
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Vectorised :func:`key_hash` (each distinct key hashes once)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int32)
+    encoded = pc.dictionary_encode(pc.fill_null(keys.cast(pa.string()), ""))
+    lookup = np.array([key_hash(k) for k in encoded.dictionary.to_pylist()], dtype=np.int32)
+    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def parse_key_range(text: str) -> Range:
+    """``LO:HI`` (inclusive, within 0..65535)."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InvalidInput(reason=f"a key range is LO:HI with 0 <= LO <= HI <= 65535, not {text!r}") from None
+    if not 0 <= lo <= hi < membership.HASH_SPACE:
+        raise InvalidInput(reason=f"a key range is LO:HI with 0 <= LO <= HI <= 65535, not {text!r}")
+    return lo, hi
+
+
+@dataclass
+class _Assignment:
+    table: str
+    partition: int
+    hashes: list[Range] | None  # None: as the group assigns
+
+
+@dataclass
+class Consumer:
+    """A group consumer. Not thread-safe; one per thread or process.
+
+    Args:
+        catalog: The catalog of the tables and the group.
+        group: The group id.
+        member_id: This member's id (default: random).
+        session_timeout_ms: Removed from the group when no heartbeat came for this long.
+        mode: ``"key"`` (key-hash ranges) or ``"chunks"`` (offset chunks, unkeyed records).
+        key_column: The payload column holding the key.
+        clock: Milliseconds since the epoch (injectable for tests).
+    """
+
+    catalog: Catalog
+    group: str
+    member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    session_timeout_ms: int = 10_000
+    mode: str = "key"
+    chunk_size: int = 100
+    key_column: str = KEY_COLUMN
+    clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    generation: int | None = None
+    _subscription: dict[str, list[int]] = field(default_factory=dict)
+    _manual: list[_Assignment] | None = None
+    _assigned: list[_Assignment] = field(default_factory=list)
+    _in_flight: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    _last_heartbeat: int = 0
+    _closed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("key", "chunks"):
+            raise InvalidInput(reason=f"mode is 'key' or 'chunks', not {self.mode!r}")
+        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise InvalidInput(reason="chunk_size is an integer >= 1")
+
+    # --- membership -------------------------------------------------------------------------
+
+    def subscribe(self, table: str, partitions: list[int] | None = None) -> None:
+        """Join the group for ``table`` (default: every partition); the group assigns hash ranges."""
+        source = cols.qualified(table)
+        marks = LogTable.open(self.catalog, source).watermarks()
+        self._subscription[source] = sorted(marks) if partitions is None else sorted(partitions)
+        self._join()
+
+    def assign(self, table: str, partitions: list[int], key_range: Range | None = None) -> None:
+        """Read these partitions (optionally one key-hash range) without group membership.
+
+        Commits are then manual ones (allowed while the group has no live member).
+        """
+        source = cols.qualified(table)
+        LogTable.open(self.catalog, source)
+        hashes = [(0, membership.HASH_SPACE - 1)] if key_range is None else [tuple(key_range)]
+        self._manual = [_Assignment(source, p, hashes) for p in partitions]  # type: ignore[arg-type]
+        self._assigned = list(self._manual)
+
+    def _join(self) -> None:
+        record = group_action(
+            self.catalog,
+            GroupAction(self.group, self.member_id, "join", dict(self._subscription), self.session_timeout_ms, self.clock()),
+        )
+        self._adopt(record)
+
+    def _heartbeat(self) -> None:
+        try:
+            record = group_action(self.catalog, GroupAction(self.group, self.member_id, "heartbeat", now_ms=self.clock()))
+        except StaleGeneration:  # removed (session lapsed): join again, start from what is committed
+            self._join()
+            return
+        self._adopt(record)
+
+    def _adopt(self, record: Mapping[str, Any]) -> None:
+        self._last_heartbeat = self.clock()
+        if record["generation"] != self.generation:
+            self._in_flight.clear()  # fetched under the old generation: those commits are fenced
+        self.generation = record["generation"]
+        self._assigned = [
+            _Assignment(t, p, None) for t, ps in sorted(self._subscription.items()) for p in ps
+        ]
+
+    def _hashes(self, record: Mapping[str, Any], a: _Assignment) -> list[Range]:
+        return membership.fetchable_hashes(record, self.member_id, a.table, a.partition)
+
+    # --- fetch ------------------------------------------------------------------------------
+
+    def poll(self, max_records: int = 500) -> list[pa.RecordBatch]:
+        """Fetch up to ``max_records`` records not committed and not already fetched, per
+        partition in offset order, as Arrow record batches (schema metadata names the table).
+        """
+        if self._closed:
+            raise InvalidInput(reason="the consumer is closed")
+        if not self._assigned and not self._subscription:
+            raise InvalidInput(reason="subscribe() or assign() first")
+        if self._manual is None and self.clock() - self._last_heartbeat >= self.session_timeout_ms // 3:
+            self._heartbeat()
+        state = group_state(self.catalog)
+        record = state.members.get(self.group) or membership.empty_group()
+        if self._manual is None and record["generation"] != self.generation:
+            self._heartbeat()
+            state = group_state(self.catalog)
+            record = state.members.get(self.group) or membership.empty_group()
+        out: list[pa.RecordBatch] = []
+        budget = max_records
+        for a in self._assigned:
+            if budget <= 0:
+                break
+            hashes = a.hashes if self._manual is not None else self._hashes(record, a)
+            if not hashes:
+                continue
+            batch = self._fetch(state, a, hashes, budget)
+            if batch is not None and batch.num_rows:
+                out.append(batch)
+                budget -= batch.num_rows
+        return out
+
+    def _fetch(self, state: Any, a: _Assignment, hashes: list[Range], budget: int) -> pa.RecordBatch | None:
+        log_table = LogTable(self.catalog, a.table)
+        mark = log_table.watermarks()[a.partition]
+        rs: RangeState = state.range_state(self.group, a.table, a.partition, mark.start)
+        end = mark.end
+        if rs.ranges and len(rs.ranges) >= int(state.max_ranges * BACK_PRESSURE):
+            end = rs.ranges[-1][1] + 1  # back-pressure: only fill the gaps below the last range
+        in_flight = self._in_flight.setdefault((a.table, a.partition), set())
+        start = rs.committed
+        taken: list[pa.Table] = []
+        while start < end and budget > 0:
+            stop = min(end, start + SCAN_WINDOW)
+            gaps = pending(rs, start, stop - 1)
+            if gaps:
+                rows = log_table.read(a.partition, gaps[0][0], gaps[-1][1] + 1)
+                rows = self._select(rows, rs, in_flight, hashes)
+                if rows.num_rows:
+                    rows = rows.slice(0, budget)
+                    taken.append(rows)
+                    budget -= rows.num_rows
+            start = stop
+        if not taken:
+            return None
+        fetched = pa.concat_tables(taken).combine_chunks()
+        in_flight.update(fetched.column(cols.OFFSET).to_pylist())
+        batch = fetched.to_batches()[0] if fetched.num_rows else None
+        if batch is None:
+            return None
+        return batch.replace_schema_metadata({b"icelog.table": a.table.encode()})
+
+    def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[Range]) -> pa.Table:
+        offsets = rows.column(cols.OFFSET).to_numpy()
+        keep = np.ones(len(offsets), dtype=bool)
+        for f, l in rs.ranges:
+            keep &= ~((offsets >= f) & (offsets <= l))
+        if in_flight:
+            keep &= ~np.isin(offsets, np.fromiter(in_flight, dtype=np.int64))
+        if hashes != [(0, membership.HASH_SPACE - 1)]:
+            if self.mode == "key":
+                h = key_hashes(rows.column(self.key_column))
+            else:
+                h = np.array([membership.chunk_slot(int(o) // self.chunk_size) for o in offsets], dtype=np.int32)
+            inside = np.zeros(len(offsets), dtype=bool)
+            for lo, hi in hashes:
+                inside |= (h >= lo) & (h <= hi)
+            keep &= inside
+        return rows.filter(pa.array(keep))
+
+    # --- commit -----------------------------------------------------------------------------
+
+    def commit_request(
+        self, offsets: Mapping[tuple[str, int], list[int]] | None = None
+    ) -> tuple[CommitRanges, Callable[[], None]]:
+        """A range commit of what was fetched (or of ``offsets``), to run inside a multi-table
+        commit (``storage.commit.commit_tables``) with the output it produced: exactly once.
+
+        Returns:
+            The request, and a callback to call once that commit succeeded.
+        """
+        chosen = {k: sorted(v) for k, v in (offsets or self._in_flight).items() if v}
+        if not chosen:
+            raise InvalidInput(reason="nothing fetched to commit")
+        member, generation = (None, None) if self._manual is not None else (self.member_id, self.generation)
+        request = ranges_request(
+            self.catalog, self.group, {k: to_ranges(v) for k, v in chosen.items()}, member=member, generation=generation
+        )
+        request.now_ms = self.clock()
+
+        def done() -> None:
+            for key, offs in chosen.items():
+                self._in_flight.get(key, set()).difference_update(offs)
+            self._last_heartbeat = self.clock()
+
+        return request, done
+
+    def commit(
+        self,
+        offsets: Mapping[tuple[str, int], list[int]] | None = None,
+        *,
+        also: Sequence[tuple[str, CommitRequest]] = (),
+    ) -> dict[str, Any]:
+        """Commit what ``poll`` returned (default) or the given offsets, individually, as ranges.
+
+        Args:
+            offsets: ``{(table, partition): [offset, ...]}``; default: everything fetched.
+            also: Further ``(table, request)`` parts, e.g. the appends of the output this
+                consumer produced: all land in one atomic multi-table commit with the
+                offsets, or none does (exactly-once consume-transform-produce).
+
+        Returns:
+            The range commit's result (stable offset and ranges per partition).
+
+        Raises:
+            StaleGeneration: a rebalance happened; nothing was committed (the ``also`` parts
+                neither). The next ``poll`` syncs, and what was fetched is fetched again by
+                whoever owns it now.
+            InvalidRange, RangeLimitExceeded: see ``storage.groups.commit_ranges``.
+        """
+        request, done = self.commit_request(offsets)
+        try:
+            outcomes = commit_tables(self.catalog, [*also, (GROUPS_TABLE, request)])
+        except StaleGeneration:
+            self._in_flight.clear()
+            self.generation = -1  # forces a sync on the next poll
+            raise
+        done()
+        return outcomes[-1].result
+
+    def close(self) -> None:
+        """Leave the group (its hash ranges go to the other members at once)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._manual is None and self._subscription:
+            group_action(self.catalog, GroupAction(self.group, self.member_id, "leave", now_ms=self.clock()))

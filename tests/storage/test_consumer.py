@@ -1,0 +1,123 @@
+"""The group consumer: key-hash-range reads, chunk sharing, back-pressure, rebalance (I10)."""
+
+from __future__ import annotations
+
+import zlib
+
+import pyarrow as pa
+import pytest
+
+from storage.consumer import Consumer, key_hash, key_hashes, parse_key_range
+from storage.errors import InvalidInput, StaleGeneration
+from storage.groups import GROUPS_TABLE, commit_ranges, describe_group
+from storage.log import LogTable
+
+
+def _log(catalog, rows=120, keys=13):
+    t = LogTable.create(catalog, "db.events", 1)
+    t.append({0: [{"key": f"k{i % keys}", "value": str(i)} for i in range(rows)]})
+    return t
+
+
+def _offsets(batches):
+    return [o for b in batches for o in b.column("log_offset").to_pylist()]
+
+
+def _drain(consumer, step=17):
+    seen = []
+    while True:
+        batches = consumer.poll(step)
+        if not batches:
+            return seen
+        seen += [(o, k) for b in batches for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist())]
+        consumer.commit()
+
+
+def test_key_hash_is_crc32_low_16_bits():
+    assert key_hash("user-42") == zlib.crc32(b"user-42") & 0xFFFF
+    assert key_hash(None) == 0
+    assert list(key_hashes(pa.array(["a", None, "a", "ü"]))) == [key_hash("a"), 0, key_hash("a"), key_hash("ü")]
+    assert parse_key_range("0:16383") == (0, 16383)
+    for bad in ("1", "5:4", "0:65536", "a:b"):
+        with pytest.raises(InvalidInput):
+            parse_key_range(bad)
+
+
+def test_i10_key_range_reads_split_the_partition_in_offset_order(sqlite_catalog):
+    _log(sqlite_catalog)
+    halves = [(0, 32767), (32768, 65535)]
+    seen = {}
+    for i, hashes in enumerate(halves):
+        c = Consumer(sqlite_catalog, f"g{i}")
+        c.assign("db.events", [0], key_range=hashes)
+        seen[hashes] = _drain(c)
+    for (lo, hi), records in seen.items():
+        assert [o for o, _ in records] == sorted(o for o, _ in records)
+        assert all(lo <= key_hash(k) <= hi for _, k in records)
+    assert sorted(o for rs in seen.values() for o, _ in rs) == list(range(120))
+
+
+def test_i10_fetch_skips_committed_ranges_and_in_flight(sqlite_catalog):
+    _log(sqlite_catalog, rows=30)
+    commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(3, 5), (10, 19)]})
+    c = Consumer(sqlite_catalog, "g")
+    c.assign("db.events", [0])
+    first = _offsets(c.poll(5))
+    assert first == [0, 1, 2, 6, 7]
+    second = _offsets(c.poll(100))  # fetched but uncommitted offsets are not fetched again
+    assert second == [8, 9, *range(20, 30)]
+    c.commit()
+    entry = describe_group(sqlite_catalog, "g")["partitions"][0]
+    assert entry["stable_offset"] == 29 and entry["ranges"] == [] and entry["committed_offset"] == 30
+
+
+def test_i10_back_pressure_only_fills_gaps_near_the_bound(sqlite_catalog):
+    _log(sqlite_catalog, rows=40)
+    commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(2, 2), (4, 4), (6, 6)]})
+    table = sqlite_catalog.load_table(GROUPS_TABLE)
+    with table.transaction() as txn:
+        txn.set_properties({"icelog.groups.max-ranges": "3"})
+    c = Consumer(sqlite_catalog, "g")
+    c.assign("db.events", [0])
+    assert _offsets(c.poll(100)) == [0, 1, 3, 5]  # nothing above the last open range
+    c.commit()
+    assert _offsets(c.poll(100)) == list(range(7, 40))
+
+
+def test_i10_unkeyed_chunks_shared_round_robin(sqlite_catalog):
+    _log(sqlite_catalog, rows=100)
+    a = Consumer(sqlite_catalog, "g", member_id="a", mode="chunks", chunk_size=10, session_timeout_ms=60_000)
+    b = Consumer(sqlite_catalog, "g", member_id="b", mode="chunks", chunk_size=10, session_timeout_ms=60_000)
+    a.subscribe("db.events")
+    b.subscribe("db.events")
+    # a learns the new generation: its draining half is released to b
+    got_a = _offsets(a.poll(1000))
+    got_b = _offsets(b.poll(1000))
+    assert sorted(got_a + got_b) == list(range(100)) and not set(got_a) & set(got_b)
+    assert {o // 10 % 2 for o in got_a} == {0} and {o // 10 % 2 for o in got_b} == {1}
+    a.commit()
+    b.commit()
+    assert describe_group(sqlite_catalog, "g")["partitions"][0]["stable_offset"] == 99
+
+
+def test_i10_rebalance_fences_old_generation_and_new_owner_waits_for_draining(sqlite_catalog):
+    _log(sqlite_catalog, rows=60)
+    a = Consumer(sqlite_catalog, "g", member_id="a", session_timeout_ms=60_000)
+    a.subscribe("db.events")
+    fetched = _offsets(a.poll(1000))
+    assert fetched == list(range(60))
+    b = Consumer(sqlite_catalog, "g", member_id="b", session_timeout_ms=60_000)
+    b.subscribe("db.events")
+    assert b.poll(1000) == []  # b's half is draining from a, which has not acted yet
+    described = describe_group(sqlite_catalog, "g")
+    assert described["partitions"][0]["draining"] and described["generation"] == 2
+    with pytest.raises(StaleGeneration):
+        a.commit()  # a fetched under generation 1
+    again = _offsets(a.poll(1000))  # a syncs: its own half again, from the committed state
+    got_b = _offsets(b.poll(1000))
+    assert sorted(again + got_b) == list(range(60)) and not set(again) & set(got_b)
+    a.commit()
+    b.commit()
+    a.close()
+    b.close()
+    assert describe_group(sqlite_catalog, "g")["members"] == []
