@@ -1,0 +1,96 @@
+"""``icelog consume`` and ``icelog groups`` (I10, I8): the seed's examples through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import cli
+from storage.consumer import key_hash
+from storage.log import LogTable
+
+
+@pytest.fixture
+def run(sqlite_spec):
+    runner = CliRunner()
+    env = sqlite_spec.env()
+
+    def invoke(*args: str, code: int = 0, text: bool = False) -> dict | str:
+        argv = list(args) if text else ["--output", "json", *args]
+        result = runner.invoke(cli, argv, env=env, catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        out = result.stdout.strip()
+        if text:
+            return out
+        return json.loads(out.splitlines()[-1]) if out else ""
+
+    run.catalog = sqlite_spec.open()
+    return invoke
+
+
+@pytest.fixture
+def events(sqlite_spec):
+    t = LogTable.create(sqlite_spec.open(), "db.events", 2)
+    t.append({0: [{"key": f"k{i % 5}", "value": str(i)} for i in range(60)], 1: [{"key": "x", "value": "y"}]})
+    return t
+
+
+def _partition(doc, p=0):
+    return next(e for e in doc["partitions"] if e["partition"] == p)
+
+
+def test_i10_seed_examples_via_groups_commit(run, events):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-42")
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "45-47", "--range", "50-50")
+    out = run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "48-49")
+    assert out["partitions"]["db.events/0"] == {"stable": 42, "committed": 43, "ranges": [[45, 50]]}
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "43-44")
+    doc = run("groups", "describe", "g")
+    entry = _partition(doc)
+    assert (entry["stable_offset"], entry["committed_offset"], entry["ranges"]) == (50, 51, [])
+    assert doc["generation"] == 0 and doc["members"] == []
+    assert run("groups", "list") == {"groups": ["g"]}
+    assert "stable (last done)" in run("groups", "describe", "g", text=True)
+
+
+@pytest.mark.parametrize("bad", ["5-4", "70-75", "x-3", "3"])
+def test_i8_bad_range_exit_2_nothing_changes(run, events, bad):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9")
+    before = run("groups", "describe", "g")
+    error = run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", bad, code=2)
+    assert error["error"] in ("InvalidRange", "InvalidInput")
+    assert run("groups", "describe", "g") == before
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "5-12", code=2)  # overlap
+
+
+def test_consume_prints_json_lines_commits_and_stops_at_the_log_end(run, events):
+    out = run("consume", "db.events", "--group", "g", "--partition", "0", "--max-records", "7", text=True)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["log_offset"] for r in rows] == list(range(7)) and {"log_partition", "log_timestamp", "key"} <= set(rows[0])
+    assert _partition(run("groups", "describe", "g"))["stable_offset"] == 6
+    rest = run("consume", "db.events", "--group", "g", text=True).splitlines()
+    assert len(rest) == 53 + 1  # partition 0 to its end, and partition 1
+    assert run("consume", "db.events", "--group", "g", text=True) == ""
+
+
+def test_consume_key_range_reads_only_its_hashes(run, events):
+    lo, hi = 0, 32767
+    out = run("consume", "db.events", "--group", "h", "--partition", "0", "--key-range", f"{lo}:{hi}", text=True)
+    rows = [json.loads(line) for line in out.splitlines()]
+    expected = [i for i in range(60) if lo <= key_hash(f"k{i % 5}") <= hi]
+    assert [r["log_offset"] for r in rows] == expected
+    entry = _partition(run("groups", "describe", "h"))
+    done = set(expected)
+    assert entry["lag"] == 60 - len(done)
+    run("consume", "db.events", "--group", "h", "--key-range", "9:3", code=2)
+
+
+def test_reset_to_earliest_and_latest(run, events):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "3-4")
+    run("groups", "reset", "db.events", "--group", "g", "--to", "latest", "--partition", "0")
+    assert _partition(run("groups", "describe", "g"))["committed_offset"] == 60
+    run("groups", "reset", "db.events", "--group", "g", "--to", "99", code=2)
+    run("groups", "reset", "db.events", "--group", "g", "--to", "earliest")
+    assert _partition(run("groups", "describe", "g"))["stable_offset"] == -1
