@@ -301,6 +301,17 @@ class LogTable:
             InvalidInput: a file breaks the rules above; nothing is committed.
             OffsetMismatch: the log moved since the offsets were assigned.
         """
+        return self._commit(self.files_request(files, expected_offsets, producer=producer, commit_id=commit_id)).result
+
+    def files_request(
+        self,
+        files: Mapping[int, list[str]],
+        expected_offsets: Mapping[int, int],
+        *,
+        producer: Any = None,
+        commit_id: str | None = None,
+    ) -> AppendRequest:
+        """The checked request of :meth:`commit_files`, to run alone or in a multi-table commit."""
         import uuid
 
         from storage.files import data_files_from_parquet, file_offset_range, file_partition
@@ -327,8 +338,7 @@ class LogTable:
             described[p] = [s[2] for s in spans]
         if producer is not None:
             producer.validate({p: sum(f.record_count for f in fs) for p, fs in described.items()})
-        request = AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
-        return self._commit(request).result
+        return AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
 
     def _commit(self, request: Any) -> CommitOutcome:
         return commit(self.catalog, self.identifier, request, commit_id=request.commit_id)

@@ -40,3 +40,12 @@ def test_transaction_exposes_staged_updates(sqlite_catalog):
     assert len(txn._updates) == 1
     assert {"snapshot", "action"} <= set(AddSnapshotUpdate.model_fields)
     assert SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=1).ref_name == "main"
+
+
+def test_parquet_footer_names_used_to_register_spark_files():
+    from pyiceberg.io import pyarrow as pio
+
+    assert list(inspect.signature(pio._check_pyarrow_schema_compatible).parameters)[:2] == ["requested_schema", "provided_schema"]
+    assert "format_version" in inspect.signature(pio._check_pyarrow_schema_compatible).parameters
+    assert {"parquet_metadata", "stats_columns", "parquet_column_mapping"} <= set(inspect.signature(pio.data_file_statistics_from_parquet_metadata).parameters)
+    assert callable(pio.compute_statistics_plan) and callable(pio.parquet_path_to_id_mapping)
