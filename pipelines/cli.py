@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -30,7 +31,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
@@ -390,20 +391,29 @@ def _lone_surrogate(row: dict) -> bool:
 
 
 def read_json_lines(stream: BinaryIO) -> list[tuple[int, dict]]:
-    """Parse JSON Lines bytes: ``(line number, object)`` per non-blank line.
+    """Parse JSON Lines bytes: ``(line number, object)`` per non-blank line (see :func:`iter_json_lines`)."""
+    return list(iter_json_lines(stream))
+
+
+def iter_json_lines(stream: BinaryIO, skip: int = 0) -> Iterator[tuple[int, dict]]:
+    """Parse JSON Lines bytes lazily: ``(line number, object)`` per non-blank line.
+
+    The first ``skip`` non-blank lines are passed over without being parsed.
 
     Raises:
         MalformedInput: with the line number, for a line that is not UTF-8, not JSON, not an
             object, nested too deeply, or holds an integer outside 64 bits, a number that
             overflows a double, or an unpaired surrogate.
     """
-    rows = []
     for number, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as e:
             raise MalformedInput(line=number, reason=f"not UTF-8 (byte {e.start} of the line: {raw[e.start:e.start + 1]!r})") from e
         if not line.strip():
+            continue
+        if skip:
+            skip -= 1
             continue
         try:
             row = json.loads(line, parse_int=_parse_int, parse_float=_parse_float)
@@ -419,8 +429,7 @@ def read_json_lines(stream: BinaryIO) -> list[tuple[int, dict]]:
             raise MalformedInput(line=number, reason="each line must be a JSON object")
         if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(row):
             raise MalformedInput(line=number, reason="a string holds an unpaired UTF-16 surrogate escape")
-        rows.append((number, row))
-    return rows
+        yield number, row
 
 
 def _clip(text: str, limit: int = 40) -> str:
@@ -454,33 +463,52 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
 @cli.command()
 @click.argument("table")
 @click.option("--partition", type=PARTITION, required=True)
-@click.option("--expected-offset", type=OFFSET, default=None, help="Commit only if the partition's log end offset is this (KIP-27).")
+@click.option("--expected-offset", type=OFFSET, default=None, help="A resumable bulk load: line i (0-based, blank lines not counted) lands at offset K+i, each batch a conditional append (KIP-27).")
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON Lines file, UTF-8 (default: stdin).")
+@click.option("--batch-size", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True, help="Lines per commit (bounds memory).")
 @click.option("--producer-id", type=PRODUCER_ID, default=None)
 @click.option("--epoch", type=INT32, default=None)
 @click.option("--sequence", type=INT32, default=None, help="First sequence number of this batch.")
 @click.pass_obj
-def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, input_file: BinaryIO, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
-    """Append JSON Lines rows to one partition of TABLE (binary columns take base64 strings)."""
+def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, input_file: BinaryIO, batch_size: int, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
+    """Append JSON Lines rows to one partition of TABLE (binary columns take base64 strings).
+
+    The input streams in batches of --batch-size lines, one commit each. With
+    --expected-offset K the load is resumable: killed and run again with the same arguments,
+    it continues where the log says it stopped, and every line lands exactly once, at offset
+    K plus its line index. Another writer appending meanwhile stops it with OffsetMismatch
+    (exit 3): it never interleaves.
+    """
+    from storage.bulk import bulk_load
     from storage.log import LogTable
 
     ids = (producer_id, epoch, sequence)
     if any(v is not None for v in ids) and any(v is None for v in ids):
         raise InvalidInput(reason="--producer-id, --epoch and --sequence go together")
     log_table = LogTable.open(ctx.catalog, table)
-    rows = rows_to_arrow(log_table.identifier, read_json_lines(input_file), log_table.payload_schema())
-    expected = {partition: expected_offset} if expected_offset is not None else None
-    producer = None
-    if producer_id is not None:
-        from storage.producers import ProducerBatch
+    payload = log_table.payload_schema()
 
-        producer = ProducerBatch(producer_id, epoch, {partition: sequence})
-    result = log_table.append({partition: rows}, expected, producer=producer)
-    base, nxt = result.ranges[partition]
-    doc = {"table": result.table, "partition": partition, "base_offset": base, "next_offset": nxt, "snapshot_id": result.snapshot_id}
-    if producer is not None:
-        doc["duplicate"] = result.duplicate
-    ctx.emit(doc, lambda d: click.echo(f"{d['table']}[{partition}] offsets {base}..{nxt - 1} ({nxt - base} rows)" + (" (duplicate, not written)" if result.duplicate else "")))
+    def batches(skip: int) -> Iterator[Any]:
+        pending: list[tuple[int, dict]] = []
+        for item in iter_json_lines(input_file, skip):
+            pending.append(item)
+            if len(pending) == batch_size:
+                yield rows_to_arrow(log_table.identifier, pending, payload)
+                pending = []
+        if pending or not skip:
+            yield rows_to_arrow(log_table.identifier, pending, payload)
+
+    with _progress(ctx, "producing") as progress:
+        result = bulk_load(log_table, partition, batches, expected_offset, producer=(producer_id, epoch, sequence) if producer_id is not None else None, progress=progress)
+    doc = {"table": log_table.identifier, "partition": partition, **result}
+    if producer_id is None:
+        doc.pop("duplicate", None)
+    base, nxt = doc["base_offset"], doc["next_offset"]
+    resumed = f", resumed after {doc['resumed_lines']} lines already in the log" if doc.get("resumed_lines") else ""
+    if nxt == base:
+        ctx.emit(doc, lambda d: click.echo(f"{d['table']}[{partition}] nothing to write{resumed}"))
+    else:
+        ctx.emit(doc, lambda d: click.echo(f"{d['table']}[{partition}] offsets {base}..{nxt - 1} ({nxt - base} rows in {d['batches']} batches{resumed})" + (" (duplicate, not written)" if d.get("duplicate") else "")))
 
 
 @cli.command()
@@ -494,6 +522,50 @@ def offsets(ctx: Context, table: str) -> None:
     marks = log_table.watermarks()
     doc = {"table": log_table.identifier, "partitions": {str(p): {"start": w.start, "end": w.end} for p, w in marks.items()}}
     ctx.emit(doc, lambda d: _table([[p, o["start"], o["end"]] for p, o in d["partitions"].items()], ["partition", "start", "end"], d["table"]))
+
+
+@cli.command()
+@click.argument("table")
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default="parquet", show_default=True)
+@click.option("--key-column", default=None, help="Route rows by the hash of this column (default: the table's icelog.key-column, else key).")
+@click.option("--partitions", default=None, help="Only these log partitions, e.g. 0,3,5 (default: all).")
+@click.option("--run-key", default=None, help="A label for this run, kept in the ingest ledger.")
+@click.option("--reload-changed", is_flag=True, help="Load files whose content changed since they were loaded again, as new rows (default: refuse them).")
+@click.option("--verify", is_flag=True, help="Fingerprint every listed file, not only new or changed-looking ones.")
+@click.pass_obj
+def ingest(ctx: Context, table: str, source: str, fmt: str, key_column: str | None, partitions: str | None, run_key: str | None, reload_changed: bool, verify: bool) -> None:
+    """Load the files under SOURCE (a file, folder or glob) into TABLE with Spark, each file once.
+
+    The same job the ingest DAGs run, without Airflow. Files already loaded, however long
+    ago, are skipped and listed with the reason; a file whose content changed since it was
+    loaded is refused (SourceFileChanged, exit 2) unless --reload-changed.
+    """
+    from pipelines.ingest import ingest as run
+    from pipelines.spark import spark_session
+
+    only = None
+    if partitions is not None:
+        try:
+            only = sorted({int(p) for p in partitions.split(",") if p.strip()})
+        except ValueError as e:
+            raise InvalidInput(reason=f"--partitions takes comma-separated integers, not {partitions!r}") from e
+    with _progress(ctx, f"ingest {source} -> {table}") as progress:
+        progress("starting Spark")
+        result = run(
+            spark_session(app_name=f"icelog-ingest-{table}"), table, source, run_key,
+            fmt=fmt, key_column=key_column, catalog_name=ctx.catalog_name, only_partitions=only,
+            reload_changed=reload_changed, verify=verify, progress=progress,
+        )
+
+    def text(d: dict) -> None:
+        click.echo(f"{d['table']}: loaded {len(d['loaded'])} files, {d['rows']:,} rows; skipped {len(d['skipped'])} files")
+        for f in d["loaded"]:
+            click.echo(f"  loaded  {f['path']} ({f['rows']:,} rows)")
+        for f in d["skipped"]:
+            click.echo(f"  skipped {f['path']}: {f['reason']} at {f['loaded_at']}")
+
+    ctx.emit(result.to_dict(), text)
 
 
 # --- producers ---------------------------------------------------------------------------------
@@ -569,34 +641,52 @@ def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...],
 
 
 @cli.command()
-@click.argument("table")
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for index.html (default: $ICELOG_HOME/reports/TABLE).")
+@click.argument("table", required=False)
+@click.option("--all", "all_tables", is_flag=True, help="Report every log table, plus an index page with each table's status.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for index.html (default: $ICELOG_HOME/reports/TABLE, or $ICELOG_HOME/reports with --all).")
 @click.option("--no-gx", is_flag=True, help="Skip the Great Expectations suite.")
+@click.option("--full", is_flag=True, help="Re-validate every row (default: only rows committed since the last validation that passed).")
+@click.option("--engine", type=click.Choice(["auto", "pandas", "spark"]), default="auto", show_default=True, help="GX engine; auto picks Spark above $ICELOG_GX_SPARK_ROWS rows in scope.")
 @click.option("--expectations", type=click.Path(dir_okay=False), default=None, help="Payload expectations file (default: expectations/TABLE.json).")
 @click.pass_obj
-def report(ctx: Context, table: str, out: str | None, no_gx: bool, expectations: str | None) -> None:
-    """Write an HTML report: partitions, commit history chart, validation, GX Data Docs."""
+def report(ctx: Context, table: str | None, all_tables: bool, out: str | None, no_gx: bool, full: bool, engine: str, expectations: str | None) -> None:
+    """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs."""
+    from pipelines.spark import spark_session
     from storage.catalog import icelog_home
     from storage.log import LogTable
-    from validations.report import build_report
+    from validations.report import build_index, build_report
 
+    if bool(table) == all_tables:
+        raise click.UsageError("name one TABLE, or --all")
+    options = {"gx": not no_gx, "full": full, "engine": engine, "spark": lambda: spark_session(app_name="icelog-report")}
+    if all_tables:
+        with _progress(ctx, "building the report of every log table"):
+            index = build_index(ctx.catalog, out or str(icelog_home() / "reports"), **options)
+        tables = json.loads((index.parent / "index.json").read_text())
+        doc = {"ok": all(t.get("ok") for t in tables), "report": str(index), "tables": tables}
+        ctx.emit(doc, lambda d: click.echo(f"{'OK' if d['ok'] else 'ATTENTION'}: {len(d['tables'])} tables, file://{d['report']}"))
+        return
     log_table = LogTable.open(ctx.catalog, table)
     target = out or str(icelog_home() / "reports" / log_table.identifier)
     with _progress(ctx, f"building the report of {log_table.identifier}"):
-        page = build_report(log_table.table(), target, gx=not no_gx, expectations_file=expectations)
+        page = build_report(log_table.table(), target, expectations_file=expectations, **options)
     doc = json.loads((page.parent / "report.json").read_text())
-    ctx.emit({"table": log_table.identifier, "ok": doc["ok"], "report": str(page)}, lambda d: click.echo(f"{'OK' if d['ok'] else 'VIOLATIONS'}: file://{d['report']}"))
+    ctx.emit({"table": log_table.identifier, "ok": doc["ok"], "report": str(page), "quality_scope": doc["quality_scope"]}, lambda d: click.echo(f"{'OK' if d['ok'] else 'VIOLATIONS'}: file://{d['report']}"))
 
 
-def _progress(ctx: Context, what: str):
-    """A spinner on stderr for long work in text mode (JSON output stays clean)."""
-    import contextlib
+@contextlib.contextmanager
+def _progress(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
+    """A status line on stderr for long work in text mode (JSON output stays clean).
 
+    Yields a function that updates the line with the latest progress.
+    """
     if ctx.output == "json":
-        return contextlib.nullcontext()
+        yield lambda line: None
+        return
     from rich.console import Console
 
-    return Console(stderr=True).status(what)
+    with Console(stderr=True).status(what) as status:
+        yield lambda line: status.update(f"{what}: {line}")
 
 
 def _query_failed(e: Exception) -> bool:

@@ -37,7 +37,7 @@ def test_topics_produce_offsets_validate_sql(run, tmp_path):
     assert created["partitions"] == 3
     assert run("topics", "list") == {"tables": ["db.events"]}
     out = run("produce", "db.events", "--partition", "1", "--expected-offset", "0", input=lines({"key": "a", "value": "1"}, {"key": "b"}))
-    assert out == {"table": "db.events", "partition": 1, "base_offset": 0, "next_offset": 2, "snapshot_id": out["snapshot_id"]}
+    assert out == {"table": "db.events", "partition": 1, "base_offset": 0, "next_offset": 2, "rows": 2, "batches": 1, "resumed_lines": 0, "snapshot_id": out["snapshot_id"]}
     assert isinstance(out["snapshot_id"], int)
     file = tmp_path / "rows.jsonl"
     file.write_text(lines({"key": "c"}))
