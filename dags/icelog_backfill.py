@@ -1,7 +1,9 @@
-"""icelog_backfill: manual trigger; ingest a date range of landing files, idempotently per day.
+"""icelog_backfill: manual trigger; ingest a date range of landing files, each file exactly once.
 
-Days already ingested (by the scheduled DAG or an earlier backfill) are recognised by their
-producer sequences and write nothing.
+Files already loaded (by the scheduled DAG, an earlier backfill, or Airflow's own backfill of
+``icelog_ingest``), however long ago, are found in the ingest ledger and skipped; files that
+landed late in a day already ingested are loaded. A file whose content changed since it was
+loaded fails the run (``SourceFileChanged``) unless ``reload_changed`` is set.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
         "partitions": Param(None, type=["null", "array"], items={"type": "integer", "minimum": 0}, description="Only these log partitions (default: all)"),
         "format": Param("parquet", type="string", enum=["parquet", "csv", "jsonl"]),
         "key_column": Param(None, type=["null", "string"], description="Column whose hash picks the log partition (default: the table's icelog.key-column)"),
+        "reload_changed": Param(False, type="boolean", description="Load files whose content changed since they were loaded again, as new rows"),
     },
 )
 def icelog_backfill():
@@ -32,7 +35,8 @@ def icelog_backfill():
         from pipelines.tasks import backfill as run
 
         return run(params["table"], params["start"], params["end"], landing=params["source"] or None,
-                   fmt=params["format"], key_column=params["key_column"], partitions=params["partitions"])
+                   fmt=params["format"], key_column=params["key_column"], partitions=params["partitions"],
+                   reload_changed=bool(params.get("reload_changed")))
 
     backfill()
 

@@ -20,12 +20,13 @@ aborts the transaction with ``OffsetMismatch`` (an AbortableError): run the job 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import structlog
 
-from pipelines.ingest import SliceWriter, _spark_type, slice_bases
+from pipelines.ingest import _spark_type, slice_bases, write_numbered
 from storage import faults
 from storage import schema as cols
 from storage.catalog import open_catalog
@@ -148,8 +149,6 @@ def _write_target(df: Any, target: LogTable, key_column: str, directory: str) ->
     if not counts:
         return {}, {}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    writer = SliceWriter(bases, ends, None, 0, int(time.time() * 1_000_000), iceberg.schema().as_arrow(), directory.removeprefix("file://"))
-    written: dict[int, list[str]] = {}
-    for f in routed.mapInArrow(writer, "path string, partition int, rows long").collect():
-        written.setdefault(f["partition"], []).append(f["path"])
+    slices = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
+    written = write_numbered(df.sparkSession, routed, bases, slices, iceberg.schema(), f"{directory.removeprefix('file://')}/w-{uuid.uuid4().hex}")
     return written, {p: ends[p] for p in written}

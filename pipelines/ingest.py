@@ -1,35 +1,42 @@
-"""The ingest job: landing files -> a log table, exactly once per run key.
+"""The ingest job: landing files -> a log table, exactly once per source file, at any age.
 
 Spark's executors read the source, route rows to log partitions, number them from the
-watermarks read at job start, and write Parquet data files (one log partition and one
-contiguous offset range per file). The driver then commits those files in one conditional,
-idempotent commit through ``storage``: rows never funnel through the driver.
+watermarks read at job start, and write Parquet data files with Spark's own writer (one log
+partition and one contiguous offset range per file). The driver then commits those files,
+together with their ingest-ledger entries, in one atomic, conditional multi-table commit
+through ``storage``: rows never funnel through the driver, and no Python touches them.
 
-Idempotence: the producer's client id is derived from the run key (for example
-``ingest:2013-01-05``), and each partition's batch starts at sequence 0. Re-running a run
-(or a backfill of the same interval) re-sends the same batches, which the commit
-recognises as duplicates: nothing is written twice (I4). The dedupe window is the
-producer expiry (``icelog.producer.expiry-ms``, 7 days by default).
+Exactly once: the ingest ledger (``storage.ledger``) records every loaded file (path, size,
+modification time, content fingerprint, and the offsets its rows got) in the same commit as
+the rows. A re-run, a backfill, or Airflow's own backfill of the same day loads only the
+files not loaded yet, however long ago the rest was loaded, and reports what it skipped.
+Two runs racing over the same files: both expect the same log end offsets, so at most one
+commits; the other fails with ``OffsetMismatch`` and its re-run skips the loaded files.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import os
 import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import unquote, urlparse
 
 import structlog
 
 from storage import faults
+from storage import ledger
 from storage import schema as cols
 from storage.catalog import open_catalog
-from storage.errors import InvalidInput, OffsetMismatch
+from storage.commit import commit_tables
+from storage.errors import InvalidInput
 from storage.log import LogTable
-from storage.producers import ProducerBatch, ProducerIdentity, init_producer
+from storage.state import LogState
+from storage.swap import load_tables
 
 log = structlog.get_logger("icelog.ingest")
 KEY_COLUMN = "icelog.key-column"
@@ -39,26 +46,17 @@ FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}
 @dataclass
 class IngestResult:
     table: str
-    run_key: str
+    run_key: str | None
     rows: int
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    duplicate: bool = False
+    duplicate: bool = False  # nothing new: every listed file was loaded before
     snapshot_id: int | None = None
     seconds: float = 0.0
+    loaded: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def producer_for_run(catalog: Any, table: str, run_key: str, producers: dict[str, Any]) -> ProducerIdentity:
-    """The producer of a run: reused as is when the run key already has one in ``producers``
-    (the table's producer state; no epoch bump, so a re-run's batches are recognised as
-    duplicates), created otherwise."""
-    client_id = f"ingest:{run_key}"
-    for pid, entry in producers.items():
-        if entry["client"] == client_id:
-            return ProducerIdentity(int(pid), entry["epoch"], client_id)
-    return init_producer(catalog, table, client_id)
 
 
 def source_files(source: str) -> list[str]:
@@ -74,120 +72,251 @@ def ingest(
     spark: Any,
     table: str,
     source: str,
-    run_key: str,
+    run_key: str | None = None,
     *,
     fmt: str = "parquet",
     key_column: str | None = None,
     partition_column: str | None = None,
     catalog_name: str | None = None,
     only_partitions: list[int] | None = None,
+    reload_changed: bool = False,
+    verify: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> IngestResult:
-    """Ingest the files under ``source`` into ``table`` exactly once for ``run_key``.
+    """Load the files under ``source`` into ``table``, each file exactly once.
 
     Args:
         spark: A SparkSession (``pipelines.spark.spark_session``).
         table: The log table.
         source: Landing file, folder or glob.
-        run_key: Idempotency key of this run (the same interval must use the same key).
+        run_key: A label for this run (e.g. ``flights:2013-01-05``), kept in the ledger.
         fmt: ``parquet``, ``csv`` (with header) or ``json``/``jsonl`` (JSON Lines).
         key_column: Route rows by CRC-32 of this column (``storage.keys``); default: the
             table property ``icelog.key-column``, else ``key``.
         partition_column: Or take the log partition from this integer column.
         catalog_name: pyiceberg catalog name (default: the embedded one).
-        only_partitions: Load only rows routed to these log partitions.
+        only_partitions: Load only rows routed to these log partitions (the rest of each
+            file stays loadable by a later run).
+        reload_changed: Load a file whose content changed since it was loaded again, as new
+            rows, instead of refusing it.
+        verify: Fingerprint every listed file, not only new or changed-looking ones.
+        progress: Called with one line per step.
 
     Raises:
         InvalidInput / SchemaMismatch: bad format, columns or partition values (nothing written).
+        SourceFileChanged: a loaded file's content changed (nothing written).
         OffsetMismatch: another writer appended since the job started; re-run the job.
     """
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
+    say = progress or (lambda line: None)
     if fmt not in FORMATS:
         raise InvalidInput(reason=f"unknown source format {fmt!r}; one of {sorted(FORMATS)}")
     if key_column is not None and partition_column is not None:
         raise InvalidInput(reason="route rows by key_column or by partition_column, not both")
     catalog = open_catalog(catalog_name)
-    log_table = LogTable.open(catalog, table)
+    ident = LogTable.open(catalog, table).identifier
+    ledger.ensure_ledger(catalog)
+    # The ledger and the log ends at one catalog instant: a run that committed in between
+    # moved the ends, so this run's conditional commit cannot land on top of it.
+    tables = load_tables(catalog, [ident, ledger.LEDGER_TABLE])
+    iceberg = tables[ident]
+    state = LogState.from_metadata(iceberg.metadata)
+    partitions = state.partitions
+    if only_partitions is not None and not set(only_partitions) <= set(range(partitions)):
+        raise InvalidInput(reason=f"partitions {sorted(only_partitions)} are not all in 0..{partitions - 1}")
+    wanted = set(range(partitions) if only_partitions is None else only_partitions)
     if partition_column is None:
-        key_column = key_column or log_table.table().metadata.properties.get(KEY_COLUMN, "key")
-    bound = log.bind(table=log_table.identifier, run_key=run_key)
-    files = source_files(source)
-    if not files:
-        bound.info("no landing files", source=source)
-        return IngestResult(log_table.identifier, run_key, 0, seconds=time.perf_counter() - started)
+        key_column = key_column or iceberg.metadata.properties.get(KEY_COLUMN, "key")
+    bound = log.bind(table=ident, run_key=run_key)
 
-    iceberg = log_table.table()
-    state = log_table.state()
-    ends = {p: w.end for p, w in state.watermarks.items()}
+    listed = [ledger.SourceFile.stat(p) for p in source_files(source)]
+    say(f"{len(listed)} files under {source}")
+    plan = ledger.plan(ident, listed, ledger.entries(tables[ledger.LEDGER_TABLE], ident, [f.path for f in listed]), wanted, reload_changed=reload_changed, verify=verify)
+    result = IngestResult(ident, run_key, 0, duplicate=bool(listed) and not plan.load, snapshot_id=state.snapshot_id, skipped=plan.skipped)
+    if plan.skipped:
+        say(f"skipping {len(plan.skipped)} files already loaded")
+    if not plan.load:
+        bound.info("nothing to load", listed=len(listed), skipped=len(plan.skipped))
+        result.seconds = time.perf_counter() - started
+        return result
+    say(f"loading {len(plan.load)} new files")
+
     payload = cols.payload_arrow_schema(iceberg.schema())
     reader = spark.read.format(FORMATS[fmt])
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
-    df = reader.load(files)
+    df = reader.load([f.path for f in plan.load])
     route = key_column or partition_column
     unknown = [c for c in (route,) if c not in df.columns]
     missing_required = [f.name for f in payload if not f.nullable and f.name not in df.columns]
     if unknown or missing_required:
-        raise cols.SchemaMismatch(table=log_table.identifier, reason=f"source lacks columns {unknown + missing_required}; it has {df.columns}")
-
-    partitions = state.partitions
-    if only_partitions is not None and not set(only_partitions) <= set(range(partitions)):
-        raise InvalidInput(reason=f"partitions {sorted(only_partitions)} are not all in 0..{partitions - 1}")
+        raise cols.SchemaMismatch(table=ident, reason=f"source lacks columns {unknown + missing_required}; it has {df.columns}")
     if key_column:
         part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(partitions)).cast("int")
     else:
         part = F.col(partition_column).cast("int")
-    df = df.withColumn(cols.PARTITION, part)
+    df = df.withColumn(cols.PARTITION, part).withColumn("_file", F.input_file_name())
     if partition_column:  # a key hash is always in range; a user's column may not be
         bad = df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions)).limit(1).collect()
         if bad:
             raise InvalidInput(reason=f"row routed to partition {bad[0][cols.PARTITION]!r}, outside 0..{partitions - 1}")
-
-    identity = producer_for_run(catalog, log_table.identifier, run_key, dict(state.producers))
-    # Partitions this run already wrote (an earlier, partial backfill): recorded per partition
-    # in the producer's state; re-sending them alongside new ones would be a half-duplicate.
-    done = {int(p): tuple(s["batches"][0][2:]) for p, s in state.producers.get(str(identity.producer_id), {}).get("partitions", {}).items() if s["batches"]}
-    wanted = set(range(partitions) if only_partitions is None else only_partitions) - set(done)
-    if not wanted:
-        bound.info("run already ingested", partitions=sorted(done))
-        return IngestResult(log_table.identifier, run_key, 0, done, True, state.snapshot_id, time.perf_counter() - started)
-    df = df.where(F.col(cols.PARTITION).isin(sorted(wanted)))
+    df = df.where(_partition_filter(F, plan.partitions))
     payload_columns = []
     for f in payload:
         spark_type = _spark_type(f.type)
         payload_columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
-    routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), *payload_columns)
+    routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), F.col("_file"), *payload_columns)
 
-    # Pass 1: rows per (input task, log partition). Pass 2 numbers each task's rows from the
-    # base offset its slice starts at (no shuffle), and the executor writes one Parquet file
-    # per log partition it holds, with the table's schema and field ids, in offset order.
-    # commit_files re-checks that the files tile each partition exactly, so splits planned
-    # differently in the two passes would fail loudly instead of committing a gap.
-    counts = routed.groupBy(F.spark_partition_id().alias("_task"), cols.PARTITION).count().collect()
+    # Pass 1: rows per (input split, source file, log partition). One split never packs two
+    # files (pipelines.spark), so each split's slice of a partition is one file's rows.
+    say("pass 1: counting rows per split and partition")
+    counts = routed.groupBy(F.spark_partition_id().alias("_task"), "_file", cols.PARTITION).count().collect()
+    if not counts:
+        return _record_empty(catalog, ident, plan, run_key, partitions, result, started)
+    ends = {p: w.end for p, w in state.watermarks.items()}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{uuid.uuid4().hex}"
-    writer = SliceWriter(bases, ends, identity.producer_id, identity.epoch, int(time.time() * 1_000_000), iceberg.schema().as_arrow(), staging)
-    files = routed.mapInArrow(writer, "path string, partition int, rows long").collect()
-    written: dict[int, list[str]] = {}
-    for f in files:
-        written.setdefault(f["partition"], []).append(f["path"])
+    split_file = {r["_task"]: _local(r["_file"]) for r in counts}
+
+    # Pass 2: number rows inside the JVM and write them with Spark's own Parquet writer.
+    say("pass 2: numbering and writing data files")
+    commit_id = uuid.uuid4().hex
+    staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{commit_id}"
+    slice_counts = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
+    written = write_numbered(spark, routed.drop("_file"), bases, slice_counts, iceberg.schema(), staging)
     faults.checkpoint(faults.AFTER_INGEST_WRITE)
-    rows = 0
+    say(f"committing {sum(map(len, written.values()))} data files")
+
+    file_ranges = file_offsets(bases, slice_counts, split_file)
+    rows = sum(r["count"] for r in counts)
     try:
-        rows = sum(f["rows"] for f in files)
-        result = log_table.commit_files(
-            written,
-            {p: ends[p] for p in written},
-            producer=ProducerBatch(identity.producer_id, identity.epoch, {p: 0 for p in written}),
-        )
-    except OffsetMismatch:
-        shutil.rmtree(staging, ignore_errors=True)
+        data = LogTable(catalog, ident).files_request(written, {p: ends[p] for p in written}, commit_id=commit_id)
+        entries = _ledger_request(catalog, ident, plan, file_ranges, partitions, run_key, commit_id)
+        outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id)[0]
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing committed: the files are garbage
         raise
-    if result.duplicate:
-        shutil.rmtree(staging, ignore_errors=True)  # never committed: this run had landed before
-    bound.info("ingested", rows=rows, duplicate=result.duplicate, snapshot_id=result.snapshot_id)
-    return IngestResult(log_table.identifier, run_key, rows, dict(result.ranges), result.duplicate, result.snapshot_id, time.perf_counter() - started)
+    appended = outcome.result
+    result.rows, result.ranges, result.snapshot_id = rows, dict(appended.ranges), outcome.snapshot_id
+    result.loaded = [{"path": f.path, "rows": sum(n - a for s in file_ranges.get(f.path, {}).values() for a, n in s), "ranges": file_ranges.get(f.path, {})} for f in plan.load]
+    result.seconds = time.perf_counter() - started
+    bound.info("ingested", rows=rows, files=len(plan.load), skipped=len(plan.skipped), snapshot_id=outcome.snapshot_id)
+    say(f"committed {rows} rows from {len(plan.load)} files (snapshot {outcome.snapshot_id})")
+    return result
+
+
+def _partition_filter(F: Any, partitions: dict[str, set[int]]) -> Any:
+    """Rows to load: per file, the log partitions it still lacks (usually all wanted, one set)."""
+    groups: dict[frozenset[int], list[str]] = {}
+    for path, parts in partitions.items():
+        groups.setdefault(frozenset(parts), []).append(path)
+    if len(groups) == 1:
+        return F.col(cols.PARTITION).isin(sorted(next(iter(groups))))
+    condition = F.lit(False)
+    for parts, paths in groups.items():
+        uris = [f"file://{p}" for p in paths] + [f"file:{p}" for p in paths]
+        condition = condition | (F.col("_file").isin(uris) & F.col(cols.PARTITION).isin(sorted(parts)))
+    return condition
+
+
+def _local(uri: str) -> str:
+    return os.path.realpath(unquote(urlparse(uri).path))
+
+
+def _ledger_request(catalog: Any, ident: str, plan: ledger.Plan, file_ranges: dict, partitions: int, run_key: str | None, commit_id: str) -> ledger.LedgerAppend:
+    from storage.files import write_log_files
+
+    book = catalog.load_table(ledger.LEDGER_TABLE)
+    rows = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
+    files = write_log_files(book, {ident: rows})
+    return ledger.LedgerAppend(tuple(files), rows.num_rows)
+
+
+def _record_empty(catalog: Any, ident: str, plan: ledger.Plan, run_key: str | None, partitions: int, result: IngestResult, started: float) -> IngestResult:
+    """New files without rows (for the wanted partitions): record them, so they count as loaded."""
+    commit_id = uuid.uuid4().hex
+    outcome = commit_tables(catalog, [(ledger.LEDGER_TABLE, _ledger_request(catalog, ident, plan, {}, partitions, run_key, commit_id))], commit_id=commit_id)[0]
+    result.loaded = [{"path": f.path, "rows": 0, "ranges": {}} for f in plan.load]
+    result.seconds = time.perf_counter() - started
+    log.info("recorded empty files", table=ident, files=len(plan.load), ledger_snapshot=outcome.snapshot_id)
+    return result
+
+
+def file_offsets(bases: dict[tuple[int, int], int], counts: dict[tuple[int, int], int], split_file: dict[int, str]) -> dict[str, dict[int, list[list[int]]]]:
+    """Offsets each source file's rows got: ``{path: {partition: [[first, next], ...]}}``,
+    adjacent spans merged (a large file's splits usually follow each other)."""
+    out: dict[str, dict[int, list[list[int]]]] = {}
+    for (task, p), first in sorted(bases.items(), key=lambda kv: kv[1]):
+        spans = out.setdefault(split_file[task], {}).setdefault(p, [])
+        nxt = first + counts[(task, p)]
+        if spans and spans[-1][1] == first:
+            spans[-1][1] = nxt
+        else:
+            spans.append([first, nxt])
+    return out
+
+
+def write_numbered(spark: Any, routed: Any, bases: dict[tuple[int, int], int], counts: dict[tuple[int, int], int], schema: Any, directory: str) -> dict[int, list[str]]:
+    """Number each split's rows from its slices' bases and write them, one file per
+    (split, log partition), into ``directory/_dir=<partition>/``, all inside the JVM.
+
+    ``routed`` holds the log partition column and the payload columns; it must be read
+    exactly as in the pass that counted ``counts`` (the same splits). Returns the files
+    written per log partition.
+
+    Each split's rows are sorted locally by (log partition, read position): no shuffle.
+    After the sort, a row's position in its split (the low 33 bits of
+    ``monotonically_increasing_id``) plus its slice's delta is its offset; the deltas are a
+    small broadcast table. Spark's partitioned writer needs rows grouped by ``_dir``, which
+    the sort already provides, so it adds no sort of its own and writes each slice in offset
+    order. Columns carry their Iceberg field ids (``parquet.field.id``); timestamps are
+    written as microseconds (``pipelines.spark``). ``storage`` re-checks from the footers
+    that the files tile each partition before anything is committed.
+    """
+    from pyspark.sql import functions as F
+
+    deltas = []
+    for task in sorted({t for t, _ in bases}):
+        before = 0
+        for p in sorted(p for t, p in bases if t == task):
+            deltas.append((task, p, bases[(task, p)] - before))
+            before += counts[(task, p)]
+    delta = spark.createDataFrame(deltas, "_task int, _dir int, _delta long")
+    low_bits = (1 << 33) - 1
+    numbered = (
+        routed.withColumn("_task", F.spark_partition_id())
+        .withColumn("_pos", F.monotonically_increasing_id())
+        .withColumn("_dir", F.col(cols.PARTITION))
+        .sortWithinPartitions("_dir", "_pos")
+        .withColumn("_idx", F.monotonically_increasing_id().bitwiseAND(F.lit(low_bits)))
+        .join(F.broadcast(delta), ["_task", "_dir"])
+    )
+    values = {
+        cols.PARTITION: F.col("_dir"),
+        cols.OFFSET: F.col("_idx") + F.col("_delta"),
+        cols.TIMESTAMP: F.lit(dt.datetime.now(dt.timezone.utc)),
+        cols.PRODUCER_ID: F.lit(None).cast("long"),
+        cols.PRODUCER_EPOCH: F.lit(None).cast("int"),
+        cols.PRODUCER_SEQ: F.lit(None).cast("int"),
+    }
+    out = [
+        (values[f.name] if f.name in values else F.col(f.name)).alias(f.name, metadata={"parquet.field.id": f.field_id})
+        for f in schema.fields
+    ]
+    (
+        numbered.select(*out, F.col("_dir"))
+        .write.option("compression", "zstd")
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .partitionBy("_dir")
+        .parquet(directory)
+    )
+    for crc in glob.glob(f"{directory}/_dir=*/.*.crc"):  # Hadoop's local checksums: no reader wants them
+        os.remove(crc)
+    written: dict[int, list[str]] = {}
+    for path in sorted(glob.glob(f"{directory}/_dir=*/*.parquet")):
+        written.setdefault(int(path.split("/_dir=")[1].split("/")[0]), []).append(path)
+    return written
 
 
 def slice_bases(counts: list[tuple[int, int, int]], ends: dict[int, int]) -> dict[tuple[int, int], int]:
@@ -207,92 +336,6 @@ def slice_bases(counts: list[tuple[int, int, int]], ends: dict[int, int]) -> dic
         bases[(task, partition)] = cursor[partition]
         cursor[partition] += n
     return bases
-
-
-@dataclass
-class SliceWriter:
-    """Pass 2, on the executors: number a task's rows and write them, one file per partition.
-
-    Called by ``mapInArrow`` with the task's Arrow batches; yields one small row per file
-    written (path, partition, rows): only that reaches the driver.
-    """
-
-    bases: dict[tuple[int, int], int]
-    ends: dict[int, int]
-    producer_id: int | None  # None: transactional rows carry no producer sequence
-    epoch: int
-    now_us: int
-    schema: Any  # the table's Arrow schema, with Iceberg field ids
-    staging: str
-
-    def _producer_columns(self, n: int, seq0: int) -> list[Any]:
-        import numpy as np
-        import pyarrow as pa
-
-        if self.producer_id is None:
-            return [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32()), pa.nulls(n, pa.int32())]
-        return [
-            pa.array(np.full(n, self.producer_id, dtype=np.int64)),
-            pa.array(np.full(n, self.epoch, dtype=np.int32)),
-            pa.array(np.arange(seq0, seq0 + n, dtype=np.int32)),
-        ]
-
-    def __call__(self, batches):
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
-
-        task = TaskContext.get().partitionId()
-        cursor: dict[int, int] = {}
-        pending: dict[int, list[Any]] = {}
-        pending_rows: dict[int, int] = {}
-        files: dict[int, tuple[str, Any]] = {}
-        counts: dict[int, int] = {}
-        payload = [f for f in self.schema if f.name not in cols.SYSTEM_COLUMNS]
-
-        def flush(p: int) -> None:
-            # Row groups of ~1M rows: small writes would make many tiny row groups.
-            if p not in files:
-                path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd"))
-            files[p][1].write_table(pa.Table.from_batches(pending.pop(p), schema=self.schema))
-            pending_rows[p] = 0
-
-        try:
-            for batch in batches:
-                parts = batch.column(cols.PARTITION).to_numpy(zero_copy_only=False).astype(np.int32)
-                order = np.argsort(parts, kind="stable")  # group by partition, keep read order
-                grouped = batch.take(pa.array(order))
-                present, starts = np.unique(parts[order], return_index=True)
-                bounds = list(starts) + [len(parts)]
-                for i, p in enumerate(int(x) for x in present):
-                    rows = grouped.slice(bounds[i], bounds[i + 1] - bounds[i])
-                    n = rows.num_rows
-                    first = cursor.get(p, self.bases[(task, p)])
-                    cursor[p] = first + n
-                    seq0 = first - self.ends[p]
-                    columns = [
-                        pa.array(np.full(n, p, dtype=np.int32)),
-                        pa.array(np.arange(first, first + n, dtype=np.int64)),
-                        pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
-                        *self._producer_columns(n, seq0),
-                        *(rows.column(f.name).cast(f.type) for f in payload),
-                    ]
-                    pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
-                    pending_rows[p] = pending_rows.get(p, 0) + n
-                    counts[p] = counts.get(p, 0) + n
-                    if pending_rows[p] >= 1_000_000:
-                        flush(p)
-            for p in list(pending):
-                flush(p)
-        finally:
-            for _, w in files.values():
-                w.close()
-        out = pa.schema([("path", pa.string()), ("partition", pa.int32()), ("rows", pa.int64())])
-        for p, (path, _) in sorted(files.items()):
-            yield pa.RecordBatch.from_pylist([{"path": path, "partition": p, "rows": counts[p]}], schema=out)
 
 
 def _spark_type(arrow_type: Any) -> str:

@@ -1,8 +1,9 @@
 """What the Airflow DAGs run: plain functions with typed parameters (testable without Airflow).
 
-Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl). The run key
-of a day is ``<table>:<day>`` for scheduled ingests and backfills alike, so a backfill of an
-interval that was already ingested writes nothing twice.
+Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl). Each source
+file is loaded once, whatever run loads it (the ingest ledger, ``storage.ledger``): scheduled
+ingests, backfills and Airflow's own backfills of days already ingested write nothing twice,
+however long ago the day was loaded, and load a late file that landed since.
 """
 
 from __future__ import annotations
@@ -39,36 +40,40 @@ def run_key(table: str, day: str) -> str:
     return f"{table}:{day}"
 
 
-def ingest_day(table: str, day: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None) -> dict[str, Any]:
-    """Ingest one day's landing folder (exactly once per table and day)."""
+def ingest_day(table: str, day: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None, reload_changed: bool = False) -> dict[str, Any]:
+    """Ingest one day's landing folder: the files not loaded yet (each file exactly once)."""
     from pipelines.ingest import ingest
     from pipelines.spark import spark_session
 
     dt.date.fromisoformat(day)
     folder = day_folder(landing, table, day)
-    result = ingest(spark_session(app_name=f"icelog-ingest-{table}"), table, str(folder), run_key(table, day), fmt=fmt, key_column=key_column, catalog_name=catalog, only_partitions=partitions)
+    result = ingest(spark_session(app_name=f"icelog-ingest-{table}"), table, str(folder), run_key(table, day), fmt=fmt, key_column=key_column, catalog_name=catalog, only_partitions=partitions, reload_changed=reload_changed)
     return result.to_dict()
 
 
-def backfill(table: str, start: str, end: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None) -> dict[str, Any]:
-    """Ingest every day in ``[start, end]`` (inclusive), in order; idempotent per day."""
+def backfill(table: str, start: str, end: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None, reload_changed: bool = False) -> dict[str, Any]:
+    """Ingest every day in ``[start, end]`` (inclusive), in order; each file exactly once."""
     first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
     if last < first:
         raise InvalidInput(reason=f"backfill end {end} is before start {start}")
-    days, rows, written = [], 0, 0
+    days, rows, loaded, skipped = [], 0, 0, 0
     day = first
     while day <= last:
-        outcome = ingest_day(table, day.isoformat(), landing=landing, fmt=fmt, key_column=key_column, catalog=catalog, partitions=partitions)
-        days.append({"day": day.isoformat(), "rows": outcome["rows"], "duplicate": outcome["duplicate"]})
+        outcome = ingest_day(table, day.isoformat(), landing=landing, fmt=fmt, key_column=key_column, catalog=catalog, partitions=partitions, reload_changed=reload_changed)
+        days.append({"day": day.isoformat(), "rows": outcome["rows"], "files_loaded": len(outcome["loaded"]), "files_skipped": len(outcome["skipped"])})
         rows += outcome["rows"]
-        written += 0 if outcome["duplicate"] else outcome["rows"]
+        loaded += len(outcome["loaded"])
+        skipped += len(outcome["skipped"])
         day += dt.timedelta(days=1)
-    return {"table": table, "days": days, "rows": rows, "rows_written": written}
+    return {"table": table, "days": days, "rows_written": rows, "files_loaded": loaded, "files_skipped": skipped}
 
 
-def validate(table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True) -> dict[str, Any]:
+def validate(table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True, full: bool = False) -> dict[str, Any]:
     """Run every registered check on ``table`` and publish its report (HTML, GX Data Docs)
-    under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` on any violation."""
+    under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` on any violation.
+
+    Great Expectations validates only the rows committed since its last pass (``full``: all),
+    on Spark when the scope is large (``$ICELOG_GX_SPARK_ROWS``)."""
     from storage.log import LogTable
     from validations.checks import run_checks
 
@@ -81,10 +86,13 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
         from validations.report import build_report
 
-        page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier)
+        from pipelines.spark import spark_session
+
+        page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier, full=full, spark=lambda: spark_session(app_name=f"icelog-validate-{table}"))
         summary["report"] = str(page)
         quality = json.loads((page.parent / "report.json").read_text())["quality"]
         summary["quality_ok"] = quality["success"] if quality else None
+        summary["quality_scope"] = quality["scope"] if quality else None
     if checks.violations:
         raise ValidationFailed(table=table, count=len(checks.violations), first=checks.violations[0].detail)
     return summary
