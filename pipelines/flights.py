@@ -57,21 +57,47 @@ def load_flights() -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
+LATE_DAY = "2013-01-15"
+LATE_FILE = "late-flights.parquet"
+
+
+def _day_keys(flights: pa.Table) -> pa.Array:
+    return pc.binary_join_element_wise(flights["year"].cast(pa.string()), pc.utf8_lpad(flights["month"].cast(pa.string()), 2, "0"), pc.utf8_lpad(flights["day"].cast(pa.string()), 2, "0"), "-")
+
+
+def _write_once(target: Path, rows: pa.Table) -> int:
+    if target.exists():
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows, str(target) + ".tmp")
+    Path(str(target) + ".tmp").rename(target)  # a reader never lists a half-written file
+    return 1
+
+
 def stage_landing(root: Path, table: str = TABLE) -> int:
-    """Write one Parquet landing file per day: ``root/<table>/date=YYYY-MM-DD/flights.parquet``."""
+    """Write one Parquet landing file per day: ``root/<table>/date=YYYY-MM-DD/flights.parquet``.
+
+    The afternoon flights of :data:`LATE_DAY` are held back: :func:`land_late_file` writes
+    them later, as a file that lands in a day that was already ingested.
+    """
     flights = load_flights()
-    keys = pc.binary_join_element_wise(flights["year"].cast(pa.string()), pc.utf8_lpad(flights["month"].cast(pa.string()), 2, "0"), pc.utf8_lpad(flights["day"].cast(pa.string()), 2, "0"), "-")
+    keys = _day_keys(flights)
     written = 0
     for day in pc.unique(keys).to_pylist():
-        folder = root / table / f"date={day}"
-        target = folder / "flights.parquet"
-        if target.exists():
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(flights.filter(pc.equal(keys, day)), str(target) + ".tmp")
-        Path(str(target) + ".tmp").rename(target)
-        written += 1
+        rows = flights.filter(pc.equal(keys, day))
+        if day == LATE_DAY:
+            rows = rows.filter(pc.less(rows["hour"], 12))
+        written += _write_once(root / table / f"date={day}" / "flights.parquet", rows)
     return written
+
+
+def land_late_file(root: Path, table: str = TABLE) -> Path:
+    """The held-back afternoon flights of :data:`LATE_DAY`, landing late in that day's folder."""
+    flights = load_flights()
+    rows = flights.filter(pc.equal(_day_keys(flights), LATE_DAY))
+    target = root / table / f"date={LATE_DAY}" / LATE_FILE
+    _write_once(target, rows.filter(pc.greater_equal(rows["hour"], 12)))
+    return target
 
 
 def monthly_batches(flights: pa.Table, partitions: int) -> list[dict[int, pa.Table]]:

@@ -213,6 +213,33 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
     spark.stop()
 
 
+def bench_ledger(root: Path, entries: int, commits: int) -> None:
+    """Ingest-ledger lookups (skip decisions of one run) with ``entries`` entries for the table."""
+    from storage import ledger
+    from storage.commit import commit_tables
+    from storage.files import write_log_files
+
+    cat = catalog(root, "ledger")
+    ledger.ensure_ledger(cat)
+    per = entries // commits
+    for c in range(commits):
+        files = [ledger.SourceFile(f"/landing/t/date={c:05d}/part-{i:04d}.parquet", 1000 + i, 10**18 + i, f"sha256:{c:05d}{i:04d}") for i in range(per)]
+        rows = ledger.ledger_rows("bench.t", files, {f.path: {0: [[0, 10]]} for f in files}, {f.path: {0} for f in files}, 1, f"run{c}", f"commit{c}")
+        book = cat.load_table(ledger.LEDGER_TABLE)
+        commit_tables(cat, [(ledger.LEDGER_TABLE, ledger.LedgerAppend(tuple(write_log_files(book, {"bench.t": rows})), rows.num_rows))])
+    day = [ledger.SourceFile(f"/landing/t/date={commits // 2:05d}/part-{i:04d}.parquet", 1000 + i, 10**18 + i) for i in range(50)]
+    day += [ledger.SourceFile(f"/landing/t/date=late/new-{i}.parquet", 1, 1, "sha256:x") for i in range(2)]
+
+    def lookup():
+        book = cat.load_table(ledger.LEDGER_TABLE)
+        found = ledger.entries(book, "bench.t", [f.path for f in day])
+        planned = ledger.plan("bench.t", day, found, {0})
+        assert len(planned.skipped) == 50 and len(planned.load) == 2
+
+    samples = [timed(lookup) for _ in range(5)]
+    record(f"ingest-ledger lookup of a 52-file day, {entries:,} entries (p50)", statistics.median(samples) * 1000, "ms", "target: fast (well under a Spark job's startup)")
+
+
 def bench_gx(root: Path) -> None:
     from pipelines.flights import create_table, load_flights
     from validations.quality import run_suite
@@ -289,7 +316,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
     parser.add_argument("--out", default="bench-results/latest.json")
-    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions")
+    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions,ledger")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icelog-bench-"))
     q = args.quick
@@ -302,6 +329,7 @@ def main() -> None:
         "gx": lambda: bench_gx(root),
         "transactions": lambda: bench_transactions(root, 10 if q else 100, 5 if q else 50),
         "spark": lambda: bench_spark_ingest(root, 400_000 if q else 10_000_000),
+        "ledger": lambda: bench_ledger(root, 2_000 if q else 100_000, 10 if q else 100),
     }
     chosen = args.only.split(",") if args.only else list(benches)
     print(f"{'figure':<58} {'value':>12} {'unit':<7} | reference (same run)")

@@ -252,10 +252,16 @@ def tails(*folders: Path, chars: int = 3000) -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(900)
-def test_scheduler_runs_a_triggered_maintenance_dag_that_compacts_and_keeps_every_offset(tmp_path):
-    """The real scheduler, DAG processor and API server (LocalExecutor, SQLite) run a triggered
-    icelog_maintenance: its compaction merges a table's small files, every offset stays."""
+@pytest.mark.timeout(1500)
+def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once(tmp_path):
+    """The real scheduler, DAG processor and API server (LocalExecutor, SQLite):
+
+    * a triggered icelog_maintenance compacts a table's small files, every offset stays;
+    * Airflow 3's own ``airflow backfill create`` over icelog_ingest, run twice (the second
+      reprocessing the completed runs), loads each landing file once: the table is identical.
+    """
+    import pyarrow.parquet as pq
+
     from storage.catalog import LogSqlCatalog, embedded_properties
     from storage.log import LogTable
 
@@ -297,14 +303,41 @@ def test_scheduler_runs_a_triggered_maintenance_dag_that_compacts_and_keeps_ever
 
             assert api.until("the maintenance run", lambda: finished("icelog_maintenance", "scheduler-test"), procs, 480, every=5) == "success"
             marks["maintenance run"] = time.monotonic()
+            assert len(list(table.table().scan().plan_files())) < files_before
+            assert table.read(0).column("log_offset").to_pylist() == list(range(12))
+            assert {p: (w.start, w.end) for p, w in table.watermarks().items()} == {0: (0, 12)}
+
+            for day in ("2013-01-02", "2013-01-03"):
+                folder = home / "landing" / "demo.sched" / f"date={day}"
+                folder.mkdir(parents=True)
+                pq.write_table(pa.Table.from_pylist([{"key": f"k{i}", "value": f"{day}-{i}"} for i in range(25)]), folder / "part-0.parquet")
+            api.until("icelog_ingest to be parsed", lambda: api("GET", "/api/v2/dags/icelog_ingest"), procs, 180)
+            api("PATCH", "/api/v2/dags/icelog_ingest", {"is_paused": False})
+            snapshots = []
+            for attempt, behavior in enumerate(("none", "completed")):
+                created = subprocess.run(
+                    [str(REPO / ".venv" / "bin" / "airflow"), "backfill", "create", "--dag-id", "icelog_ingest", "--from-date", "2013-01-02",
+                     "--to-date", "2013-01-03", "--reprocess-behavior", behavior, "--max-active-runs", "1"],
+                    env=env, capture_output=True, text=True, timeout=300,
+                )
+                assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+
+                def backfill_done(n: int = attempt + 1):
+                    found = api("GET", "/api/v2/backfills?dag_id=icelog_ingest")["backfills"]
+                    return len(found) >= n and all(b["completed_at"] for b in found)
+
+                api.until(f"backfill {attempt + 1}", backfill_done, procs, 900, every=5)
+                runs = api("GET", "/api/v2/dags/icelog_ingest/dagRuns?run_type=backfill")["dag_runs"]
+                assert len(runs) == 2 * (attempt + 1) and {r["state"] for r in runs} == {"success"}, runs
+                snapshots.append((table.table().metadata.current_snapshot_id, table.read(0).column("value").to_pylist()))
+                marks[f"backfill {attempt + 1}"] = time.monotonic()
         except BaseException as failure:
             failure.add_note(tails(logs, home / "airflow" / "logs"))
             raise
     marks["stopped"] = time.monotonic()
     print("scheduler test:", ", ".join(f"{k} at {v - started:.0f} s" for k, v in marks.items()))
-    assert len(list(table.table().scan().plan_files())) < files_before
-    assert table.read(0).column("log_offset").to_pylist() == list(range(12))
-    assert {p: (w.start, w.end) for p, w in table.watermarks().items()} == {0: (0, 12)}
+    assert snapshots[1] == snapshots[0]
+    assert snapshots[0][1][12:] == [f"{d}-{i}" for d in ("2013-01-02", "2013-01-03") for i in range(25)]
 
 
 @pytest.mark.integration
