@@ -13,6 +13,7 @@ from pyiceberg.table import Table
 
 from storage.errors import InvalidInput
 from validations.contiguity import check_contiguity
+from validations.groups import check_groups
 from validations.mirror import check_mirror_parity
 from validations.producers import check_producers
 from validations.transactions import check_transactions
@@ -27,6 +28,7 @@ CHECKS: dict[str, Check] = {
     "producers": check_producers,
     "transactions": check_transactions,
     "mirror-parity": check_mirror_parity,
+    "groups": check_groups,
 }
 DEFAULT = ("contiguity-deep", "producers", "transactions")
 

@@ -199,3 +199,21 @@ def test_reset_refused_while_members_live_then_moves(sqlite_catalog):
     assert _partition(sqlite_catalog, "g") == (59, [])
     reset_group(sqlite_catalog, "g", "db.events", "earliest")
     assert _partition(sqlite_catalog, "g") == (-1, [])
+
+
+def test_i10_groups_check_passes_then_finds_planted_violations(sqlite_catalog):
+    import json
+
+    from validations.checks import run_checks
+
+    t = _log(sqlite_catalog)
+    commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(0, 9), (20, 24), (30, 31)]})
+    assert run_checks(t.table(), ["groups"]).ok
+    # Plant states the commit path refuses, straight into the properties (as a foreign writer could).
+    with sqlite_catalog.load_table(GROUPS_TABLE).transaction() as txn:
+        txn.set_properties({
+            "icelog.group-offsets": json.dumps({"g": {"db.events": {"0": 70}}, "h": {"db.events": {"0": 10}}}),
+            "icelog.group-ranges": json.dumps({"h": {"db.events": {"0": [[5, 6], [12, 14], [14, 15], [50, 65]]}}}),
+        })
+    kinds = sorted(v.kind for v in run_checks(t.table(), ["groups"]).violations)
+    assert kinds == ["group_offset_beyond_log_end", "range_beyond_log_end", "range_not_above_stable", "ranges_overlap"]
