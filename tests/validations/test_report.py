@@ -29,6 +29,7 @@ class OfflineBrowser:
         self.blocked_local: list[str] = []
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
+        self.page.set_default_timeout(120_000)  # a loaded 2-core machine (other suites, Spark) is slow to paint
         self.page.on("requestfailed", lambda r: self.failed.append(r.url))
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
