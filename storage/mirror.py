@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import posixpath
+import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -312,18 +313,27 @@ def _target_path(target: Table, partition: int, data_file: DataFile, token: str)
 
 
 def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
-    """Copy files byte for byte, in parallel threads (any filesystem pyarrow reaches)."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
+    """Copy files byte for byte, in parallel threads: local files with the kernel's
+    ``copy_file_range`` (``shutil.copyfile``), others through pyarrow's filesystems."""
+    from pyarrow import fs as pafs
 
-    io = PyArrowFileIO()
+    from storage.files import local_path
 
     def one(pair: tuple[str, str]) -> None:
-        with io.new_input(pair[0]).open() as src, io.new_output(pair[1]).create(overwrite=True) as out:
-            while chunk := src.read(COPY_CHUNK):
-                out.write(chunk)
+        src, dst = pair
+        if _is_local(src) and _is_local(dst):
+            target_path = local_path(dst)
+            os.makedirs(os.path.dirname(target_path), exist_ok=True)
+            shutil.copyfile(local_path(src), target_path)
+        else:
+            pafs.copy_files(src, dst, chunk_size=COPY_CHUNK)
 
     with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
         list(pool.map(one, pairs))
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file:")
 
 
 def _read(table: Table, data_file: DataFile) -> pa.Table:
