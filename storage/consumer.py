@@ -42,7 +42,7 @@ from storage.ranges import Range, RangeState, pending, to_ranges
 
 KEY_COLUMN = "key"
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
-SCAN_WINDOW = 5_000  # offsets read per step while looking for this member's records
+SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
 
 
 def key_hash(key: str | None) -> int:
@@ -203,8 +203,10 @@ class Consumer:
         in_flight = self._in_flight.setdefault((a.table, a.partition), set())
         start = rs.committed
         taken: list[pa.Table] = []
+        window = max(SCAN_WINDOW, 4 * budget)
         while start < end and budget > 0:
-            stop = min(end, start + SCAN_WINDOW)
+            stop = min(end, start + window)
+            window *= 2  # sparse matches (a narrow key range): fewer, larger reads
             gaps = pending(rs, start, stop - 1)
             if gaps:
                 rows = log_table.read(a.partition, gaps[0][0], gaps[-1][1] + 1)
