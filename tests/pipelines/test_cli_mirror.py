@@ -70,3 +70,25 @@ def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
     monkeypatch.setenv("ICELOG_MIRROR_CATALOG", "drcat")
     assert mirror_table("orders")["log_ends"] == {0: 1}
     assert mirror_table("orders")["up_to_date"] is True
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipelines.spark import spark_session
+
+    return spark_session("local[2]", "icelog-tests")  # shared, stopped by whoever made it first
+
+
+def test_i6_spark_bulk_mirror_copies_on_executors_and_keeps_parity(spark, sqlite_spec, target_spec):
+    from pipelines.mirror import mirror_bulk
+    from storage.acls import add_acl
+    from tests.storage.test_mirror import assert_parity
+
+    source, target = sqlite_spec.open(), target_spec.open()
+    add_acl(target, "bulk", "*")
+    src = LogTable.create(source, "orders", 3)
+    for i in range(4):
+        src.append({p: [{"key": f"k{i}{p}", "value": str(i)}] * (p + 1) for p in range(3)})
+    result = mirror_bulk(spark, source, "orders", target, principal="bulk")
+    assert result.copied_files == 12 and result.ranges == {0: (0, 4), 1: (0, 8), 2: (0, 12)}
+    assert_parity(source, target)
