@@ -14,16 +14,22 @@ this consumer fetched and has not committed yet. Near ``icelog.groups.max-ranges
 ranges, ``poll`` only fetches offsets inside the gaps (back-pressure), so the gap closes and
 no state is ever dropped.
 
-The key hash is the low 16 bits of CRC-32 of the key's UTF-8 bytes (a null key hashes as the
-empty string, to 0). Python: ``zlib.crc32(key.encode()) & 0xFFFF``; Spark SQL:
-``crc32(key) & 65535`` (``crc32`` hashes a string's UTF-8 bytes).
+The key hash is the low 16 bits of the MD5 of the key's UTF-8 bytes: the last four hex digits
+of its digest (a null key hashes as the empty string). Every engine computes it the same way
+(``tests/storage/test_consumer.py`` checks DuckDB and Spark against Python):
+
+* Python: ``int(hashlib.md5(key.encode()).hexdigest()[-4:], 16)``
+* Spark SQL: ``conv(substr(md5(coalesce(key, '')), 29, 4), 16, 10)``
+* DuckDB: ``('0x' || right(md5(coalesce(key, '')), 4))::INTEGER``
+
+(CRC-32, used to route keys to partitions, is not built into DuckDB.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -45,8 +51,12 @@ BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
 
 
+SPARK_SQL_KEY_HASH = "conv(substr(md5(coalesce({key}, '')), 29, 4), 16, 10)"
+DUCKDB_KEY_HASH = "('0x' || right(md5(coalesce({key}, '')), 4))::INTEGER"
+
+
 def key_hash(key: str | None) -> int:
-    return zlib.crc32((key or "").encode()) & 0xFFFF
+    return int(hashlib.md5((key or "").encode()).hexdigest()[-4:], 16)
 
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:

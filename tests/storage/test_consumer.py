@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 
 import pyarrow as pa
 import pytest
 
-from storage.consumer import Consumer, key_hash, key_hashes, parse_key_range
+from storage.consumer import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, Consumer, key_hash, key_hashes, parse_key_range
 from storage.errors import InvalidInput, StaleGeneration
 from storage.groups import GROUPS_TABLE, commit_ranges, describe_group
 from storage.log import LogTable
@@ -33,14 +33,36 @@ def _drain(consumer, step=17):
         consumer.commit()
 
 
-def test_key_hash_is_crc32_low_16_bits():
-    assert key_hash("user-42") == zlib.crc32(b"user-42") & 0xFFFF
-    assert key_hash(None) == 0
-    assert list(key_hashes(pa.array(["a", None, "a", "ü"]))) == [key_hash("a"), 0, key_hash("a"), key_hash("ü")]
+KEYS = ["user-42", "", "ü-ключ-🔑", "a" * 300, None, "k0"]
+
+
+def test_key_hash_is_md5_low_16_bits():
+    assert key_hash("user-42") == int(hashlib.md5(b"user-42").hexdigest()[-4:], 16)
+    assert key_hash(None) == key_hash("")
+    assert list(key_hashes(pa.array(["a", None, "a", "ü"]))) == [key_hash("a"), key_hash(""), key_hash("a"), key_hash("ü")]
     assert parse_key_range("0:16383") == (0, 16383)
     for bad in ("1", "5:4", "0:65536", "a:b"):
         with pytest.raises(InvalidInput):
             parse_key_range(bad)
+
+
+def test_key_hash_same_in_duckdb():
+    import duckdb
+
+    rows = duckdb.connect().execute(
+        f"SELECT {DUCKDB_KEY_HASH.format(key='k')} FROM unnest($keys) AS t(k)", {"keys": KEYS}
+    ).fetchall()
+    assert [r[0] for r in rows] == [key_hash(k) for k in KEYS]
+
+
+@pytest.mark.integration
+def test_key_hash_same_in_spark_sql():
+    from pipelines.spark import spark_session
+
+    spark = spark_session("local[2]", "icelog-tests")  # the session-wide one (getOrCreate)
+    frame = spark.createDataFrame([(k,) for k in KEYS], "k string")
+    got = [int(r[0]) for r in frame.selectExpr(SPARK_SQL_KEY_HASH.format(key="k")).collect()]
+    assert got == [key_hash(k) for k in KEYS]
 
 
 def test_i10_key_range_reads_split_the_partition_in_offset_order(sqlite_catalog):

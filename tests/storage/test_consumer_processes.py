@@ -57,7 +57,7 @@ def _wait(condition, what: str, timeout: float, logs: list[Path]) -> None:
         time.sleep(0.1)
 
 
-def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 12) -> None:
+def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30) -> None:
     """The source grows in four rounds, so every step below happens while work remains."""
     catalog = spec.open()
     src = LogTable.create(catalog, "db.src", 1)
