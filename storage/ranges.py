@@ -16,6 +16,7 @@ touches a catalog; ``storage.groups`` stores these states durably.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -68,7 +69,7 @@ def check_range(first: object, last: object) -> None:
 
 
 def commit_range(state: RangeState, first: int, last: int) -> RangeState:
-    """Mark ``[first, last]`` done.
+    """Mark ``[first, last]`` done, in O(log ranges) comparisons plus one tuple copy.
 
     Raises:
         RangeError: malformed, or overlapping offsets already done (nothing is applied twice).
@@ -76,10 +77,19 @@ def commit_range(state: RangeState, first: int, last: int) -> RangeState:
     check_range(first, last)
     if first <= state.stable:
         raise RangeError(f"overlaps the stable offset {state.stable} (already done)")
-    for f, l in state.ranges:
-        if first <= l and f <= last:
-            raise RangeError(f"overlaps the committed range {f}-{l}")
-    return normalize(state.stable, [*state.ranges, (first, last)])
+    ranges = state.ranges
+    i = bisect.bisect_left(ranges, (first, first))  # ranges[i:] start at or after first
+    for j in (i - 1, i):
+        if 0 <= j < len(ranges) and first <= ranges[j][1] and ranges[j][0] <= last:
+            raise RangeError(f"overlaps the committed range {ranges[j][0]}-{ranges[j][1]}")
+    lo, hi, start, stop = first, last, i, i
+    if i > 0 and ranges[i - 1][1] + 1 == first:
+        lo, start = ranges[i - 1][0], i - 1
+    if i < len(ranges) and ranges[i][0] == last + 1:
+        hi, stop = ranges[i][1], i + 1
+    if lo == state.stable + 1:  # the gap above the stable offset closed
+        return RangeState(hi, ranges[stop:])
+    return RangeState(state.stable, (*ranges[:start], (lo, hi), *ranges[stop:]))
 
 
 def pending(state: RangeState, first: int, last: int) -> list[Range]:
