@@ -67,7 +67,8 @@ SCHEMA = Schema(
 # Whole paths as column bounds (the default truncates strings to 16 characters, shorter than
 # any landing path's common prefix): a lookup of one day's files then plans only the ledger
 # files whose path range holds them, not every file of the table's partition.
-LEDGER_PROPERTIES = {"write.metadata.metrics.column.path": "full"}
+# Manifests merged early: a lookup reads a few manifests, not one per load.
+LEDGER_PROPERTIES = {"write.metadata.metrics.column.path": "full", "commit.manifest.min-count-to-merge": "8"}
 SPEC = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="table_name"))
 
 
