@@ -50,6 +50,7 @@ from storage import schema as cols
 from storage.acls import REPLICATOR_WRITE, authorize
 from storage.catalog import ensure_namespace
 from storage.commit import COMMITS, HEAD, VERSION, Decision, Request, commit, commit_tables, load
+from storage.commit import _discard as discard_files
 from storage.errors import (
     CatalogUnavailable,
     CommitOutcomeUnknown,
@@ -194,21 +195,13 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup gets them if not)
     except BaseException:
-        _discard(target, request.files)  # never committed: remove this step's copies
+        discard_files(target, [f for fs in request.files.values() for f in fs])  # never committed: remove this step's copies
         raise
     if outcome.result is not None:
         result.log_ends = dict(outcome.result.log_ends)
     result.seconds = time.perf_counter() - started
     log.info("mirrored", source=source_id, target=target_id, ranges=result.ranges, files=result.copied_files)
     return result
-
-
-def _discard(target: Table, files: Mapping[int, Sequence[DataFile]]) -> None:
-    for data_file in (f for fs in files.values() for f in fs):
-        try:
-            target.io.delete(data_file.file_path)
-        except OSError:
-            pass  # orphan cleanup (storage.maintenance) gets it later
 
 
 def _missing_columns(source: Table, target: Table) -> list[str]:

@@ -1,0 +1,101 @@
+"""Mirror benchmarks (slow; ``pytest -m slow tests/storage/test_mirror_bench.py -s``).
+
+* Bulk mirror throughput (MB/s) beside ``cp -r`` of the same data files, same run (target >= 0.7x).
+* One incremental step after one small commit, on a table of 1,000 and of 10,000 files
+  (target < 2 s, and proportional to the delta, not to the table).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from storage.acls import add_acl
+from storage.commit import commit
+from storage.files import write_log_files
+from storage.log import LogTable, with_system_columns
+from storage.mirror import mirror
+from storage.replica import OffsetWriteRequest, batch_spans
+from tests.catalogs import CatalogSpec
+
+pytestmark = pytest.mark.slow
+PRINCIPAL = "bench"
+
+
+def catalogs(tmp_path: Path):
+    specs = []
+    for name in ("benchsrc", "benchdst"):
+        (tmp_path / name).mkdir(parents=True)
+        specs.append(CatalogSpec("sqlite", name, f"sqlite:///{tmp_path / name}.db", f"file://{tmp_path / name}"))
+    source, target = (s.open() for s in specs)
+    add_acl(target, PRINCIPAL, "*")
+    return source, target
+
+
+def hex_strings(rng: np.random.Generator, n: int, width: int) -> pa.Array:
+    """``n`` random hex strings of ``width`` characters (incompressible-ish payload), fast."""
+    chars = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[rng.integers(0, 16, size=n * width)]
+    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(chars.tobytes()))
+
+
+def fill(source, table: str, partitions: int, files_per_partition: int, rows_per_file: int, payload_bytes: int = 16) -> LogTable:
+    """A table of ``partitions * files_per_partition`` files, committed 1,000 files at a time."""
+    log_table = LogTable.create(source, table, partitions)
+    rng = np.random.default_rng(0)
+    for start in range(0, files_per_partition, max(1, 1000 // partitions)):
+        count = min(max(1, 1000 // partitions), files_per_partition - start)
+        iceberg = log_table.table()
+        ends = {p: w.end for p, w in log_table.watermarks().items()}
+        files: dict[int, list] = {p: [] for p in range(partitions)}
+        for _ in range(count):
+            for p in range(partitions):
+                payload = pa.table({"key": pa.array([f"k{i % 1000}" for i in range(rows_per_file)]), "value": hex_strings(rng, rows_per_file, payload_bytes)})
+                rows = with_system_columns(payload, p, ends[p], int(time.time() * 1e6), None, None)
+                files[p].extend(write_log_files(iceberg, {p: rows}))
+                ends[p] += rows_per_file
+        spans = batch_spans(iceberg, log_table.identifier, {}, files)
+        commit(source, log_table.identifier, OffsetWriteRequest(log_table.identifier, spans, files=files))
+    return log_table
+
+
+def test_bench_incremental_mirror_is_proportional_to_the_delta(tmp_path):
+    figures = {}
+    for files in (1_000, 10_000):
+        source, target = catalogs(tmp_path / str(files))
+        src = fill(source, "orders", 4, files // 4, 10)
+        first = mirror(source, "orders", target, principal=PRINCIPAL)
+        assert first.copied_files == files
+        src.append({1: [{"key": "new", "value": "v"}]})
+        started = time.perf_counter()
+        step = mirror(source, "orders", target, principal=PRINCIPAL)
+        figures[files] = time.perf_counter() - started
+        assert step.incremental and step.copied_files == 1
+        print(f"\nmirror bench: first mirror of {files:,} files: {first.seconds:.1f} s; incremental step after one small commit: {figures[files] * 1000:.0f} ms")
+    assert figures[10_000] < 2.0, figures
+
+
+def test_bench_bulk_mirror_throughput_beside_cp(tmp_path):
+    source, target = catalogs(tmp_path)
+    rows_per_file = int(os.environ.get("ICELOG_BENCH_MIRROR_ROWS", "1000000"))
+    src = fill(source, "bulk", 4, 4, rows_per_file, payload_bytes=32)  # 16 files
+    data = Path(src.table().metadata.location.removeprefix("file://"), "data")
+    size_mb = sum(f.stat().st_size for f in data.rglob("*.parquet")) / 1e6
+    subprocess.run(["sync"], check=True)
+    started = time.perf_counter()
+    subprocess.run(["cp", "-r", str(data), str(tmp_path / "cp-copy")], check=True)
+    cp_s = time.perf_counter() - started
+    shutil.rmtree(tmp_path / "cp-copy")
+    started = time.perf_counter()
+    result = mirror(source, "bulk", target, principal=PRINCIPAL)
+    mirror_s = time.perf_counter() - started
+    assert result.copied_files == 16 and not result.sliced_files
+    print(f"\nmirror bench: bulk mirror of {size_mb:,.0f} MB in 16 files: {size_mb / mirror_s:,.0f} MB/s ({mirror_s:.2f} s); "
+          f"cp -r of the same files: {size_mb / cp_s:,.0f} MB/s ({cp_s:.2f} s); ratio {cp_s / mirror_s:.2f}")
