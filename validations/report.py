@@ -132,7 +132,10 @@ def line_chart(chart_id: str, points: list[tuple[int, float, str]], *, x_title: 
     line = " ".join(f"{x(t):.1f},{_y(v, ticks[-1], height, pad[1], pad[3]):.1f}" for t, v, _ in points)
     dots = "".join(f'<circle cx="{x(t):.1f}" cy="{_y(v, ticks[-1], height, pad[1], pad[3]):.1f}" r="3"><title>{html.escape(tip)}</title></circle>' for t, v, tip in points)
     times = sorted({t0, t1, *([t0 + (t1 - t0) * k // 4 for k in (1, 2, 3)] if t1 > t0 else [])})
-    xticks = "".join(f'<text class="tick" x="{x(t):.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape((iso(t) or "").replace("T", " ")[:16])}</text>' for t in times)
+    # Within a day the time of day says enough; a label equal to its neighbour's is dropped.
+    labels = {t: (iso(t) or "").replace("T", " ")[:16] if t1 - t0 >= 86_400_000 else (iso(t) or "")[11:19] for t in times}
+    kept = [t for i, t in enumerate(times) if i == 0 or labels[t] != labels[times[i - 1]]]
+    xticks = "".join(f'<text class="tick" x="{x(t):.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape(labels[t])}</text>' for t in kept)
     return _frame(chart_id, y_title, width, height, ticks, x_title, y_title, f'<polyline points="{line}" class="line"/>{dots}{xticks}', pad)
 
 
