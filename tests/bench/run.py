@@ -213,6 +213,50 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
     spark.stop()
 
 
+def bench_spark_scale(root: Path, rows: int) -> None:
+    """The Spark ingest path on ``rows`` generated rows: time, and the peak resident memory of
+    the Python driver and of the Spark JVM (driver and executors: local mode), from /proc."""
+    import resource
+    import threading
+
+    from pipelines.ingest import ingest
+    from pipelines.spark import spark_session
+    from storage.catalog import LogSqlCatalog
+    from tests.validations.test_quality_bench import tree_rss_mb
+
+    landing = root / "scale-landing"
+    landing.mkdir(parents=True)
+    files, per_file = 32, rows // 32
+    for f in range(files):  # one file at a time: the generator's memory stays bounded
+        n = np.arange(f * per_file, (f + 1) * per_file)
+        pq.write_table(pa.table({"key": pa.array(np.char.add("k", (n % 100_000).astype(str))), "value": pa.array(n)}), landing / f"part-{f:03d}.parquet")
+        del n
+    os.environ["PYICEBERG_CATALOG__SCALE__URI"] = f"sqlite:///{root / 'scale.db'}"
+    os.environ["PYICEBERG_CATALOG__SCALE__WAREHOUSE"] = f"file://{root / 'scale-wh'}"
+    (root / "scale-wh").mkdir()
+    cat = LogSqlCatalog("scale", uri=os.environ["PYICEBERG_CATALOG__SCALE__URI"], warehouse=os.environ["PYICEBERG_CATALOG__SCALE__WAREHOUSE"])
+    LogTable.create(cat, "bench.scale", partitions=8, payload=[{"name": "key", "type": "string"}, {"name": "value", "type": "long"}])
+    spark = spark_session("local[*]", "icelog-bench-scale")
+    me = os.getpid()
+    peak = {"jvm": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            own = int(next(line.split()[1] for line in Path(f"/proc/{me}/status").read_text().splitlines() if line.startswith("VmRSS:"))) / 1024
+            peak["jvm"] = max(peak["jvm"], tree_rss_mb(me) - own)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    seconds = timed(lambda: ingest(spark, "bench.scale", str(landing), "scale", catalog_name="scale"))
+    done.set()
+    sampler.join()
+    driver_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert sum(w.end for w in LogTable(cat, "bench.scale").watermarks().values()) == files * per_file
+    record(f"Spark ingest of {files * per_file:,} generated rows", files * per_file / seconds / 1e6, "Mrows/s", f"{seconds:.0f} s; peak RSS: Python driver {driver_mb:,.0f} MiB, Spark JVM {peak['jvm']:,.0f} MiB")
+    spark.stop()
+
+
 def bench_ledger(root: Path, entries: int, commits: int) -> None:
     """Ingest-ledger lookups (skip decisions of one run) with ``entries`` entries for the table."""
     from storage import ledger
@@ -316,7 +360,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
     parser.add_argument("--out", default="bench-results/latest.json")
-    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions,ledger")
+    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions,ledger,spark-scale")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icelog-bench-"))
     q = args.quick
@@ -330,6 +374,7 @@ def main() -> None:
         "transactions": lambda: bench_transactions(root, 10 if q else 100, 5 if q else 50),
         "spark": lambda: bench_spark_ingest(root, 400_000 if q else 10_000_000),
         "ledger": lambda: bench_ledger(root, 2_000 if q else 100_000, 10 if q else 100),
+        "spark-scale": lambda: bench_spark_scale(root, 320_000 if q else 100_000_000),
     }
     chosen = args.only.split(",") if args.only else list(benches)
     print(f"{'figure':<58} {'value':>12} {'unit':<7} | reference (same run)")
