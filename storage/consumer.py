@@ -123,6 +123,10 @@ class Consumer:
             raise InvalidInput(reason=f"mode is 'key' or 'chunks', not {self.mode!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise InvalidInput(reason="chunk_size is an integer >= 1")
+        if not isinstance(self.session_timeout_ms, int) or not 1 <= self.session_timeout_ms <= 86_400_000:
+            raise InvalidInput(reason="session_timeout_ms is an integer in 1..86400000")
+        if not isinstance(self.member_id, str) or not self.member_id.strip() or len(self.member_id) > 256:
+            raise InvalidInput(reason="a member id is a non-empty string of at most 256 characters")
 
     # --- membership -------------------------------------------------------------------------
 

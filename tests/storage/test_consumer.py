@@ -143,3 +143,12 @@ def test_i10_rebalance_fences_old_generation_and_new_owner_waits_for_draining(sq
     a.close()
     b.close()
     assert describe_group(sqlite_catalog, "g")["members"] == []
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"mode": "hash"}, {"chunk_size": 0}, {"session_timeout_ms": 0}, {"member_id": ""}, {"member_id": 7}]
+)
+def test_i8_bad_consumer_settings_refused_before_anything_is_written(sqlite_catalog, kwargs, unchanged):
+    with unchanged(catalog=sqlite_catalog):
+        with pytest.raises(InvalidInput):
+            Consumer(sqlite_catalog, "g", **kwargs)
