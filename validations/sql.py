@@ -24,6 +24,7 @@ from pyiceberg.table.snapshots import Snapshot
 from storage import scan
 from storage.errors import HistoryExpired, UnknownSnapshot
 from storage.commit import load
+from storage.ledger import LEDGER_TABLE
 from storage.log import LogTable, list_log_tables
 from storage.swap import load_tables
 
@@ -168,7 +169,7 @@ def connect(
     con: duckdb.DuckDBPyConnection | None = None,
     consistent: bool = True,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with log tables as views.
+    """A DuckDB connection with log tables (and the ingest ledger) as views.
 
     A new connection uses the time zone UTC, so ``timestamptz`` values (``log_timestamp``)
     print the same on every machine.
@@ -199,6 +200,8 @@ def connect(
         tables = [(log_table.identifier, log_table.table())]
     else:
         names = list_log_tables(catalog)
+        if catalog.table_exists(LEDGER_TABLE):  # which source files were loaded where, queryable too
+            names.append(LEDGER_TABLE)
         if consistent:  # one catalog instant: never half of a multi-table commit (I5)
             tables = list(load_tables(catalog, names).items()) if names else []
         else:

@@ -107,5 +107,7 @@ def test_cli_ingest_reports_loaded_and_skipped_files_as_json(spark, env_catalog,
     assert doc["rows"] == 20 and len(doc["loaded"]) == 2 and doc["skipped"] == []
     again = json.loads(runner.invoke(cli, args, env=env_catalog.env()).stdout.strip().splitlines()[-1])
     assert again["rows"] == 0 and [s["reason"] for s in again["skipped"]] == ["already loaded"] * 2
+    ledger_rows = runner.invoke(cli, ["--output", "json", "sql", "select count(*) as n, sum(rows) as r from icelog_system.ingest_ledger"], env=env_catalog.env())
+    assert json.loads(ledger_rows.stdout.strip().splitlines()[-1])["rows"] == [[2, 20]]
     bad = runner.invoke(cli, [*args, "--partitions", "x"], env=env_catalog.env())
     assert bad.exit_code == 2 and json.loads(bad.stdout.strip().splitlines()[-1])["error"] == "InvalidInput"
