@@ -233,6 +233,13 @@ def _plan(
             raise MirrorSourceChanged(source=result.source, expected_uuid=str(record.get("uuid")), actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})")
     files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result, copier, token)
     spans = batch_spans(target, result.target, rows, files)
+    if result.incremental and any(spans.get(p) != need for p, need in wanted.items()):
+        # The snapshots in between did not tell the whole story (a rollback on the source,
+        # say): copy from the source's live files instead.
+        discard_files(target, [f for fs in files.values() for f in fs])
+        result.copied_files = result.sliced_files = result.bytes_copied = 0
+        files, rows = _copy_delta(source, target, None, wanted, result, copier, token)
+        spans = batch_spans(target, result.target, rows, files)
     for p, need in wanted.items():
         if spans.get(p) != need:
             raise InvalidInput(reason=f"{result.source} partition {p}: source files cover {spans.get(p)}, not {need} (run `icelog validate` on the source)")

@@ -374,3 +374,14 @@ def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, t
     table = LogTable.open(target, "orders").table()
     on_disk = {str(f) for f in Path(table.metadata.location.removeprefix("file://"), "data").rglob("*.parquet")}
     assert on_disk == referenced_files(table) & on_disk, "a step that lost left its copies behind"
+
+
+def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, target):
+    src = LogTable.create(source, "orders", 1, properties={"icelog.snapshots.keep": "2"})
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    for i in range(4):
+        src.append({0: rows(1, f"x{i}")})
+    result = run_mirror(source, target)
+    assert not result.incremental and result.ranges == {0: (2, 6)} and result.copied_files == 4
+    assert_parity(source, target)

@@ -88,14 +88,19 @@ def test_bench_bulk_mirror_throughput_beside_cp(tmp_path):
     src = fill(source, "bulk", 4, 4, rows_per_file, payload_bytes=32)  # 16 files
     data = Path(src.table().metadata.location.removeprefix("file://"), "data")
     size_mb = sum(f.stat().st_size for f in data.rglob("*.parquet")) / 1e6
-    subprocess.run(["sync"], check=True)
-    started = time.perf_counter()
-    subprocess.run(["cp", "-r", str(data), str(tmp_path / "cp-copy")], check=True)
-    cp_s = time.perf_counter() - started
-    shutil.rmtree(tmp_path / "cp-copy")
-    started = time.perf_counter()
-    result = mirror(source, "bulk", target, principal=PRINCIPAL)
-    mirror_s = time.perf_counter() - started
-    assert result.copied_files == 16 and not result.sliced_files
+    cp_runs, mirror_runs = [], []
+    for run in range(2):  # alternate, best of two each: the machine is noisy and caches warm up
+        subprocess.run(["sync"], check=True)
+        started = time.perf_counter()
+        subprocess.run(["cp", "-r", str(data), str(tmp_path / f"cp-copy{run}")], check=True)
+        cp_runs.append(time.perf_counter() - started)
+        shutil.rmtree(tmp_path / f"cp-copy{run}")
+        subprocess.run(["sync"], check=True)
+        started = time.perf_counter()
+        result = mirror(source, "bulk", target, f"logs.bulk{run}", principal=PRINCIPAL)
+        mirror_runs.append(time.perf_counter() - started)
+        assert result.copied_files == 16 and not result.sliced_files
+    cp_s, mirror_s = min(cp_runs), min(mirror_runs)
     print(f"\nmirror bench: bulk mirror of {size_mb:,.0f} MB in 16 files: {size_mb / mirror_s:,.0f} MB/s ({mirror_s:.2f} s); "
-          f"cp -r of the same files: {size_mb / cp_s:,.0f} MB/s ({cp_s:.2f} s); ratio {cp_s / mirror_s:.2f}")
+          f"cp -r of the same files: {size_mb / cp_s:,.0f} MB/s ({cp_s:.2f} s); ratio {cp_s / mirror_s:.2f} "
+          f"(runs: mirror {[round(x, 2) for x in mirror_runs]} s, cp {[round(x, 2) for x in cp_runs]} s)")
