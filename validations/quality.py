@@ -45,6 +45,7 @@ from storage.catalog import icelog_home
 from storage.commit import COMMIT_ID, RANGES
 from storage.errors import InvalidInput
 from storage.files import local_path
+from storage.scan import check_snapshot
 from storage.state import LogState
 
 SPARK_ROWS_DEFAULT = 2_000_000
@@ -325,7 +326,10 @@ def run_suite(
     root = docs_root or icelog_home() / "quality"
     entries = system_expectations(int(time.time() * 1000)) + payload_expectations(name, expectations_file)
     if snapshot_id is not None:
-        scope = ValidationScope("full", reason=f"snapshot {snapshot_id} requested")
+        check_snapshot(table, snapshot_id)  # a typed UnknownSnapshot, not a planning error
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        scope = ValidationScope("full", rows=int(summary.get("total-records", 0)), reason=f"snapshot {snapshot_id} requested")
     else:
         scope = validation_scope(table, full=full, docs_root=root)
     at = snapshot_id if snapshot_id is not None else table.metadata.current_snapshot_id

@@ -200,3 +200,19 @@ def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog
     assert any("cdn.jsdelivr.net/npm/vega@5" in u for u in replaced) and any("bootstrap" in u for u in replaced)
     pages = "".join(page.read_text() for page in site.rglob("*.html"))
     assert "cdn" not in pages and "unpkg.com" not in pages and "integrity=" not in pages
+
+
+def test_a_past_snapshot_is_validated_in_full_and_records_nothing(flights, flights_rows, tmp_path):
+    from storage.errors import UnknownSnapshot
+    from validations.quality import validation_record
+
+    before = flights.table().metadata.current_snapshot_id
+    bad = flights_rows.slice(0, 5).to_pylist()
+    bad[0]["carrier"] = "ZZ"
+    flights.append({0: pa.Table.from_pylist(bad, flights_rows.schema)})
+    past = run_suite(flights.table(), docs_root=tmp_path, snapshot_id=before)
+    assert past.success and past.scope["mode"] == "full" and past.scope["rows"] == 20_000 and past.snapshot_id == before
+    assert validation_record(flights.table(), tmp_path) == {}
+    assert not run_suite(flights.table(), docs_root=tmp_path).success  # the current snapshot has the bad row
+    with pytest.raises(UnknownSnapshot):
+        run_suite(flights.table(), docs_root=tmp_path, snapshot_id=12345)
