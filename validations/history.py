@@ -104,8 +104,9 @@ def rows_per_day(table: Table, paths: list[str] | None = None) -> list[dict[str,
         return []
     with duckdb.connect() as con:
         rows = con.execute(
-            f"SELECT strftime(date_trunc('day', {cols.TIMESTAMP} AT TIME ZONE 'UTC'), '%Y-%m-%d') AS day, count(*) "
-            "FROM read_parquet($p) GROUP BY day ORDER BY day",
+            # By position: a payload column may be called "day" (the flights have one).
+            f"SELECT strftime(date_trunc('day', {cols.TIMESTAMP} AT TIME ZONE 'UTC'), '%Y-%m-%d') AS append_day, count(*) "
+            "FROM read_parquet($p) GROUP BY 1 ORDER BY 1",
             {"p": paths},
         ).fetchall()
     return [{"day": day, "rows": int(n)} for day, n in rows]

@@ -208,3 +208,12 @@ def test_report_all_writes_an_index_with_each_tables_status(sqlite_catalog, tmp_
     browser.page.wait_for_function("document.body.dataset.rendered !== undefined")
     assert browser.page.locator("#status").inner_text() == "VIOLATIONS" and browser.failed == []
     browser.shot("report-index.png")
+
+
+def test_rows_per_day_with_a_payload_column_named_day(sqlite_catalog):
+    from validations.history import rows_per_day
+
+    t = LogTable.create(sqlite_catalog, "db.days", 1, payload=[{"name": "day", "type": "int"}, {"name": "key", "type": "string"}])
+    t.append({0: [{"day": d, "key": "k"} for d in (1, 2, 3)]})
+    per_day = rows_per_day(t.table())
+    assert len(per_day) == 1 and per_day[0]["rows"] == 3
