@@ -94,8 +94,7 @@ class AppendRequest(Request):
         return {p: rows.num_rows for p, rows in self.payload.items()}
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        if table.metadata.properties.get(READ_ONLY):
-            raise ReadOnlyTable(table=self.table, source=table.metadata.properties[READ_ONLY])
+        refuse_read_only(self.table, table.metadata)
         counts = self.counts()
         for p in counts:
             if p >= state.partitions:
@@ -137,6 +136,12 @@ class AppendRequest(Request):
     def from_receipt(self, receipt: Mapping[str, list[int]]) -> AppendResult:
         ranges = {int(p): (r[0], r[1]) for p, r in receipt.items()}
         return AppendResult(self.table, ranges, self.commit_id, None, True)
+
+
+def refuse_read_only(identifier: str, metadata: Any) -> None:
+    """Raise :class:`ReadOnlyTable` on a mirror target that was not promoted (every append path)."""
+    if metadata.properties.get(READ_ONLY):
+        raise ReadOnlyTable(table=identifier, source=metadata.properties[READ_ONLY])
 
 
 def with_system_columns(

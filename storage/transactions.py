@@ -62,7 +62,7 @@ from storage.errors import (
     UnknownPartition,
 )
 from storage.files import write_log_files
-from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, with_system_columns
+from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, refuse_read_only, with_system_columns
 from storage.state import LogState
 from storage.swap import check_atomic
 
@@ -330,6 +330,7 @@ class TxnAppend(Request):
     _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        refuse_read_only(self.table, table.metadata)
         ranges: dict[int, tuple[int, int]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
         for send in self.sends:
@@ -633,7 +634,9 @@ class TransactionalProducer:
 
     def _table(self, table: str) -> LogTable:
         if table not in self._tables:
-            self._tables[table] = LogTable.open(self.catalog, table)
+            log_table = LogTable.open(self.catalog, table)
+            refuse_read_only(log_table.identifier, log_table.table().metadata)  # fail at send, before staging
+            self._tables[table] = log_table
         return self._tables[table]
 
     def _journal(self, step: str, *, partitions: Mapping[str, list[int]] | None = None, prepared: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:

@@ -264,6 +264,15 @@ def test_i6_target_read_only_until_promoted(source, target):
     dst = LogTable.open(target, "orders")
     with pytest.raises(ReadOnlyTable):
         dst.append({0: rows(1)})
+    from storage.transactions import TransactionalProducer
+
+    producer = TransactionalProducer(target, "writer-on-a-mirror")
+    producer.init_transactions()
+    producer.begin_transaction()
+    with pytest.raises(ReadOnlyTable):  # a transaction is refused at send, before anything is staged
+        producer.send("orders", 0, rows(1))
+    producer.abort_transaction()
+    assert dst.watermarks()[0].end == 2
     promote(target, "orders")
     assert dst.append({0: rows(1)}).ranges == {0: (2, 3)}
     src.append({0: rows(1)})
