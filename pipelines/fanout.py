@@ -20,13 +20,12 @@ aborts the transaction with ``OffsetMismatch`` (an AbortableError): run the job 
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import structlog
 
-from pipelines.ingest import _spark_type, slice_bases, write_numbered
+from pipelines.ingest import _spark_type, slice_bases, write_slices
 from storage import faults
 from storage import schema as cols
 from storage.catalog import open_catalog
@@ -149,6 +148,5 @@ def _write_target(df: Any, target: LogTable, key_column: str, directory: str) ->
     if not counts:
         return {}, {}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    slices = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
-    written = write_numbered(df.sparkSession, routed, bases, slices, iceberg.schema(), f"{directory.removeprefix('file://')}/w-{uuid.uuid4().hex}")
+    written = write_slices(routed, bases, ends, iceberg.schema(), directory.removeprefix("file://"))
     return written, {p: ends[p] for p in written}

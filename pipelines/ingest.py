@@ -1,10 +1,10 @@
 """The ingest job: landing files -> a log table, exactly once per source file, at any age.
 
 Spark's executors read the source, route rows to log partitions, number them from the
-watermarks read at job start, and write Parquet data files with Spark's own writer (one log
-partition and one contiguous offset range per file). The driver then commits those files,
-together with their ingest-ledger entries, in one atomic, conditional multi-table commit
-through ``storage``: rows never funnel through the driver, and no Python touches them.
+watermarks read at job start, and write Parquet data files (one log partition and one
+contiguous offset range per file). The driver then commits those files, together with their
+ingest-ledger entries, in one atomic, conditional multi-table commit through ``storage``:
+rows never funnel through the driver.
 
 Exactly once: the ingest ledger (``storage.ledger``) records every loaded file (path, size,
 modification time, content fingerprint, and the offsets its rows got) in the same commit as
@@ -16,7 +16,6 @@ commits; the other fails with ``OffsetMismatch`` and its re-run skips the loaded
 
 from __future__ import annotations
 
-import datetime as dt
 import glob
 import os
 import shutil
@@ -179,12 +178,12 @@ def ingest(
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
     split_file = {r["_task"]: _local(r["_file"]) for r in counts}
 
-    # Pass 2: number rows inside the JVM and write them with Spark's own Parquet writer.
+    # Pass 2: executors number each split's rows from its slices' bases and write them.
     say("pass 2: numbering and writing data files")
     commit_id = uuid.uuid4().hex
     staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{commit_id}"
     slice_counts = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
-    written = write_numbered(spark, routed.drop("_file"), bases, slice_counts, iceberg.schema(), staging)
+    written = write_slices(routed.drop("_file"), bases, ends, iceberg.schema(), staging)
     faults.checkpoint(faults.AFTER_INGEST_WRITE)
     say(f"committing {sum(map(len, written.values()))} data files")
 
@@ -257,65 +256,17 @@ def file_offsets(bases: dict[tuple[int, int], int], counts: dict[tuple[int, int]
     return out
 
 
-def write_numbered(spark: Any, routed: Any, bases: dict[tuple[int, int], int], counts: dict[tuple[int, int], int], schema: Any, directory: str) -> dict[int, list[str]]:
-    """Number each split's rows from its slices' bases and write them, one file per
-    (split, log partition), into ``directory/_dir=<partition>/``, all inside the JVM.
+def write_slices(routed: Any, bases: dict[tuple[int, int], int], ends: dict[int, int], schema: Any, directory: str, producer_id: int | None = None, epoch: int = 0) -> dict[int, list[str]]:
+    """Pass 2: executors number each split's rows from its slices' bases and write them, one
+    Parquet file per (split, log partition), into ``directory``; returns the files per partition.
 
-    ``routed`` holds the log partition column and the payload columns; it must be read
-    exactly as in the pass that counted ``counts`` (the same splits). Returns the files
-    written per log partition.
-
-    Each split's rows are sorted locally by (log partition, read position): no shuffle.
-    After the sort, a row's position in its split (the low 33 bits of
-    ``monotonically_increasing_id``) plus its slice's delta is its offset; the deltas are a
-    small broadcast table. Spark's partitioned writer needs rows grouped by ``_dir``, which
-    the sort already provides, so it adds no sort of its own and writes each slice in offset
-    order. Columns carry their Iceberg field ids (``parquet.field.id``); timestamps are
-    written as microseconds (``pipelines.spark``). ``storage`` re-checks from the footers
-    that the files tile each partition before anything is committed.
+    ``routed`` holds the log partition column and the payload columns, read exactly as in the
+    pass that counted the slices (the same splits). Only file paths and counts reach the driver.
     """
-    from pyspark.sql import functions as F
-
-    deltas = []
-    for task in sorted({t for t, _ in bases}):
-        before = 0
-        for p in sorted(p for t, p in bases if t == task):
-            deltas.append((task, p, bases[(task, p)] - before))
-            before += counts[(task, p)]
-    delta = spark.createDataFrame(deltas, "_task int, _dir int, _delta long")
-    low_bits = (1 << 33) - 1
-    numbered = (
-        routed.withColumn("_task", F.spark_partition_id())
-        .withColumn("_pos", F.monotonically_increasing_id())
-        .withColumn("_dir", F.col(cols.PARTITION))
-        .sortWithinPartitions("_dir", "_pos")
-        .withColumn("_idx", F.monotonically_increasing_id().bitwiseAND(F.lit(low_bits)))
-        .join(F.broadcast(delta), ["_task", "_dir"])
-    )
-    values = {
-        cols.PARTITION: F.col("_dir"),
-        cols.OFFSET: F.col("_idx") + F.col("_delta"),
-        cols.TIMESTAMP: F.lit(dt.datetime.now(dt.timezone.utc)),
-        cols.PRODUCER_ID: F.lit(None).cast("long"),
-        cols.PRODUCER_EPOCH: F.lit(None).cast("int"),
-        cols.PRODUCER_SEQ: F.lit(None).cast("int"),
-    }
-    out = [
-        (values[f.name] if f.name in values else F.col(f.name)).alias(f.name, metadata={"parquet.field.id": f.field_id})
-        for f in schema.fields
-    ]
-    (
-        numbered.select(*out, F.col("_dir"))
-        .write.option("compression", "zstd")
-        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-        .partitionBy("_dir")
-        .parquet(directory)
-    )
-    for crc in glob.glob(f"{directory}/_dir=*/.*.crc"):  # Hadoop's local checksums: no reader wants them
-        os.remove(crc)
+    writer = SliceWriter(bases, ends, producer_id, epoch, int(time.time() * 1_000_000), schema.as_arrow(), directory)
     written: dict[int, list[str]] = {}
-    for path in sorted(glob.glob(f"{directory}/_dir=*/*.parquet")):
-        written.setdefault(int(path.split("/_dir=")[1].split("/")[0]), []).append(path)
+    for f in routed.mapInArrow(writer, "path string, partition int, rows long").collect():
+        written.setdefault(f["partition"], []).append(f["path"])
     return written
 
 
@@ -336,6 +287,94 @@ def slice_bases(counts: list[tuple[int, int, int]], ends: dict[int, int]) -> dic
         bases[(task, partition)] = cursor[partition]
         cursor[partition] += n
     return bases
+
+
+@dataclass
+class SliceWriter:
+    """Pass 2, on the executors: number a task's rows and write them, one file per partition.
+
+    Called by ``mapInArrow`` with the task's Arrow batches; yields one small row per file
+    written (path, partition, rows): only that reaches the driver.
+    """
+
+    bases: dict[tuple[int, int], int]
+    ends: dict[int, int]
+    producer_id: int | None  # None: transactional rows carry no producer sequence
+    epoch: int
+    now_us: int
+    schema: Any  # the table's Arrow schema, with Iceberg field ids
+    staging: str
+
+    def _producer_columns(self, n: int, seq0: int) -> list[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        if self.producer_id is None:
+            return [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32()), pa.nulls(n, pa.int32())]
+        return [
+            pa.array(np.full(n, self.producer_id, dtype=np.int64)),
+            pa.array(np.full(n, self.epoch, dtype=np.int32)),
+            pa.array(np.arange(seq0, seq0 + n, dtype=np.int32)),
+        ]
+
+    def __call__(self, batches):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        task = TaskContext.get().partitionId()
+        cursor: dict[int, int] = {}
+        pending: dict[int, list[Any]] = {}
+        pending_rows: dict[int, int] = {}
+        files: dict[int, tuple[str, Any]] = {}
+        counts: dict[int, int] = {}
+        payload = [f for f in self.schema if f.name not in cols.SYSTEM_COLUMNS]
+
+        def flush(p: int) -> None:
+            # Row groups of ~1M rows: small writes would make many tiny row groups.
+            if p not in files:
+                path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd"))
+            files[p][1].write_table(pa.Table.from_batches(pending.pop(p), schema=self.schema))
+            pending_rows[p] = 0
+
+        try:
+            for batch in batches:
+                parts = batch.column(cols.PARTITION).to_numpy(zero_copy_only=False).astype(np.int32)
+                order = np.argsort(parts, kind="stable")  # group by partition, keep read order
+                grouped = batch.take(pa.array(order))
+                present, starts = np.unique(parts[order], return_index=True)
+                bounds = list(starts) + [len(parts)]
+                for i, p in enumerate(int(x) for x in present):
+                    rows = grouped.slice(bounds[i], bounds[i + 1] - bounds[i])
+                    n = rows.num_rows
+                    first = cursor.get(p, self.bases[(task, p)])
+                    cursor[p] = first + n
+                    seq0 = first - self.ends[p]
+                    columns = [
+                        pa.array(np.full(n, p, dtype=np.int32)),
+                        pa.array(np.arange(first, first + n, dtype=np.int64)),
+                        pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                        *self._producer_columns(n, seq0),
+                        *(rows.column(f.name).cast(f.type) for f in payload),
+                    ]
+                    pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
+                    pending_rows[p] = pending_rows.get(p, 0) + n
+                    counts[p] = counts.get(p, 0) + n
+                    if pending_rows[p] >= 1_000_000:
+                        flush(p)
+            for p in list(pending):
+                flush(p)
+        finally:
+            for _, w in files.values():
+                w.close()
+        out = pa.schema([("path", pa.string()), ("partition", pa.int32()), ("rows", pa.int64())])
+        for p, (path, _) in sorted(files.items()):
+            yield pa.RecordBatch.from_pylist([{"path": path, "partition": p, "rows": counts[p]}], schema=out)
+
+
 
 
 def _spark_type(arrow_type: Any) -> str:

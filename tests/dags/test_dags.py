@@ -92,10 +92,10 @@ def test_backfill_params_are_validated_by_airflow(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     params = dagbag.get_dag("icelog_backfill").params
-    assert set(params.keys()) == {"table", "source", "start", "end", "partitions", "format", "key_column"}
+    assert set(params.keys()) == {"table", "source", "start", "end", "partitions", "format", "key_column", "reload_changed"}
     schema = {k: params.get_param(k).schema for k in params.keys()}
     assert schema["start"]["format"] == "date" and schema["format"]["enum"] == ["parquet", "csv", "jsonl"]
-    for key, bad in (("table", "db.x;drop"), ("format", "xml"), ("partitions", ["a"])):
+    for key, bad in (("table", "db.x;drop"), ("format", "xml"), ("partitions", ["a"]), ("reload_changed", "yes")):
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(bad)
     assert params.get_param("partitions").resolve([0, 2]) == [0, 2]
