@@ -49,6 +49,8 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{airflow_home / 'airflow.db'}"),
         "NO_PROXY": "*",
     }
+    if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+        env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "pipelines.airflow_db.SQLITE_CONNECT_ARGS")
     env.update(extra or {})
     return env
 
