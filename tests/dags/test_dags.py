@@ -109,6 +109,8 @@ def test_dag_parsing_imports_nothing_heavy():
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyiceberg', 'duckdb', 'great_expectations', 'pipelines', 'validations', 'pyarrow')]\n"
         # The retry policy resolves icelog's exception types: storage.errors is stdlib-only.
         "heavy += [m for m in sys.modules if m.startswith('storage.') and m != 'storage.errors']\n"
+        # Airflow itself imports the SQLite connect args (a dict) when icelog's Airflow home is set.
+        "heavy = [m for m in heavy if m not in ('pipelines', 'pipelines.airflow_db')]\n"
         "print(','.join(heavy))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
