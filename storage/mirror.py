@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import posixpath
+import random
 import shutil
 import time
 import uuid
@@ -129,7 +130,9 @@ def mirror(
             (default: ``ICELOG_PRINCIPAL``).
         copier: Copies ``(source path, target path)`` pairs byte for byte (default:
             :func:`copy_files`, threads in this process; ``pipelines.mirror`` has a Spark one).
-        max_attempts: Steps planned again when a concurrent step moved the target's log end.
+        max_attempts: Steps planned again when a concurrent step moved the target's log end
+            (a concurrent step that mirrored everything the source held when this call began
+            ends it early: ``up_to_date`` with no ranges of its own).
 
     Returns:
         The offsets copied per partition and the target's log ends.
@@ -148,14 +151,22 @@ def mirror(
     if source_catalog.name == target_catalog.name and source_id == target_id:
         raise InvalidInput(reason=f"a table cannot mirror itself ({source_id} in {source_catalog.name})")
     authorize(target_catalog, principal, REPLICATOR_WRITE, target_id)
+    # What this call must mirror at least: the source's log ends when it started.
+    goal = {p: w.end for p, w in LogState.from_metadata(load(source_catalog, source_id).metadata).watermarks.items()}
     for attempt in range(1, max_attempts + 1):
         try:
             return _step(source_catalog, source_id, target_catalog, target_id, copier or copy_files)
         except InvalidProduceOffset:
-            # Another step into the same target moved its log end since this one planned:
-            # plan again from what the target holds now.
+            # Another step into the same target committed since this one planned. Each loss
+            # is that step's progress; once the target holds everything this call was asked
+            # for, the work is done. Otherwise plan again from what the target holds now.
+            ends = {p: w.end for p, w in LogState.from_metadata(load(target_catalog, target_id).metadata).watermarks.items()}
+            if all(ends.get(p, 0) >= end for p, end in goal.items()):
+                log.info("mirrored by a concurrent step", source=source_id, target=target_id, log_ends=ends)
+                return MirrorResult(source_id, target_id, target_catalog.name, None, log_ends=ends, up_to_date=True)
             if attempt == max_attempts:
                 raise
+            time.sleep(random.uniform(0, 0.05 * attempt))  # desynchronise steps that keep colliding
     raise AssertionError("unreachable")
 
 
