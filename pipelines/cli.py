@@ -925,7 +925,7 @@ def transactions_abort(ctx: Context, transactional_id: str) -> None:
 
 
 # Command groups kept in their own modules register on import (they import ``cli`` from here).
-from pipelines import cli_groups, cli_mirror  # noqa: E402,F401
+from pipelines import cli_group_job, cli_groups, cli_mirror  # noqa: E402,F401
 
 
 def main() -> None:

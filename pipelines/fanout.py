@@ -122,7 +122,7 @@ def fanout(
     with producer.transaction():
         for value, target in sorted(targets.items()):
             routed = df.where(F.col(route_column) == F.lit(value))
-            files, expected = _write_target(routed, target, key_column, producer.data_dir(target.identifier))
+            files, expected = write_target(routed, target, key_column, producer.data_dir(target.identifier))
             if files:
                 result.rows += producer.send_files(target.identifier, files, expected)
         producer.send_offsets_to_transaction({(src.identifier, p): b for p, (_, b) in ranges.items()}, group)
@@ -133,7 +133,7 @@ def fanout(
     return result
 
 
-def _write_target(df: Any, target: LogTable, key_column: str, directory: str) -> tuple[dict[int, list[str]], dict[int, int]]:
+def write_target(df: Any, target: LogTable, key_column: str, directory: str) -> tuple[dict[int, list[str]], dict[int, int]]:
     """Executors number and write ``df``'s rows as ``target``'s data files (see ``pipelines.ingest``)."""
     from pyspark.sql import functions as F
 
@@ -148,5 +148,5 @@ def _write_target(df: Any, target: LogTable, key_column: str, directory: str) ->
     if not counts:
         return {}, {}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    written = write_slices(routed, bases, ends, iceberg.schema(), directory.removeprefix("file://"))
+    written = write_slices(routed, bases, ends, iceberg.schema(), directory.removeprefix("file://"), key_column=cols.key_column(iceberg.schema(), iceberg.properties))
     return written, {p: ends[p] for p in written}

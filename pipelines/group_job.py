@@ -42,8 +42,7 @@ from typing import Any, Callable, Mapping
 
 import structlog
 
-from pipelines.fanout import _write_target
-from pipelines.ingest import KEY_COLUMN as KEY_COLUMN_PROPERTY
+from pipelines.fanout import write_target
 from storage import faults, membership
 from storage import schema as cols
 from storage.catalog import open_catalog
@@ -56,8 +55,6 @@ from storage.ranges import Range, RangeState, commit_range, pending
 
 log = structlog.get_logger("icelog.group_job")
 
-# The source's stored key hash, if its layout has one (pruning only; may be null in old files).
-KEY_HASH_COLUMN = getattr(cols, "KEY_HASH", "log_key_hash")
 FULL_SPACE: list[Range] = [(0, membership.HASH_SPACE - 1)]
 
 
@@ -214,9 +211,8 @@ def _hash_expression(mode: str, key_column: str, chunk_size: int) -> Any:
 def _prune_column(src: LogTable, mode: str, key_column: str) -> str | None:
     """The source's stored key-hash column, when it hashes ``key_column`` (row-group pruning)."""
     iceberg = src.table()
-    if mode != "key" or KEY_HASH_COLUMN not in {f.name for f in iceberg.schema().fields}:
-        return None
-    return KEY_HASH_COLUMN if iceberg.metadata.properties.get(KEY_COLUMN_PROPERTY, KEY_COLUMN) == key_column else None
+    stored = cols.key_column(iceberg.schema(), iceberg.metadata.properties)
+    return cols.KEY_HASH if mode == "key" and stored == key_column else None
 
 
 def _within(column: Any, ranges: list[Range]) -> Any:
@@ -354,7 +350,7 @@ def _write_and_commit(
     commit_id = uuid.uuid4().hex
     staging = f"{tgt.table().metadata.location.removeprefix('file://')}/data/_group-job-{commit_id}"
     try:
-        files, expected = _write_target(out, tgt, out_key, staging)
+        files, expected = write_target(out, tgt, out_key, staging)
         faults.checkpoint(faults.AFTER_INGEST_WRITE)
         parts = [(tgt.identifier, tgt.files_request(files, expected, commit_id=commit_id))] if files else []
         parts.append((GROUPS_TABLE, ranges_request(catalog, group, consumed, member=me.member, generation=me.generation)))

@@ -32,13 +32,14 @@ from storage import ledger
 from storage import schema as cols
 from storage.catalog import open_catalog
 from storage.commit import commit_tables
-from storage.errors import InvalidInput
+from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
+from storage.files import clustered
+from storage.keys import SPARK_SQL_KEY_HASH
 from storage.log import LogTable
 from storage.state import LogState
 from storage.swap import load_tables
 
 log = structlog.get_logger("icelog.ingest")
-KEY_COLUMN = "icelog.key-column"
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}
 
 
@@ -127,7 +128,7 @@ def ingest(
         raise InvalidInput(reason=f"partitions {sorted(only_partitions)} are not all in 0..{partitions - 1}")
     wanted = set(range(partitions) if only_partitions is None else only_partitions)
     if partition_column is None:
-        key_column = key_column or iceberg.metadata.properties.get(KEY_COLUMN, "key")
+        key_column = key_column or iceberg.metadata.properties.get(cols.KEY_COLUMN_PROPERTY, cols.DEFAULT_KEY_COLUMN)
     bound = log.bind(table=ident, run_key=run_key)
 
     listed = [ledger.SourceFile.stat(p) for p in source_files(source)]
@@ -183,7 +184,7 @@ def ingest(
     commit_id = uuid.uuid4().hex
     staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{commit_id}"
     slice_counts = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
-    written = write_slices(routed.drop("_file"), bases, ends, iceberg.schema(), staging)
+    written = write_slices(routed.drop("_file"), bases, ends, iceberg.schema(), staging, key_column=cols.key_column(iceberg.schema(), iceberg.properties))
     faults.checkpoint(faults.AFTER_INGEST_WRITE)
     say(f"committing {sum(map(len, written.values()))} data files")
 
@@ -193,6 +194,8 @@ def ingest(
         data = LogTable(catalog, ident).files_request(written, {p: ends[p] for p in written}, commit_id=commit_id)
         entries = _ledger_request(catalog, ident, plan, file_ranges, partitions, run_key, commit_id)
         outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id)[0]
+    except (CommitOutcomeUnknown, CatalogUnavailable):
+        raise  # the commit may have landed: its files stay (orphan cleanup removes them if not)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # nothing committed: the files are garbage
         raise
@@ -256,13 +259,29 @@ def file_offsets(bases: dict[tuple[int, int], int], counts: dict[tuple[int, int]
     return out
 
 
-def write_slices(routed: Any, bases: dict[tuple[int, int], int], ends: dict[int, int], schema: Any, directory: str, producer_id: int | None = None, epoch: int = 0) -> dict[int, list[str]]:
+def write_slices(
+    routed: Any,
+    bases: dict[tuple[int, int], int],
+    ends: dict[int, int],
+    schema: Any,
+    directory: str,
+    producer_id: int | None = None,
+    epoch: int = 0,
+    key_column: str | None = None,
+) -> dict[int, list[str]]:
     """Pass 2: executors number each split's rows from its slices' bases and write them, one
     Parquet file per (split, log partition), into ``directory``; returns the files per partition.
 
     ``routed`` holds the log partition column and the payload columns, read exactly as in the
     pass that counted the slices (the same splits). Only file paths and counts reach the driver.
+    ``key_column`` (``storage.schema.key_column`` of the table) fills ``log_key_hash``; Spark
+    computes the hash, and the files are written in the key-hash layout (``storage.files``).
     """
+    if key_column is not None and cols.KEY_HASH in schema.column_names:
+        from pyspark.sql import functions as F
+
+        hashed = F.expr(SPARK_SQL_KEY_HASH.format(key=f"cast(`{key_column}` as string)")).cast("int")
+        routed = routed.withColumn(cols.KEY_HASH, hashed)
     writer = SliceWriter(bases, ends, producer_id, epoch, int(time.time() * 1_000_000), schema.as_arrow(), directory)
     written: dict[int, list[str]] = {}
     for f in routed.mapInArrow(writer, "path string, partition int, rows long").collect():
@@ -332,12 +351,14 @@ class SliceWriter:
         payload = [f for f in self.schema if f.name not in cols.SYSTEM_COLUMNS]
 
         def flush(p: int) -> None:
-            # Row groups of ~1M rows: small writes would make many tiny row groups.
+            # Row groups of ~1M rows: small writes would make many tiny row groups. Each flush
+            # holds consecutive offsets; with log_key_hash it is written clustered by it.
             if p not in files:
                 path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd"))
-            files[p][1].write_table(pa.Table.from_batches(pending.pop(p), schema=self.schema))
+            rows, group_rows = clustered(pa.Table.from_batches(pending.pop(p), schema=self.schema))
+            files[p][1].write_table(rows, row_group_size=group_rows)
             pending_rows[p] = 0
 
         try:
@@ -353,14 +374,24 @@ class SliceWriter:
                     first = cursor.get(p, self.bases[(task, p)])
                     cursor[p] = first + n
                     seq0 = first - self.ends[p]
-                    columns = [
-                        pa.array(np.full(n, p, dtype=np.int32)),
-                        pa.array(np.arange(first, first + n, dtype=np.int64)),
-                        pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
-                        *self._producer_columns(n, seq0),
-                        *(rows.column(f.name).cast(f.type) for f in payload),
-                    ]
-                    pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
+                    columns = dict(
+                        zip(
+                            (cols.PARTITION, cols.OFFSET, cols.TIMESTAMP, cols.PRODUCER_ID, cols.PRODUCER_EPOCH, cols.PRODUCER_SEQ),
+                            (
+                                pa.array(np.full(n, p, dtype=np.int32)),
+                                pa.array(np.arange(first, first + n, dtype=np.int64)),
+                                pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                                *self._producer_columns(n, seq0),
+                            ),
+                        )
+                    )
+                    for f in payload:
+                        columns[f.name] = rows.column(f.name).cast(f.type)
+                    if cols.KEY_HASH in self.schema.names:  # computed by Spark (write_slices), else unknown
+                        present = cols.KEY_HASH in rows.column_names
+                        columns[cols.KEY_HASH] = rows.column(cols.KEY_HASH).cast(pa.int32()) if present else pa.nulls(n, pa.int32())
+                    arrays = [columns[f.name] for f in self.schema]
+                    pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
                     pending_rows[p] = pending_rows.get(p, 0) + n
                     counts[p] = counts.get(p, 0) + n
                     if pending_rows[p] >= 1_000_000:

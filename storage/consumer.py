@@ -14,20 +14,12 @@ this consumer fetched and has not committed yet. Near ``icelog.groups.max-ranges
 ranges, ``poll`` only fetches offsets inside the gaps (back-pressure), so the gap closes and
 no state is ever dropped.
 
-The key hash is the low 16 bits of the MD5 of the key's UTF-8 bytes: the last four hex digits
-of its digest (a null key hashes as the empty string). Every engine computes it the same way
-(``tests/storage/test_consumer.py`` checks DuckDB and Spark against Python):
-
-* Python: ``int(hashlib.md5(key.encode()).hexdigest()[-4:], 16)``
-* Spark SQL: ``conv(substr(md5(coalesce(key, '')), 29, 4), 16, 10)``
-* DuckDB: ``('0x' || right(md5(coalesce(key, '')), 4))::INTEGER``
-
-(CRC-32, used to route keys to partitions, is not built into DuckDB.)
+The key hash is ``storage.keys.key_hash`` (low 16 bits of the key's MD5), stored by writers
+in the ``log_key_hash`` column so a key-range read skips row groups of other hashes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -35,7 +27,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 
 from storage import membership
@@ -43,31 +34,13 @@ from storage import schema as cols
 from storage.commit import CommitRequest, commit_tables
 from storage.errors import InvalidInput, StaleGeneration
 from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request
+from storage.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
 from storage.log import LogTable
 from storage.ranges import Range, RangeState, pending, to_ranges
 
 KEY_COLUMN = "key"
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
-
-
-SPARK_SQL_KEY_HASH = "conv(substr(md5(coalesce({key}, '')), 29, 4), 16, 10)"
-DUCKDB_KEY_HASH = "('0x' || right(md5(coalesce({key}, '')), 4))::INTEGER"
-
-
-def key_hash(key: str | None) -> int:
-    return int(hashlib.md5((key or "").encode()).hexdigest()[-4:], 16)
-
-
-def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Vectorised :func:`key_hash` (each distinct key hashes once)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if len(keys) == 0:
-        return np.zeros(0, dtype=np.int32)
-    encoded = pc.dictionary_encode(pc.fill_null(keys.cast(pa.string()), ""))
-    lookup = np.array([key_hash(k) for k in encoded.dictionary.to_pylist()], dtype=np.int32)
-    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def parse_key_range(text: str) -> Range:
@@ -223,7 +196,8 @@ class Consumer:
             window *= 2  # sparse matches (a narrow key range): fewer, larger reads
             gaps = pending(rs, start, stop - 1)
             if gaps:
-                rows = log_table.read(a.partition, gaps[0][0], gaps[-1][1] + 1)
+                pruned = hashes if self.mode == "key" and hashes != [(0, membership.HASH_SPACE - 1)] else None
+                rows = log_table.read(a.partition, gaps[0][0], gaps[-1][1] + 1, key_ranges=pruned)
                 rows = self._select(rows, rs, in_flight, hashes)
                 if rows.num_rows:
                     rows = rows.slice(0, budget)

@@ -2,6 +2,14 @@
 
 That rule lets the manifests alone (bounds plus record counts) prove contiguity, so files
 are written here rather than by pyiceberg's bin-packer, which may reorder batches.
+
+**Key-hash layout.** Where the table has ``log_key_hash``, every writer fills it, and a file
+of at least ``2 * MIN_GROUP_ROWS`` rows is written *clustered*: its rows sorted by
+(``log_key_hash``, offset) into up to ``GROUPS`` equal row groups, so each row group covers a
+narrow slice of the hash space and a key-range read skips the others by their statistics.
+Only the order of rows inside the file changes: the file still holds exactly one contiguous
+offset range, so its offset bounds and record count (all the manifests prove contiguity
+with) are the same. Smaller files stay in offset order (a key-range read opens them whole).
 """
 
 from __future__ import annotations
@@ -12,13 +20,40 @@ from typing import Iterable, Mapping
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-from pyiceberg.table import Table, WriteTask
+from pyiceberg.table import Table, TableProperties, WriteTask
+
+from storage import schema as cols
 
 
 MAX_ROWS_PER_FILE = 10_000_000
+GROUPS = 32  # row groups of a clustered file: a quarter of the hash space opens ~9 of 32
+MIN_GROUP_ROWS = 1_024  # smaller row groups cost more in footers than they save
+
+
+def with_key_hash(rows: pa.Table, key_column: str | None) -> pa.Table:
+    """``rows`` with ``log_key_hash`` computed from ``key_column`` (unchanged without one)."""
+    from storage.keys import key_hashes
+
+    if key_column is None:
+        return rows
+    hashes = pa.array(key_hashes(rows.column(key_column)), pa.int32())
+    if cols.KEY_HASH in rows.column_names:
+        return rows.set_column(rows.column_names.index(cols.KEY_HASH), cols.KEY_HASH, hashes)
+    return rows.append_column(cols.KEY_HASH, hashes)
+
+
+def clustered(rows: pa.Table) -> tuple[pa.Table, int | None]:
+    """The key-hash layout of one file's rows: ``(rows, row group size)``; ``None`` keeps the
+    rows in offset order with the default row groups."""
+    groups = min(GROUPS, rows.num_rows // MIN_GROUP_ROWS)
+    if groups < 2 or cols.KEY_HASH not in rows.column_names:
+        return rows, None
+    order = pc.sort_indices(rows, sort_keys=[(cols.KEY_HASH, "ascending"), (cols.OFFSET, "ascending")])
+    return rows.take(order), -(-rows.num_rows // groups)
 
 
 def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataFile]:
@@ -31,26 +66,30 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
     metadata = table.metadata
     schema, spec = metadata.schema(), metadata.spec()
     arrow_schema = schema.as_arrow()
+    key_column = cols.key_column(schema, metadata.properties)
     field = spec.fields[0]
     write_uuid, counter = uuid.uuid4(), itertools.count()
-    tasks = []
+    jobs: list[tuple[WriteTask, int | None]] = []
     for partition, rows in sorted(batches.items()):
         key = PartitionKey(
             field_values=[PartitionFieldValue(field, partition)], partition_spec=spec, schema=schema
         )
-        rows = rows.select(arrow_schema.names).cast(arrow_schema)
+        rows = with_key_hash(rows, key_column).select(arrow_schema.names).cast(arrow_schema)
         for start in range(0, rows.num_rows, MAX_ROWS_PER_FILE):
-            chunk = rows.slice(start, MAX_ROWS_PER_FILE)
-            tasks.append(
-                WriteTask(
-                    write_uuid=write_uuid,
-                    task_id=next(counter),
-                    schema=schema,
-                    record_batches=chunk.to_batches(),
-                    partition_key=key,
-                )
+            chunk, group_rows = clustered(rows.slice(start, MAX_ROWS_PER_FILE))
+            task = WriteTask(
+                write_uuid=write_uuid, task_id=next(counter), schema=schema, record_batches=chunk.to_batches(), partition_key=key
             )
-    return list(write_file(table.io, metadata, iter(tasks)))
+            jobs.append((task, group_rows))
+    # Files with the default row groups are written together (pyiceberg writes them in
+    # parallel); pyiceberg takes the row-group size from the table properties, so each
+    # clustered file is written with its own.
+    done = dict(zip((t.task_id for t, g in jobs if g is None), write_file(table.io, metadata, (t for t, g in jobs if g is None))))
+    for task, group_rows in jobs:
+        if group_rows is not None:
+            own = metadata.model_copy(update={"properties": {**metadata.properties, TableProperties.PARQUET_ROW_GROUP_LIMIT: str(group_rows)}})
+            done[task.task_id] = next(iter(write_file(table.io, own, iter([task]))))
+    return [done[t.task_id] for t, _ in jobs]
 
 
 def data_files_from_parquet(table: Table, paths: Iterable[str]) -> list[DataFile]:

@@ -1,16 +1,33 @@
-"""Key-to-partition mapping: a stable hash every engine can reproduce.
+"""Stable key hashes every engine can reproduce.
 
-CRC-32 of the key's UTF-8 bytes, modulo the partition count. Python's ``zlib.crc32`` and
-Spark SQL's ``crc32`` agree, so drivers and executors route a key to the same partition.
+* **Partition of a key:** CRC-32 of the key's UTF-8 bytes, modulo the partition count.
+  Python's ``zlib.crc32`` and Spark SQL's ``crc32`` agree, so drivers and executors route a
+  key to the same partition.
+* **Key hash** (``log_key_hash``, consumer groups' key ranges): the low 16 bits of the MD5 of
+  the key's UTF-8 bytes, the last four hex digits of its digest, in ``0..65535`` (Pulsar
+  Key_Shared's hash space); a null key hashes as the empty string. The same in every engine
+  (``tests/storage/test_consumer.py`` checks DuckDB and Spark against Python):
+
+  * Python: ``int(hashlib.md5(key.encode()).hexdigest()[-4:], 16)``
+  * Spark SQL: ``conv(substr(md5(coalesce(key, '')), 29, 4), 16, 10)``
+  * DuckDB: ``('0x' || right(md5(coalesce(key, '')), 4))::INTEGER``
+
+  (CRC-32 is not built into DuckDB.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+HASH_SPACE = 65536
+SPARK_SQL_KEY_HASH = "conv(substr(md5(coalesce({key}, '')), 29, 4), 16, 10)"
+DUCKDB_KEY_HASH = "('0x' || right(md5(coalesce({key}, '')), 4))::INTEGER"
+_PYTHON_HASH_LIMIT = 2_000  # distinct keys hashed in Python; more go through DuckDB's md5
 
 
 def partition_for_key(key: str | None, partitions: int) -> int:
@@ -22,3 +39,26 @@ def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, partitions: int) -> np
     encoded = pc.dictionary_encode(pc.fill_null(keys, "")).combine_chunks() if isinstance(keys, pa.ChunkedArray) else pc.dictionary_encode(pc.fill_null(keys, ""))
     table = np.array([zlib.crc32(k.encode()) % partitions for k in encoded.dictionary.to_pylist()], dtype=np.int32)
     return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(table) else np.zeros(len(keys), dtype=np.int32)
+
+
+def key_hash(key: str | None) -> int:
+    return int(hashlib.md5((key or "").encode()).hexdigest()[-4:], 16)
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Vectorised :func:`key_hash` (each distinct key hashes once)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int32)
+    encoded = pc.dictionary_encode(pc.fill_null(keys.cast(pa.string()), ""))
+    distinct = encoded.dictionary
+    if len(distinct) <= _PYTHON_HASH_LIMIT:
+        lookup = np.array([key_hash(k) for k in distinct.to_pylist()], dtype=np.int32)
+    else:
+        import duckdb
+
+        with duckdb.connect() as con:
+            con.register("distinct_keys", pa.table({"k": distinct}))
+            lookup = con.execute(f"SELECT {DUCKDB_KEY_HASH.format(key='k')} AS h FROM distinct_keys").fetchnumpy()["h"].astype(np.int32)
+    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]

@@ -5,17 +5,19 @@ This is the public API. Every write goes through :func:`storage.commit.commit`.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import TableAlreadyExistsError
-from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull, LessThan, LessThanOrEqual, Or
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType, StringType
 
 from storage import schema as cols
 from storage.catalog import ensure_namespace
@@ -190,7 +192,8 @@ class LogTable:
             identifier: ``namespace.table`` (a bare name goes to namespace ``logs``).
             partitions: Number of log partitions, at least 1.
             payload: Payload columns ``[{"name", "type", "required"?}]``; default key/value strings.
-            properties: Extra Iceberg table properties.
+            properties: Extra Iceberg table properties. ``icelog.key-column`` names the payload
+                column whose hash fills ``log_key_hash`` (default ``key``, when there is one).
 
         Raises:
             InvalidIdentifier, InvalidInput: bad name, partition count or payload schema.
@@ -199,7 +202,14 @@ class LogTable:
         namespace, name = cols.parse_identifier(identifier)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
-        schema = cols.log_schema(cols.payload_fields(payload))
+        fields = cols.payload_fields(payload)
+        key_column = (properties or {}).get(cols.KEY_COLUMN_PROPERTY, cols.DEFAULT_KEY_COLUMN)
+        if cols.KEY_COLUMN_PROPERTY in (properties or {}) and key_column not in {f[0] for f in fields}:
+            raise InvalidInput(reason=f"{cols.KEY_COLUMN_PROPERTY}={key_column!r} is not a payload column")
+        # log_key_hash exists only when the payload has the key column it hashes, of a type
+        # every engine turns into the same string.
+        hashable = {name for name, t, _ in fields if isinstance(t, (StringType, IntegerType, LongType))}
+        schema = cols.log_schema(fields, key_hash=key_column in hashable)
         props = {
             **TABLE_DEFAULTS,
             # Files written by other engines (Spark) carry no Iceberg field ids: map by name.
@@ -391,9 +401,20 @@ class LogTable:
     # --- reads ----------------------------------------------------------------------------
 
     def read(
-        self, partition: int, start: int | None = None, end: int | None = None, snapshot_id: int | None = None
+        self,
+        partition: int,
+        start: int | None = None,
+        end: int | None = None,
+        snapshot_id: int | None = None,
+        key_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> pa.Table:
-        """Rows of ``partition`` with offsets in ``[start, end)``, in offset order."""
+        """Rows of ``partition`` with offsets in ``[start, end)``, in offset order.
+
+        ``key_ranges`` (inclusive ``(lo, hi)`` key hashes) lets the scan skip the row groups of
+        clustered files whose ``log_key_hash`` statistics fall outside them. It only prunes:
+        other rows may still come back (rows of unclustered files, or with no hash), so a
+        caller filters by the key hash itself.
+        """
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         if not 0 <= partition < state.partitions:
@@ -404,6 +425,9 @@ class LogTable:
             condition = And(condition, GreaterThanOrEqual(cols.OFFSET, start))
         if end is not None:
             condition = And(condition, LessThan(cols.OFFSET, end))
+        if key_ranges and cols.KEY_HASH in table.schema().column_names:
+            inside = [And(GreaterThanOrEqual(cols.KEY_HASH, lo), LessThanOrEqual(cols.KEY_HASH, hi)) for lo, hi in key_ranges]
+            condition = And(condition, functools.reduce(Or, inside, IsNull(cols.KEY_HASH)))
         return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
 
     def describe(self) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-HASH_SPACE = 65536
+from storage.keys import HASH_SPACE
+
 Range = tuple[int, int]
 
 

@@ -5,8 +5,9 @@ Any Iceberg engine can append to a log table; icelog then refuses to build on it
 (I1). Repair decides on the exact base it replaces, through the commit core:
 
 * **adopt** when the foreign snapshots only *added* files, each file holds one partition
-  with consecutive offsets in row order, and per partition they extend the log exactly from
-  its log end: the watermarks move to cover them, no data changes;
+  with consecutive offsets in row order (and ``log_key_hash``, where filled, is its key's
+  hash), and per partition they extend the log exactly from its log end: the watermarks move
+  to cover them, no data changes;
 * otherwise **roll back**: ``main`` points at icelog's last snapshot again, and the report
   lists the snapshots and rows dropped (the files stay until maintenance removes them).
 """
@@ -64,11 +65,17 @@ def _adoptable(table: Table, state: LogState, added: list[DataFile], removed: in
     if removed:
         return {}, f"the foreign commits removed {removed} files"
     spans: dict[int, list[tuple[int, int]]] = {}
+    key = cols.key_column(table.schema(), table.metadata.properties)
     for data_file in added:
         with table.io.new_input(data_file.file_path).open() as f:
-            rows = pq.read_table(f, columns=[cols.PARTITION, cols.OFFSET])
+            names = pq.ParquetFile(f).schema_arrow.names
+            hashed = key is not None and key in names and cols.KEY_HASH in names
+            rows = pq.read_table(f, columns=[cols.PARTITION, cols.OFFSET, *([key, cols.KEY_HASH] if hashed else [])])
         if rows.num_rows == 0:
             continue
+        if hashed and _wrong_hashes(rows, key):
+            # Key-range reads skip row groups by log_key_hash: a wrong one would hide rows.
+            return {}, f"{data_file.file_path}: log_key_hash does not match the hash of {key}"
         parts = pc.unique(rows[cols.PARTITION]).to_pylist()
         offsets = rows[cols.OFFSET].to_numpy()
         if len(parts) != 1 or parts[0] is None or not 0 <= parts[0] < state.partitions:
@@ -85,6 +92,14 @@ def _adoptable(table: Table, state: LogState, added: list[DataFile], removed: in
             cursor = nxt
         ends[p] = cursor
     return ends, ""
+
+
+def _wrong_hashes(rows: Any, key: str) -> bool:
+    from storage.keys import key_hashes
+
+    given = rows.column(cols.KEY_HASH)
+    known = pc.is_valid(given).to_numpy(zero_copy_only=False)  # a missing hash is only never skipped
+    return bool((given.to_numpy(zero_copy_only=False)[known] != key_hashes(rows.column(key))[known]).any())
 
 
 @dataclass

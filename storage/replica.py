@@ -238,6 +238,8 @@ def write_with_offsets(
     for p, batch in rows.items():
         if isinstance(batch, list):
             batch = pa.Table.from_pylist(batch)
+        if cols.KEY_HASH in arrow_schema.names and cols.KEY_HASH not in batch.column_names:
+            batch = batch.append_column(cols.KEY_HASH, pa.nulls(batch.num_rows, pa.int32()))  # derived: the writer fills it
         missing = [n for n in arrow_schema.names if n not in batch.column_names]
         if missing:
             raise cols.SchemaMismatch(table=log_table.identifier, reason=f"missing columns {missing}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Mapping
 
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -37,7 +38,12 @@ TIMESTAMP = "log_timestamp"
 PRODUCER_ID = "producer_id"
 PRODUCER_EPOCH = "producer_epoch"
 PRODUCER_SEQ = "producer_seq"
-SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ)
+# The key hash of the table's key column (storage.keys.key_hash), filled by every writer; files
+# of many rows are written clustered by it so key-range reads skip row groups (storage.files).
+KEY_HASH = "log_key_hash"
+SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
+KEY_COLUMN_PROPERTY = "icelog.key-column"  # the payload column whose hash is log_key_hash
+DEFAULT_KEY_COLUMN = "key"
 
 DEFAULT_NAMESPACE = "logs"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -116,7 +122,9 @@ def load_payload_spec(path: str | Path) -> list[dict]:
     return doc["fields"] if isinstance(doc, dict) and "fields" in doc else doc
 
 
-def log_schema(payload: list[tuple[str, IcebergType, bool]]) -> Schema:
+def log_schema(payload: list[tuple[str, IcebergType, bool]], key_hash: bool = False) -> Schema:
+    """System columns, then the payload; with ``key_hash``, ``log_key_hash`` last (a new field id,
+    so tables created before it keep theirs)."""
     system = [
         NestedField(1, PARTITION, IntegerType(), required=True),
         NestedField(2, OFFSET, LongType(), required=True),
@@ -126,7 +134,18 @@ def log_schema(payload: list[tuple[str, IcebergType, bool]]) -> Schema:
         NestedField(6, PRODUCER_SEQ, IntegerType(), required=False),
     ]
     user = [NestedField(7 + i, name, t, required=req) for i, (name, t, req) in enumerate(payload)]
-    return Schema(*system, *user)
+    extra = [NestedField(7 + len(payload), KEY_HASH, IntegerType(), required=False)] if key_hash else []
+    return Schema(*system, *user, *extra)
+
+
+def key_column(schema: Schema, properties: Mapping[str, str]) -> str | None:
+    """The payload column hashed into ``log_key_hash``, or None if the table has no such column
+    (created before it, or without a key column)."""
+    names = {f.name for f in schema.fields}
+    if KEY_HASH not in names:
+        return None
+    name = properties.get(KEY_COLUMN_PROPERTY, DEFAULT_KEY_COLUMN)
+    return name if name in names else None
 
 
 def log_partition_spec(schema: Schema) -> PartitionSpec:

@@ -356,11 +356,44 @@ for _ in range(n):
 """
 
 
+def _read_bytes() -> int:
+    """Bytes this process read through read()/pread() so far (page cache or disk alike)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar"))
+
+
+def bench_key_range(root: Path, rows: int) -> None:
+    """A consumer reading one quarter of the key-hash space of a partition, beside reading it all."""
+    from storage.consumer import Consumer
+
+    cat = catalog(root / "keyrange")
+    t = LogTable.create(cat, "bench.keys", 1)
+    per = rows // 4
+    for i in range(4):
+        n = np.arange(i * per, (i + 1) * per)
+        t.append({0: pa.table({"key": np.char.add("user-", (n % 5_000).astype(str)), "value": np.char.add("v" * 33, n.astype(str))})})
+
+    def read(key_range: tuple[int, int] | None) -> tuple[float, int, int]:
+        consumer = Consumer(cat, "bench")
+        consumer.assign("bench.keys", [0], key_range=key_range)
+        before, started = _read_bytes(), time.perf_counter()
+        got = sum(b.num_rows for b in consumer.poll(rows))
+        return time.perf_counter() - started, _read_bytes() - before, got
+
+    whole = [read(None) for _ in range(3)]
+    quarter = [read((0, 16383)) for _ in range(3)]
+    w_s, q_s = statistics.median(r[0] for r in whole), statistics.median(r[0] for r in quarter)
+    w_b, q_b = statistics.median(r[1] for r in whole), statistics.median(r[1] for r in quarter)
+    label = f"{rows:,} rows, 4 files; quarter = {quarter[0][2]:,} rows"
+    record(f"key-range read, 1/4 of hash space: bytes ({label})", q_b / 1e6, "MB", "whole-partition read", w_b / 1e6, "target ratio <= 0.3")
+    record("key-range read, 1/4 of hash space: time (median of 3)", q_s * 1000, "ms", "whole-partition read", w_s * 1000, "target ratio <= 0.4")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures")
     parser.add_argument("--out", default="bench-results/latest.json")
-    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions,ledger,spark-scale")
+    parser.add_argument("--only", default="", help="comma-separated: latency,idempotent,producer-state,bulk,validation,gx,spark,transactions,ledger,spark-scale,key-range")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icelog-bench-"))
     q = args.quick
@@ -375,6 +408,7 @@ def main() -> None:
         "spark": lambda: bench_spark_ingest(root, 400_000 if q else 10_000_000),
         "ledger": lambda: bench_ledger(root, 2_000 if q else 100_000, 10 if q else 100),
         "spark-scale": lambda: bench_spark_scale(root, 320_000 if q else 100_000_000),
+        "key-range": lambda: bench_key_range(root, 200_000 if q else 2_000_000),
     }
     chosen = args.only.split(",") if args.only else list(benches)
     print(f"{'figure':<58} {'value':>12} {'unit':<7} | reference (same run)")

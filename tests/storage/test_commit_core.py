@@ -105,7 +105,7 @@ def test_i3_pyiceberg_own_append_on_a_log_table_cannot_rebase(catalog):
 
 def _one_row(table) -> pa.Table:
     schema = table.schema().as_arrow()
-    values = {"log_partition": [0], "log_offset": [0], "log_timestamp": [0], "producer_id": [None], "producer_epoch": [None], "producer_seq": [None], "key": ["dup"], "value": ["dup"]}
+    values = {"log_partition": [0], "log_offset": [0], "log_timestamp": [0], "producer_id": [None], "producer_epoch": [None], "producer_seq": [None], "log_key_hash": [None], "key": ["dup"], "value": ["dup"]}
     return pa.table({f.name: pa.array(values[f.name]).cast(f.type) for f in schema}, schema=schema)
 
 

@@ -29,6 +29,7 @@ def foreign_rows(table, partition: int, offsets: list[int]) -> pa.Table:
             cols.PRODUCER_ID: pa.nulls(n, pa.int64()),
             cols.PRODUCER_EPOCH: pa.nulls(n, pa.int32()),
             cols.PRODUCER_SEQ: pa.nulls(n, pa.int32()),
+            cols.KEY_HASH: pa.nulls(n, pa.int32()),  # a foreign engine does not know it
             "key": [f"f{o}" for o in offsets],
             "value": [f"foreign-{o}" for o in offsets],
         },
