@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo test test-slow bench lock clean airflow
+.PHONY: setup demo test test-slow bench lock clean airflow chaos
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
@@ -30,6 +30,10 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python -m tests.bench.run
+
+CHAOS_ARGS ?= --duration 600 --catalog both
+chaos: setup
+	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
 # Re-resolve the pinned lock after changing dependencies in pyproject.toml.
 lock:
