@@ -75,6 +75,14 @@ def catalog_spec(request, tmp_path) -> CatalogSpec:
     return _spec(request.param, tmp_path, request)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def heavy_spec(request, tmp_path) -> CatalogSpec:
+    """``catalog_spec`` for the longest multi-process tests: their SQLite run is the short
+    version in ``make test``, their PostgreSQL run is ``slow`` (the suite's time budget). The
+    exactly-one-winner race and the kill -9 tests run on both catalogs in ``make test``."""
+    return _spec(request.param, tmp_path, request)
+
+
 @pytest.fixture
 def sqlite_spec(request, tmp_path) -> CatalogSpec:
     return _spec("sqlite", tmp_path, request)

@@ -360,6 +360,7 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # about 100 s; the fan-out job itself runs in make test (tests/pipelines/test_fanout.py)
 def test_fanout_dag_copies_routed_rows_once_and_a_rerun_writes_nothing(airflow):
     from pipelines.flights import FLIGHTS_PAYLOAD
     from storage.catalog import LogSqlCatalog, embedded_properties

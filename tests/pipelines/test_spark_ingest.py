@@ -151,6 +151,7 @@ def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a standalone master and worker: about 100 s on 2 cores
 def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_path):
     from infra import spark_cluster
 
@@ -176,3 +177,22 @@ def test_slice_bases_follow_split_order_per_partition():
 
     counts = [(1, 0, 3), (0, 0, 5), (0, 1, 2), (2, 0, 4)]
     assert slice_bases(counts, {0: 10, 1: 7}) == {(0, 0): 10, (1, 0): 15, (2, 0): 18, (0, 1): 7}
+
+
+def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_catalog, tmp_path):
+    """Spark computes the key hash (SQL md5) exactly as Python does; a large file is clustered."""
+    from storage import schema as cols
+    from storage.files import local_path
+    from storage.keys import key_hash
+
+    t = LogTable.create(env_catalog.open(), "db.hashed", partitions=1)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(pa.table({"key": [f"user-{i % 997}" if i % 50 else None for i in range(6_000)], "value": [str(i) for i in range(6_000)]}), landing / "big.parquet")
+    ingest(spark, "db.hashed", str(landing), catalog_name=env_catalog.name)
+    data = t.read(0)
+    assert data.column(cols.KEY_HASH).to_pylist() == [key_hash(k) for k in data.column("key").to_pylist()]
+    assert data.column("value").to_pylist() == [str(i) for i in range(6_000)]  # offsets still follow the file
+    (task,) = t.table().scan().plan_files()
+    assert pq.ParquetFile(local_path(task.file.file_path)).metadata.num_row_groups > 1
+    assert check_contiguity(t.table(), deep=True).ok

@@ -225,9 +225,9 @@ def test_i4_retry_storm_each_batch_lands_once_in_order(catalog_spec):
     assert check_producers(t.table()).ok
 
 
-def test_i4_producer_ids_unique_across_processes(catalog_spec, tmp_path):
-    catalog_spec.open()
-    with worker_processes(catalog_spec, [["lease_ids", "5"] for _ in range(4)], tmp_path) as procs:
+def test_i4_producer_ids_unique_across_processes(heavy_spec, tmp_path):
+    heavy_spec.open()
+    with worker_processes(heavy_spec, [["lease_ids", "5"] for _ in range(4)], tmp_path) as procs:
         finish(procs, tmp_path)
     per_process = [[json.loads(line)["id"] for line in Path(tmp_path, f"worker{i}.out").read_text().splitlines()] for i in range(4)]
     ids = [i for ids in per_process for i in ids]

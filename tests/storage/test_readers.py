@@ -26,15 +26,15 @@ def metadata_files(t: LogTable) -> list[str]:
     return sorted(f for f in os.listdir(folder) if f.endswith(".metadata.json"))
 
 
-def test_i7_readers_never_fail_while_a_writer_commits(catalog_spec, tmp_path):
-    catalog = catalog_spec.open()
+def test_i7_readers_never_fail_while_a_writer_commits(heavy_spec, tmp_path):
+    catalog = heavy_spec.open()
     # A short metadata log makes old pointers fall out of it after a few commits, as in the
     # reported failure (readers died on a deleted *.metadata.json).
     t = LogTable.create(catalog, "db.busy", 1, properties={"write.metadata.previous-versions-max": "2"})
     t.append({0: [{"key": "seed"}]})
     failures, reads = [], 0
-    with worker_processes(catalog_spec, [["conditional_loop", t.identifier, "0", "80", "w"]], tmp_path) as procs:
-        env = {**catalog_spec.env(), "ICELOG_LOG_LEVEL": "error"}
+    with worker_processes(heavy_spec, [["conditional_loop", t.identifier, "0", "80", "w"]], tmp_path) as procs:
+        env = {**heavy_spec.env(), "ICELOG_LOG_LEVEL": "error"}
         while procs[0].poll() is None:
             try:
                 rows = t.read(0)  # icelog's reader

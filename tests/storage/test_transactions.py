@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -164,19 +163,6 @@ def past_timeout(ms: int = tx.TIMEOUT_MS_DEFAULT):
     return lambda: tx.now_ms() + ms + 1_000
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
-def heavy_spec(request, tmp_path):
-    """``catalog_spec`` for the longest tests: their SQLite run is the short version in
-    ``make test``, their PostgreSQL run is ``slow`` (the suite's time budget). The kill -9
-    tests and the short ones run on both catalogs by default."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_spec")
-    from tests.catalogs import CatalogSpec
-
-    (tmp_path / "warehouse").mkdir(exist_ok=True)
-    return CatalogSpec("postgres", f"pg{uuid.uuid4().hex[:10]}", request.getfixturevalue("postgres_server"), f"file://{tmp_path / 'warehouse'}")
-
-
 def two_tables(catalog, partitions: int = 1) -> tuple[LogTable, LogTable]:
     return LogTable.create(catalog, "db.a", partitions, properties=SMALL), LogTable.create(catalog, "db.b", partitions, properties=SMALL)
 
@@ -309,7 +295,7 @@ def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -
     assert seen[-1]["ends"] == [commits, commits] and seen[-1]["sums"] == [total, -total]
 
 
-@pytest.mark.parametrize("commits", [150])
+@pytest.mark.parametrize("commits", [80])
 def test_i5_reader_never_sees_part_of_a_transaction(heavy_spec, tmp_path, commits):
     check_reader_sees_whole_transactions(heavy_spec, tmp_path, commits)
 
