@@ -106,7 +106,10 @@ def producer(args: dict) -> None:
     log_table = LogTable(catalog, args["table"])
     state = files.state()
     if state is None:
-        identity = init_producer(catalog, log_table.identifier, name)
+        try:
+            identity = init_producer(catalog, log_table.identifier, name)
+        except TransientError:
+            sys.exit(RESTART_ME)  # a new instance inits again (a new epoch: the same rows, once)
         state = {"producer_id": identity.producer_id, "epoch": identity.epoch, "sequence": 0, "batch": 0}
         files.save(state)
 
@@ -162,7 +165,10 @@ def copier(args: dict) -> None:
     catalog = _catalog(args)
     src, out, group = LogTable(catalog, args["src"]), args["out"], args["group"]
     producer = TransactionalProducer(catalog, args["tid"])
-    producer.init_transactions()
+    try:
+        producer.init_transactions()  # rolls forward or aborts what a killed instance left
+    except TransientError:
+        sys.exit(RESTART_ME)
     turn = [0]
 
     def step() -> bool:
