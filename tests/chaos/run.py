@@ -190,7 +190,7 @@ def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: Cat
     workers["copier"] = ("copier", {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch})
     workers["mirror"] = ("mirror", {"table": EVENTS, "target_spec": asdict(target), "principal": PRINCIPAL})
     for i in range(config.members):
-        workers[f"member{i}"] = ("member", {"src": EVENTS, "out": CONSUMED, "group": GROUP, "session_ms": config.session_ms, "batch": 2 * config.batch})
+        workers[f"member{i}"] = ("member", {"src": EVENTS, "out": CONSUMED, "group": GROUP, "session_ms": config.session_ms, "batch": 5 * config.batch})
     workers["maintainer"] = ("maintainer", {"tables": [EVENTS, COPIED, CONSUMED], "pause_s": 1.0})
     return {name: (kind, {**base, **args, "name": name, "dir": str(workdir / "workers" / name)}) for name, (kind, args) in workers.items()}
 
@@ -250,10 +250,11 @@ class Controller:
         self.event("kill -9" if hard else "sigterm", name)
         try:
             code = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a long step (a compaction under load): slow, not wrong
             proc.kill()
             code = proc.wait()
             self.event("kill -9", name, "did not stop within 60 s of SIGTERM")
+            hard = True
         if not hard and code not in (0, RESTART_ME):
             self.report.failures.setdefault("workers", []).append(f"{name} exited with {code} after SIGTERM:\n{self.log(name).read_text()[-2000:]}")
         time.sleep(rng.uniform(*config.down))
