@@ -101,6 +101,7 @@ def test_chaos_short_sqlite(tmp_path: Path):
     assert any("stored 2 times" in f for f in again.failures["acked"]), again.describe()
 
 
+@pytest.mark.slow  # the pair took 2.6 to 7 minutes on 2 cores: over make test's share
 def test_chaos_short_postgres(tmp_path: Path, postgres_server):
     _assert_ok(run_chaos(SHORT, tmp_path, "postgres", postgres_server, echo=False))
 
