@@ -67,6 +67,7 @@ class Report:
     failures: dict[str, list[str]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    replay: str = ""
 
     @property
     def ok(self) -> bool:
@@ -77,7 +78,7 @@ class Report:
         head = f"chaos {self.catalog} seed={self.seed}: {'OK' if self.ok else 'FAILED'} in {self.seconds:.0f} s; faults {dict(kinds)}; {self.counts}"
         if self.ok:
             return head
-        lines = [head, f"replay: python -m tests.chaos.run --catalog {self.catalog} --seed {self.seed} (same counts and duration)", "history:"]
+        lines = [head, f"replay: python -m tests.chaos.run {self.replay}", "history:"]
         lines += [f"  {e['t']:8.2f}s {e['action']:<8} {e['worker']}" + (f" ({e['detail']})" if e.get("detail") else "") for e in self.events]
         for check, found in self.failures.items():
             for line in found[:MAX_SHOWN]:
@@ -373,6 +374,10 @@ def run_chaos(config: Config, workdir: Path, kind: str = "sqlite", pg_uri: str |
     """One chaos run on one catalog kind; returns the report (``report.ok``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = Report(kind, config.seed)
+    report.replay = (
+        f"--catalog {kind} --seed {config.seed} --duration {config.duration:g} --producers {config.producers} --appenders {config.appenders} "
+        f"--members {config.members} --batch {config.batch} --interval {config.interval[0]:g} {config.interval[1]:g}"
+    )
     started = time.monotonic()
     source, target = _specs(workdir, kind, pg_uri)
     _setup(config, source, target)

@@ -75,6 +75,19 @@ def test_i10_checker_fails_on_a_key_out_of_order_twice_or_lost():
     ]
 
 
+def test_a_failed_run_prints_its_seed_replay_history_and_failed_check():
+    from tests.chaos.run import Report
+
+    report = Report("sqlite", 42, replay="--catalog sqlite --seed 42 --duration 50")
+    report.events = [{"t": 3.5, "action": "kill -9", "worker": "producer0", "detail": ""}]
+    report.failures = {"acked": ["acknowledged row 'producer0:3:1' (partition 0, offset 61) lost"], "copy": []}
+    text = report.describe()
+    assert not report.ok and "seed=42: FAILED" in text
+    assert "replay: python -m tests.chaos.run --catalog sqlite --seed 42 --duration 50" in text
+    assert "    3.50s kill -9  producer0" in text
+    assert "FAILED acked: acknowledged row 'producer0:3:1' (partition 0, offset 61) lost" in text
+
+
 def _assert_ok(report) -> None:
     assert report.ok, report.describe()
     kinds = [e["action"] for e in report.events]
