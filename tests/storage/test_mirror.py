@@ -385,6 +385,30 @@ def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, t
     assert on_disk == referenced_files(table) & on_disk, "a step that lost left its copies behind"
 
 
+def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_ends_up_to_date(source_spec, target_spec, target):
+    """Deterministic version of the race above: while this step copies, another step mirrors
+    everything into the target; this step's commit loses (InvalidProduceOffset) and, with no
+    attempt left to re-plan, it still ends, because the target already holds what it was asked."""
+    from storage.mirror import copy_files
+
+    source = source_spec.open()
+    src = LogTable.create(source, "orders", 2)
+    src.append({0: rows(3), 1: rows(2)})
+    run_mirror(source, target)
+    src.append({0: rows(2, "late")})
+    raced = []
+
+    def copier(pairs):
+        copy_files(pairs)
+        if not raced:  # the other step runs between this step's plan and its commit
+            raced.append(mirror(source_spec.open(), "orders", target_spec.open(), principal=PRINCIPAL))
+
+    result = run_mirror(source, target, copier=copier, max_attempts=1)
+    assert raced[0].ranges == {0: (3, 5)}
+    assert result.up_to_date and result.ranges == {} and result.log_ends == {0: 5, 1: 2}
+    assert_parity(source, target)
+
+
 def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, target):
     src = LogTable.create(source, "orders", 1, properties={"icelog.snapshots.keep": "2"})
     src.append({0: rows(2)})
