@@ -443,6 +443,8 @@ def _stage(
     if files or decision.drop_files:
         snapshot = txn.update_snapshot(snapshot_properties=lineage)
         producer = snapshot.overwrite() if decision.drop_files else snapshot.merge_append()
+        if decision.drop_files:
+            _evaluator_per_manifest(producer)
         with producer as p:
             for data_file in decision.drop_files:
                 p.delete_data_file(data_file)
@@ -473,6 +475,16 @@ def _stage(
         AssertStateVersion(version=_version(metadata)),
     )
     return TableSwap(table, requirements, tuple(updates))
+
+
+def _evaluator_per_manifest(overwrite: Any) -> None:
+    """pyiceberg 0.12's overwrite matches the files to delete against the parent's manifests in
+    worker threads, sharing one manifest evaluator per spec, and that evaluator keeps the
+    manifest being judged on itself: a manifest can be judged on another one's partition
+    summary and skipped, and a live file to delete is then "missing" (ValidationException).
+    A fresh evaluator per manifest shares nothing (``tests/storage/test_maintenance.py``)."""
+    build = overwrite._build_manifest_evaluator
+    overwrite._build_manifest_evaluator = lambda spec_id: (lambda manifest: build(spec_id)(manifest))
 
 
 def _snapshots_to_expire(metadata: TableMetadata, adding: int, protect: int | None = None) -> list[int]:

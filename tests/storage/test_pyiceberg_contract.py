@@ -49,3 +49,12 @@ def test_parquet_footer_names_used_to_register_spark_files():
     assert "format_version" in inspect.signature(pio._check_pyarrow_schema_compatible).parameters
     assert {"parquet_metadata", "stats_columns", "parquet_column_mapping"} <= set(inspect.signature(pio.data_file_statistics_from_parquet_metadata).parameters)
     assert callable(pio.compute_statistics_plan) and callable(pio.parquet_path_to_id_mapping)
+
+
+def test_overwrite_builds_its_manifest_evaluators_through_an_instance_lookup():
+    """storage.commit._evaluator_per_manifest replaces ``_build_manifest_evaluator`` on the
+    overwrite instance; pyiceberg must look it up there when it matches files to delete."""
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    assert list(inspect.signature(_OverwriteFiles._build_manifest_evaluator).parameters) == ["self", "spec_id"]
+    assert "self._build_manifest_evaluator" in inspect.getsource(_OverwriteFiles._deleted_entries)
