@@ -28,8 +28,10 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
+# BENCH_ARGS="--quick" is the smoke run CI does (small sizes: the runner cannot rot); --only NAME,...
+BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python -m tests.bench.run
+	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
 CHAOS_ARGS ?= --duration 600 --catalog both
 chaos: setup
