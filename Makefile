@@ -28,7 +28,8 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
-# BENCH_ARGS="--quick" is the smoke run CI does (small sizes: the runner cannot rot); --only NAME,...
+# A full run prints one table (figure, reference, ratio, target, met) and rewrites BENCHMARKS.md's generated
+# section. BENCH_ARGS="--quick" is CI's smoke run (small sizes, JSON only: the runner cannot rot); --only NAME,...
 BENCH_ARGS ?=
 bench: setup
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
