@@ -104,7 +104,9 @@ def figure(name: str, value: float, unit: str, reference: str = "", ref_value: f
 
 
 def _number(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}" if abs(x) < 10 else f"{x:,.1f}"
+    """Three significant digits or so, never a small figure rounded to zero (a warm GX run: 0.0045 s)."""
+    size = abs(x)
+    return f"{x:,.0f}" if size >= 100 else f"{x:.1f}" if size >= 10 else f"{x:.2f}" if size >= 0.1 or x == 0 else f"{x:.2g}"
 
 
 def _cell(text: str) -> str:

@@ -30,6 +30,7 @@ def test_a_missed_target_prints_as_missed_and_a_met_one_as_met():
     assert row(table, "append p50")[4:] == ["≤ 50 ms", "met"]
     assert row(table, "check")[-1] == "**missed**"
     assert row(table, "gx first run")[-2:] == ["—", "—"]
+    assert row(render_table([Figure("gx second run", 0.0045, "s")]), "gx second run")[1] == "0.0045 s"
 
 
 def test_a_ratio_target_without_a_reference_is_not_checked_rather_than_met():
