@@ -13,6 +13,11 @@ that hits an unknown outcome it cannot resolve in place (``TransientError`` in t
 transaction or a group commit) exits with :data:`RESTART_ME`; the controller restarts it, and
 the restarted process resolves the outcome from durable state, as after a kill.
 
+An error of no icelog type (a raw ``OSError`` from a full disk, a raw SQLAlchemy error while
+the catalog database is down) ends a worker with :data:`UNTYPED`: the controller records it
+(the product should have raised a typed error) and restarts the worker, which again resolves
+its last call from durable state.
+
 With ``args["drain"]``, a worker runs until its work is complete (the copier's and the
 group's positions at the log end, the mirror up to date) and then exits 0.
 """
@@ -43,11 +48,12 @@ import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
-from storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError
+from storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
 from storage.log import AppendRequest, LogTable  # noqa: E402
 from tests.catalogs import CatalogSpec  # noqa: E402
 
 RESTART_ME = 75
+UNTYPED = 76  # ended by an error of no icelog type (see the module docstring)
 KEYS = 24  # distinct keys across all writers: the consumer group shares them by hash range
 
 
@@ -276,7 +282,8 @@ def member(args: dict) -> None:
 
 def maintainer(args: dict) -> None:
     """Compaction, snapshot expiry and orphan cleanup (orphans older than a week only, so no
-    in-flight file of the run is ever deleted) over the tables, in turn."""
+    in-flight file of the run is ever deleted) over the tables, in turn. Retention runs on
+    the tables whose ``icelog.retention.*`` properties set it (the soak table)."""
     from storage.maintenance import maintain
 
     files = WorkerFiles(args["dir"])
@@ -284,11 +291,15 @@ def maintainer(args: dict) -> None:
     turn = [0]
 
     def step() -> bool:
+        if args.get("drain") and turn[0] >= len(args["tables"]):
+            return True  # draining: one pass over every table (the soak's retention sees its whole history)
         table = args["tables"][turn[0] % len(args["tables"])]
         turn[0] += 1
         try:
             report = maintain(catalog, table, compact=True, keep_snapshots=args.get("keep_snapshots", 20), orphan_age_s=7 * 86400)
         except (TransientError, AbortableError):
+            if args.get("drain"):
+                turn[0] -= 1  # draining: that table again
             return False
         files.ack(kind="maintainer", table=table, **{k: v for k, v in report.items() if k not in ("started", "table")})
         return False
@@ -296,12 +307,78 @@ def maintainer(args: dict) -> None:
     _until_stopped(step, args.get("pause_s", 1.0))
 
 
-KINDS = {"producer": producer, "appender": appender, "copier": copier, "mirror": mirror_loop, "member": member, "maintainer": maintainer}
+def soak(args: dict) -> None:
+    """The soak: conditional appends to a table of its own, one after another, timed.
+
+    Each append's latency is kept (in ``state.json``, so a restart loses none); every
+    ``window`` commits a ``soak-window`` line records the window's p50/p95/max latency and the
+    table's current metadata JSON size, snapshots, manifests and commit-id registry length.
+    Batches are acknowledged like an appender's, with ``sent`` (the wall time the call began:
+    no row of the batch is older), so retention on this table can be checked exactly.
+    Draining, it runs until ``commits`` batches are acknowledged.
+    """
+    files, name, size, window = WorkerFiles(args["dir"]), args["name"], args["batch"], args["window"]
+    log_table = LogTable(_catalog(args), args["table"])
+    state = files.state() or {"batch": 0, "latencies": [], "windows": 0}
+
+    def step() -> bool:
+        b = state["batch"]
+        if args.get("drain") and b >= args["commits"]:
+            return True
+        expected = log_table.watermarks()[0].end
+        sent, started = time.time(), time.monotonic()
+        try:
+            result = log_table.append({0: batch_rows(name, b, size)}, {0: expected}, commit_id=f"{name}-{b}")
+        except (OffsetMismatch, TransientError):
+            return False
+        state["latencies"].append(time.monotonic() - started)
+        files.ack(kind="soak", batch=b, partition=0, rows=size, range=list(result.ranges[0]), expected=expected, duplicate=result.duplicate, sent=sent)
+        state["batch"] = b + 1
+        if len(state["latencies"]) >= window:
+            files.ack(kind="soak-window", index=state["windows"], commits=state["batch"], **_latency_summary(state["latencies"]), **table_shape(log_table))
+            state.update(latencies=[], windows=state["windows"] + 1)
+        files.save(state)
+        return False
+
+    _until_stopped(step)
+
+
+def _latency_summary(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50_ms": round(1000 * at(0.50), 1), "p95_ms": round(1000 * at(0.95), 1), "max_ms": round(1000 * ordered[-1], 1)}
+
+
+def table_shape(log_table: LogTable) -> dict[str, int]:
+    """What commit cost grows with: the metadata JSON's size and what it lists."""
+    from storage.commit import recent_commits
+    from storage.files import local_path
+
+    table = log_table.table()
+    snapshot = table.current_snapshot()
+    return {
+        "metadata_bytes": os.path.getsize(local_path(table.metadata_location)),
+        "snapshots": len(table.metadata.snapshots),
+        "manifests": len(snapshot.manifests(table.io)) if snapshot else 0,
+        "commit_ids": len(recent_commits(table.metadata)),
+    }
+
+
+KINDS = {"producer": producer, "appender": appender, "copier": copier, "mirror": mirror_loop, "member": member, "maintainer": maintainer, "soak": soak}
 
 
 def main(argv: list[str]) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     kind, raw = argv
-    KINDS[kind](json.loads(raw))
+    try:
+        KINDS[kind](json.loads(raw))
+    except (OSError, SQLAlchemyError) as e:
+        import traceback
+
+        traceback.print_exc()
+        print(f"UNTYPED {type(e).__module__}.{type(e).__qualname__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+        return UNTYPED
     return 0
 
 
