@@ -59,6 +59,7 @@ from storage.errors import (
     ProducerFenced,
     TableAlreadyExists,
     TerminalError,
+    TransientError,
     UnknownPartition,
 )
 from storage.files import write_log_files
@@ -169,6 +170,7 @@ class JournalStep(Request):
     committed_ranges: Callable[[], Mapping[str, Any]] | None = None
     clock: Callable[[], int] = now_ms
     commit_id: str = ""
+    begins: bool = True  # register: the producer has registered nothing in this transaction yet
     state_type = JournalState
 
     def decide(self, state: JournalState, table: Table) -> Decision:
@@ -204,6 +206,8 @@ class JournalStep(Request):
                 getattr(self, f"_{self.step}")(entry, txn, records, now, result)
         if not records and self.step == "expire":
             return Decision(state=state, result=result, write=False)
+        if not records and txns == state.transactions:  # e.g. a late abort, a re-sent prepare
+            return Decision(state=state, result=result, write=False)
         new_state = replace(state, transactions=txns)
         if not records:
             return Decision(state=new_state, result=result)
@@ -214,10 +218,12 @@ class JournalStep(Request):
         return decision
 
     def _check_epoch(self, entry: dict[str, Any] | None) -> dict[str, Any]:
-        if entry is None or entry["producer_id"] != self.producer_id:
+        if entry is None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="not initialised: call init_transactions()")
-        if self.epoch != entry["epoch"]:
-            raise ProducerFenced(table=JOURNAL, producer_id=entry["producer_id"], epoch=self.epoch, current_epoch=entry["epoch"])
+        # Another producer id means a newer instance reached the epoch's upper bound and was
+        # given a fresh id: this instance is as fenced as one with an older epoch (KAFKA-19367).
+        if entry["producer_id"] != self.producer_id or self.epoch != entry["epoch"]:
+            raise ProducerFenced(table=JOURNAL, producer_id=self.producer_id, epoch=self.epoch, current_epoch=entry["epoch"])
         return entry
 
     def _init(self, txns: dict, entry: dict | None, records: list, aborted: list, now: int) -> dict[str, Any]:
@@ -241,6 +247,8 @@ class JournalStep(Request):
         if txn is None:
             if self.txn_id in {a["txn"]["id"] for a in result["aborted"]}:
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
+            if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
+                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
             txn = entry["txn"] = {"id": self.txn_id, "state": ONGOING, "started_ms": now, "last_ms": now, "partitions": {}}
             kind = "BEGIN"
         elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
@@ -260,6 +268,8 @@ class JournalStep(Request):
 
     def _prepare(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         txn = self._ongoing(txn, result)
+        if txn["state"] == PREPARE_COMMIT and txn.get("prepared") == json.loads(json.dumps(self.prepared)):
+            return  # an earlier attempt whose outcome was unknown landed
         if txn["state"] != ONGOING:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
         unregistered = [(t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])]
@@ -438,6 +448,7 @@ class TransactionalProducer:
         self._sends: dict[str, list[StagedSend]] = {}
         self._registered: dict[str, set[int]] = {}
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
+        self._prepared: dict[str, Any] | None = None  # recorded in the journal (PREPARE_COMMIT)
         self._tables: dict[str, LogTable] = {}
         self.last_commit: dict[str, dict[str, list[int]]] = {}  # offsets of the last committed transaction
 
@@ -472,7 +483,7 @@ class TransactionalProducer:
         if self.txn_id is not None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is still open")
         self.txn_id = uuid.uuid4().hex
-        self._sends, self._registered, self._offsets = {}, {}, None
+        self._sends, self._registered, self._offsets, self._prepared = {}, {}, None, None
         return self.txn_id
 
     def send(self, table: str, partition: int, rows: pa.Table | list[dict], expected_offset: int | None = None) -> int:
@@ -485,7 +496,7 @@ class TransactionalProducer:
             InvalidInput, SchemaMismatch, UnknownPartition: bad rows; nothing staged.
             ProducerFenced: a newer instance exists.
         """
-        txn_id = self._require_open()
+        txn_id = self._require_open(sending=True)
         log_table = self._table(table)
         current = log_table.table()
         payload = log_table.conform({partition: rows}, current)[partition]
@@ -519,7 +530,7 @@ class TransactionalProducer:
         """
         from storage.files import data_files_from_parquet, file_offset_range, file_partition
 
-        self._require_open()
+        self._require_open(sending=True)
         log_table = self._table(table)
         current = log_table.table()
         name = log_table.identifier
@@ -546,7 +557,7 @@ class TransactionalProducer:
         """Commit a consumer group's positions (next offset to read) with this transaction."""
         from storage.groups import validate_offsets
 
-        self._require_open()
+        self._require_open(sending=True)
         qualified = {(cols.qualified(t), p): o for (t, p), o in offsets.items()}
         validate_offsets(group, qualified)
         if self._offsets is not None and self._offsets[0] != group:
@@ -557,6 +568,10 @@ class TransactionalProducer:
     def commit_transaction(self) -> dict[str, dict[str, list[int]]]:
         """Make every send and offset of the transaction visible in one atomic step.
 
+        After a :class:`storage.errors.TransientError` (e.g. ``CommitOutcomeUnknown``: the
+        commit may have landed), call it again: the retry looks the commit up by the
+        transaction's id and returns its offsets, or commits it if it never landed.
+
         Returns:
             The offsets assigned: ``{table: {partition: [first, next]}}``.
 
@@ -564,29 +579,34 @@ class TransactionalProducer:
             OffsetMismatch: an expected offset no longer holds; the transaction is aborted.
             ProducerFenced: a newer instance took over; nothing of this transaction is visible.
             TransactionAborted: it timed out or was aborted by recovery.
+            TransientError: the outcome is unknown; the transaction stays open for a retry.
         """
         txn_id = self._require_open()
-        if not self._sends and self._offsets is None:
-            self.txn_id = None  # nothing was sent: nothing to commit
-            return {}
-        if not self._sends:  # offsets alone still go through the journal
-            self._journal("register", partitions={})
-        prepared = {
-            "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
-            "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]} if self._offsets else None,
-        }
-        self._journal("prepare", prepared=prepared)
-        faults.checkpoint(faults.AFTER_TXN_PREPARE)
+        if self._prepared is None:
+            if not self._sends and self._offsets is None:
+                self.txn_id = None  # nothing was sent: nothing to commit
+                return {}
+            if not self._sends:  # offsets alone still go through the journal
+                self._journal("register", partitions={})
+            prepared = {
+                "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
+                "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]} if self._offsets else None,
+            }
+            self._journal("prepare", prepared=prepared)
+            self._prepared = prepared
+            faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
-            ranges = _commit_prepared(self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, prepared, self.clock)
+            ranges = _commit_prepared(self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock)
+        except TransientError:
+            raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
         except (AbortableError, TerminalError) as e:
             if _can_never_commit(e):  # else fenced or already ended: the journal's owner decides
                 self._journal("abort", force=True)
             elif isinstance(e, ProducerFenced):
                 self._discard_staged()
-            self.txn_id = None
+            self.txn_id = self._prepared = None
             raise
-        self.txn_id = None
+        self.txn_id = self._prepared = None
         self.last_commit = ranges
         return ranges
 
@@ -594,12 +614,17 @@ class TransactionalProducer:
         """Discard the open transaction: nothing of it ever becomes visible."""
         if self.txn_id is None:
             return
+        if self._prepared is not None:  # its commit failed with an unknown outcome
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again")
         try:
             self._journal("abort")
         except ProducerFenced:
             self._discard_staged()
             self.txn_id = None
             raise
+        # Aborted now or earlier (timeout, recovery): a send that staged its file after the
+        # coordinator cleaned the transaction up would otherwise be left behind.
+        self._discard_staged()
         self.txn_id = None
 
     @contextlib.contextmanager
@@ -627,9 +652,11 @@ class TransactionalProducer:
                     with contextlib.suppress(OSError):
                         self._table(name).table().io.delete(send.path)
 
-    def _require_open(self) -> str:
+    def _require_open(self, sending: bool = False) -> str:
         if self.txn_id is None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="no open transaction: call begin_transaction()")
+        if sending and self._prepared is not None:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is prepared: call commit_transaction() again")
         return self.txn_id
 
     def _table(self, table: str) -> LogTable:
@@ -640,12 +667,22 @@ class TransactionalProducer:
         return self._tables[table]
 
     def _journal(self, step: str, *, partitions: Mapping[str, list[int]] | None = None, prepared: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
-        request = JournalStep(step, self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", partitions=partitions or {}, prepared=prepared or {}, clock=self.clock)
+        begins = not any(self._registered.values())
+        request = JournalStep(step, self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", partitions=partitions or {}, prepared=prepared or {}, clock=self.clock, begins=begins)
         if force:  # abort a prepared transaction whose commit can never succeed
             request = _ForceAbort(**{f: getattr(request, f) for f in ("step", "transactional_id", "producer_id", "epoch", "txn_id", "clock")})
-        result = commit(self.catalog, JOURNAL, request).result
+        try:
+            result = commit(self.catalog, JOURNAL, request).result
+        except TransactionAborted:
+            self._discard_staged()  # it ended without us: what we staged since is ours to delete
+            self.txn_id = None
+            raise
+        except ProducerFenced:
+            self._discard_staged()  # the new instance cleaned up before our late sends
+            raise
         _clean_aborted(self.catalog, result)
         if result.get("timed_out"):
+            self._discard_staged()
             self.txn_id = None
             raise TransactionAborted(transactional_id=self.transactional_id, txn_id=result["timed_out"], reason="timed out")
         return result
@@ -703,13 +740,21 @@ def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[s
     txn = entry["txn"]
     try:
         ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
-    except (AbortableError, TerminalError) as e:
-        if not _can_never_commit(e):
+    except (AbortableError, TerminalError, FileNotFoundError) as e:
+        if not _still_prepared(catalog, tid, txn["id"]):  # another coordinator finished it first
+            return {"txn_id": txn["id"], "action": "finished_elsewhere"}
+        if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
         step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
         return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
+
+
+def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
+    entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(tid) or {}
+    txn = entry.get("txn") or {}
+    return txn.get("id") == txn_id and txn.get("state") == PREPARE_COMMIT
 
 
 def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str, Any]:
@@ -726,7 +771,8 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str,
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
             done = roll_forward(catalog, tid, entry)
-            report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
+            if done["action"] != "finished_elsewhere":
+                report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
     result = commit(catalog, JOURNAL, JournalStep("expire", clock=clock)).result
     _clean_aborted(catalog, result)
     report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
@@ -741,8 +787,11 @@ def abort(catalog: Catalog, transactional_id: str) -> dict[str, Any]:
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry["txn"]
     step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"])
-    _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
-    return {"transactional_id": transactional_id, "aborted": txn["id"]}
+    result = commit(catalog, JOURNAL, step).result
+    _clean_aborted(catalog, result)
+    # Only what this call aborted: the transaction it read may have ended meanwhile.
+    aborted = txn["id"] if any(a["txn"]["id"] == txn["id"] for a in result.get("aborted", [])) else None
+    return {"transactional_id": transactional_id, "aborted": aborted}
 
 
 def describe(catalog: Catalog) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Transactions (I5 atomic transactions; also I1, I2, I7, I8, I9, I10): kill -9 at every named
 point, consistent readers, racing transactions, zombies, timeouts, exactly-once copying,
-expected offsets, catalogs without atomic commits, delayed commits (KAFKA-17754).
+expected offsets, catalogs without atomic commits. The named Kafka and Jepsen cases (a delayed commit
+of transaction N, late appends, epochs at their bound, ...) are ``tests/chaos/test_scenarios.py``.
 
 Worker processes are ``tests/txn_worker.py``; their stdout goes to files (never pipes), and
 every process started here is waited for.
@@ -25,7 +26,6 @@ import pytest
 
 from storage import faults
 from storage import transactions as tx
-from storage.commit import commit
 from storage.errors import (
     AtomicCommitUnsupported,
     ExpectedOffsetRequired,
@@ -64,11 +64,11 @@ def worker_env(pause_file: str | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None):
-    """A ``tests.txn_worker`` process writing to ``out``; always killed (if alive) and waited for."""
+def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.txn_worker"):
+    """A ``tests.txn_worker`` (or ``module``) process writing to ``out``; always killed (if alive) and waited for."""
     with open(out, "w") as f:
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.txn_worker", mode, spec_json(spec), json.dumps(args)],
+            [sys.executable, "-m", module, mode, spec_json(spec), json.dumps(args)],
             cwd=ROOT,
             env=worker_env(pause_file),
             stdout=f,
@@ -101,10 +101,10 @@ def wait_for_pause(child: subprocess.Popen, marker: str, out: Path, timeout: flo
     assert int(Path(marker).read_text()) == child.pid
 
 
-def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str) -> list[dict]:
+def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str, module: str = "tests.txn_worker") -> list[dict]:
     """Run a worker until it pauses at its fault point, SIGKILL it there, return its events."""
     marker, out = str(tmp / f"{tag}.paused"), tmp / f"{tag}.out"
-    with worker(mode, spec, args, out, pause_file=marker) as child:
+    with worker(mode, spec, args, out, pause_file=marker, module=module) as child:
         wait_for_pause(child, marker, out)
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
@@ -270,6 +270,18 @@ def commit_balanced(producer: TransactionalProducer, k: int) -> None:
         producer.send("db.b", 0, [{"key": producer.txn_id, "value": str(-k)}])
 
 
+def whole_transaction_reads(out: Path) -> list[dict]:
+    """A ``reader`` worker's reads, each checked: no error, both tables' sums add up to 0, equal
+    log ends, and as many rows as offsets (a transaction seen in part, or an aborted one that
+    wrote unbalanced rows, fails it)."""
+    seen = events(out)
+    errors = [e["error"] for e in seen if "error" in e]
+    assert not errors, errors[:5]
+    partial = [e for e in seen if sum(e["sums"]) != 0 or e["ends"][0] != e["ends"][1] or e["rows"] != e["ends"]]
+    assert not partial, f"a reader saw part of a transaction, or an aborted one: {partial[:5]}"
+    return seen
+
+
 def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -> None:
     catalog = catalog_spec.open()
     two_tables(catalog)
@@ -284,11 +296,7 @@ def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -
             total += k
         stop.touch()
         assert reader.wait(timeout=120) == 0, out.read_text()[-4000:]
-    seen = events(out)
-    errors = [e["error"] for e in seen if "error" in e]
-    assert not errors, errors[:5]
-    partial = [e for e in seen if sum(e["sums"]) != 0 or e["ends"][0] != e["ends"][1] or e["rows"] != e["ends"]]
-    assert not partial, f"a reader saw part of a transaction: {partial[:5]}"
+    seen = whole_transaction_reads(out)
     states = {tuple(e["ends"]) for e in seen}
     # The reader really read while transactions committed, not only before and after.
     assert len(states) >= min(10, commits // 10), sorted(states)
@@ -621,55 +629,3 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
     tx.recover(sqlite_catalog, clock=past_timeout())
     assert {t.identifier: t.table().metadata_location for t in (a, b)} == before, "a refused transaction became visible"
     assert staged_files(a) == staged_files(b) == []
-
-
-# --- 8. a delayed commit or abort of transaction N never touches transaction N+1 (KAFKA-17754) ------
-
-
-def test_i5_delayed_commit_and_abort_of_a_transaction_do_not_touch_the_next_one(catalog, monkeypatch):
-    a, b = two_tables(catalog)
-    src = LogTable.create(catalog, "db.src", 1)
-    src.append({0: [{"key": "s", "value": "s"}] * 10})
-    producer = TransactionalProducer(catalog, "seq")
-    producer.init_transactions()
-    prepared: list[dict] = []
-    original = faults.checkpoint
-
-    def capture(point: str) -> None:  # the coordinator entry as a recoverer would read it
-        if point == faults.AFTER_TXN_PREPARE:
-            prepared.append(json.loads(json.dumps(tx.describe(catalog)["seq"])))
-        original(point)
-
-    monkeypatch.setattr(faults, "checkpoint", capture)
-    first = producer.begin_transaction()
-    producer.send("db.a", 0, [{"key": "n", "value": "1"}])
-    producer.send("db.b", 0, [{"key": "n", "value": "-1"}])
-    producer.send_offsets_to_transaction({("db.src", 0): 4}, "g")
-    assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-    monkeypatch.setattr(faults, "checkpoint", original)
-
-    second = producer.begin_transaction()
-    producer.send("db.a", 0, [{"key": "n+1", "value": "2"}])
-    producer.send("db.b", 0, [{"key": "n+1", "value": "-2"}])
-    producer.send_offsets_to_transaction({("db.src", 0): 7}, "g")
-    ongoing = tx.describe(catalog)["seq"]["txn"]
-    assert ongoing["id"] == second and ongoing["state"] == "ONGOING"
-    data = metadata_locations(catalog, "db.a", "db.b")
-    staged = staged_files(a) + staged_files(b)
-
-    # The commit of N arrives again (a recoverer that read the journal while N was prepared).
-    assert prepared and prepared[0]["txn"]["id"] == first
-    again = tx.roll_forward(catalog, "seq", prepared[0])
-    assert again["action"] == "rolled_forward" and again["ranges"] == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-    # And a late abort of N.
-    commit(catalog, tx.JOURNAL, tx.JournalStep("abort", "seq", producer.producer_id, producer.epoch, first))
-    new_data = metadata_locations(catalog, "db.a", "db.b")
-    assert {k: v for k, v in new_data.items() if k != tx.JOURNAL} == {k: v for k, v in data.items() if k != tx.JOURNAL}
-    assert tx.describe(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
-    assert staged_files(a) + staged_files(b) == staged
-    assert journal_states(catalog, first).count("COMMITTED") == 1 and "ABORTED" not in journal_states(catalog, first)
-
-    assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
-    assert [r[1] for r in rows(a)] == ["n", "n+1"] and [r[1] for r in rows(b)] == ["n", "n+1"]
-    assert committed_offsets(catalog, "g", "db.src") == {0: 7}
-    assert journal_states(catalog, second).count("COMMITTED") == 1
