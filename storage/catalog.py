@@ -9,6 +9,7 @@ under ``$ICELOG_HOME`` (default ``./.icelog``).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.utils.config import Config
 
 from storage import faults
-from storage.errors import InvalidInput
+from storage.errors import CatalogUnavailable, InvalidInput
 
 EMBEDDED_NAME = "icelog"
 
@@ -36,7 +37,29 @@ class CatalogNotConfigured(InvalidInput):
 
 
 class LogSqlCatalog(SqlCatalog):
-    """pyiceberg's SQL catalog with a fault point between metadata write and pointer swap."""
+    """pyiceberg's SQL catalog with a fault point between metadata write and pointer swap.
+
+    Connections are tested on checkout (``pool_pre_ping``): a pooled connection may predate a
+    restart of the database server, and the first read after an outage must not fail on it.
+    """
+
+    READ_ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting database
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **{"pool_pre_ping": "true", **properties})
+
+    def load_table(self, identifier: Any) -> Any:
+        """pyiceberg's ``load_table``; a database that stays unreachable is :class:`CatalogUnavailable`."""
+        from sqlalchemy.exc import InterfaceError, OperationalError
+
+        for attempt in range(self.READ_ATTEMPTS):
+            try:
+                return super().load_table(identifier)
+            except (OperationalError, InterfaceError) as e:
+                if attempt == self.READ_ATTEMPTS - 1:
+                    raise CatalogUnavailable(table=str(identifier), reason=repr(e)) from e
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
 
     def _write_metadata(self, *args: Any, **kwargs: Any) -> None:
         super()._write_metadata(*args, **kwargs)

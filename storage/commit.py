@@ -62,6 +62,7 @@ from storage.errors import (
     CommitOutcomeUnknown,
     ForeignCommit,
     InvalidInput,
+    StorageUnavailable,
     UnknownTable,
 )
 from storage.state import LogState, TableState
@@ -309,7 +310,7 @@ def commit_tables(
     for attempt in range(1, max_attempts + 1):
         try:
             tables = _load_all(catalog, identifiers)
-        except SQLAlchemyError as e:  # e.g. SQLite busy: nothing decided yet, just read again
+        except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
             bound.warning("catalog read failed", attempt=attempt, error=repr(e))
             read_error = e
             _backoff(attempt)
@@ -328,22 +329,29 @@ def commit_tables(
         if not any(p[4].write for p in plans):
             return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
 
-        for ident, _, table, _, decision in plans:
-            if not decision.write:
-                continue
-            key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
-            if ident not in written or written[ident][0] != key:
-                if ident in written:
-                    # The commit id is not in the table, so the last attempt's files never landed.
-                    _discard(table, written[ident][1])
-                written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
-        faults.checkpoint(faults.AFTER_DATA_FILES)
+        try:
+            for ident, _, table, _, decision in plans:
+                if not decision.write:
+                    continue
+                key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
+                if ident not in written or written[ident][0] != key:
+                    if ident in written:
+                        # The commit id is not in the table, so the last attempt's files never landed.
+                        _discard(table, written[ident][1])
+                    written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
+            faults.checkpoint(faults.AFTER_DATA_FILES)
 
-        staged = [
-            (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
-            for ident, request, table, state, decision in plans
-            if decision.write
-        ]
+            staged = [
+                (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
+                for ident, request, table, state, decision in plans
+                if decision.write
+            ]
+        except OSError as e:
+            # E.g. a full disk, while writing data files or manifests. This attempt's lookup did
+            # not find commit_id, and nothing is swapped yet: nothing is committed.
+            for ident, (_, files) in written.items():
+                _discard(tables[ident], files)
+            raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
         try:
             responses = swap(catalog, [s[3] for s in staged])
         except CommitFailedException as e:

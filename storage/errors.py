@@ -293,6 +293,18 @@ class CommitOutcomeUnknown(TransientError):
         )
 
 
+class StorageUnavailable(TransientError):
+    """The warehouse could not be written (e.g. a full disk) before the pointer swap: nothing was
+    committed, so the same request may be re-sent, with the same commit id, once it can be."""
+
+    def __init__(self, *, table: str, reason: str) -> None:
+        self.table, self.reason = table, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.table}: the warehouse could not be written ({self.reason}); nothing was committed"
+
+
 class AtomicCommitUnsupported(TerminalError):
     """The catalog cannot swap several tables' metadata pointers in one step (I5)."""
 

@@ -172,7 +172,6 @@ def test_chaos_long(tmp_path: Path, request, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="product bug: raw sqlalchemy errors while the catalog is down (see test_faults.py)")
 def test_chaos_postgres_with_catalog_down_and_disk_full(tmp_path: Path):
     """Every fault kind at once, on a PostgreSQL server of its own (catalog-down stops it)."""
     from infra import postgres

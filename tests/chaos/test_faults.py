@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from storage import faults
 from tests.catalogs import CatalogSpec
@@ -341,13 +340,6 @@ def test_i7_writers_lose_nothing_acknowledged_while_the_catalog_is_down(catalog_
     _assert_nothing_lost(catalog_outage)
 
 
-CATALOG_DOWN_BUG = (
-    "product bug: storage.commit.load() (every read: LogTable.table/watermarks/read, the first load of append) "
-    "lets sqlalchemy's OperationalError escape instead of CatalogUnavailable"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=OperationalError, reason=CATALOG_DOWN_BUG)
 def test_catalog_down_a_read_raises_catalog_unavailable(own_postgres, tmp_path):
     """Deterministic: the server is down when a read begins (in the scenario above, a writer
     meets this only when the outage starts between its calls, not inside a commit)."""
@@ -362,12 +354,6 @@ def test_catalog_down_a_read_raises_catalog_unavailable(own_postgres, tmp_path):
         start_catalog_server(directory)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OperationalError,
-    reason="product bug: LogSqlCatalog's engine has no pool_pre_ping, so the first read on a connection pooled before a "
-    "server restart raises OperationalError ('server closed the connection unexpectedly') though the server is up",
-)
 def test_catalog_restarted_a_read_on_an_old_connection_succeeds(own_postgres, tmp_path):
     directory, _, log_table = _pg_events(own_postgres, tmp_path, "readrestart")
     log_table.watermarks()  # a pooled connection
@@ -398,12 +384,6 @@ def test_i7_writers_lose_nothing_acknowledged_when_the_disk_fills(disk_full):
     _assert_nothing_lost(disk_full)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OSError,
-    reason="product gap: a full disk surfaces as a raw OSError (ENOSPC) from writing the data files (write_log_files, "
-    "outside commit_tables' error handling), not as a typed icelog error",
-)
 def test_disk_full_an_append_raises_a_typed_error(tmp_path):
     """Deterministic: the disk is full when an append writes its data file."""
     from storage.errors import IcelogError
