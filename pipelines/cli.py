@@ -594,7 +594,7 @@ def producers_list(ctx: Context, table: str) -> None:
     from storage.log import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
-    doc = {"table": log_table.identifier, "producers": log_table.state().producers}
+    doc = {"table": log_table.identifier, "producers": dict(log_table.state().producers)}
     ctx.emit(doc, lambda d: _table(
         [[pid, e["client"], e["epoch"], ", ".join(f"{p}:{s['last_seq']}" for p, s in e["partitions"].items())] for pid, e in sorted(d["producers"].items(), key=lambda kv: int(kv[0]))],
         ["producer_id", "client_id", "epoch", "last sequence per partition"], d["table"]))

@@ -208,6 +208,20 @@ class NotALogTable(TerminalError):
         return f"{self.table!r} is an Iceberg table but not an icelog log table"
 
 
+class UnsupportedFormat(TerminalError):
+    """The table's state was written by a newer icelog, in an encoding this one cannot read."""
+
+    def __init__(self, *, location: str, format: str, supported: str) -> None:
+        self.location, self.format, self.supported = location, format, supported
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"the log table at {self.location} has icelog state format {self.format}; this icelog reads "
+            f"formats {self.supported}: upgrade icelog to write to it"
+        )
+
+
 class UnknownPartition(TerminalError):
     def __init__(self, *, table: str, partition: Any, partitions: int) -> None:
         self.table, self.partition, self.partitions = table, partition, partitions

@@ -263,7 +263,7 @@ def _plan(
         files=files,
         log_starts=starts,
         partitions=src.partitions,
-        producers=dict(src.producers),
+        producers=src.producers,
         properties={MIRROR: json.dumps(dict(progress), sort_keys=True)},
         lineage=lineage,
     )

@@ -3,8 +3,8 @@
 * **Ids** are leased from a catalog-wide counter kept in the properties of the system table
   ``icelog_system.producer_ids``. Each lease is a compare-and-swap commit, so ids are unique
   in the catalog, never reused, and allocated in increasing order.
-* **State** lives in the log table's ``icelog.producers`` property, changed in the same commit
-  as the rows it describes::
+* **State** lives in the log table's ``icelog.producers`` property (encoded by
+  ``storage.state.Producers``), changed in the same commit as the rows it describes; an entry::
 
       {"<pid>": {"client": "orders-writer" | null, "epoch": 3, "last_ms": 1763800000000,
                  "partitions": {"0": {"last_seq": 41, "batches": [[first_seq, last_seq, base_offset, next_offset], ...]}}}}
@@ -35,7 +35,7 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
-from storage.state import LogState, SystemState
+from storage.state import LogState, Producers, SystemState
 from storage.system import ensure_system_table
 
 BATCHES_KEPT = 5
@@ -77,8 +77,9 @@ def expiry_ms(properties: Mapping[str, str]) -> int:
     return int(properties.get(EXPIRY_MS, EXPIRY_MS_DEFAULT))
 
 
-def live_producers(producers: Mapping[str, Any], now_ms: int, expiry: int) -> dict[str, Any]:
-    return {pid: entry for pid, entry in producers.items() if entry["last_ms"] >= now_ms - expiry}
+def live_producers(producers: Mapping[str, Any], now_ms: int, expiry: int) -> Producers:
+    """The producers used within ``expiry`` ms of ``now_ms`` (without parsing the others)."""
+    return Producers.of(producers).live(now_ms, expiry)
 
 
 def admit(
@@ -131,7 +132,7 @@ def admit(
             p = next(p for p in ranges if p not in duplicates)
             raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1)
         return Admission(state=state, duplicate_of=duplicates)
-    producers[pid] = {**entry, "last_ms": now_ms, "partitions": partitions}
+    producers = producers.with_entry(pid, {**entry, "last_ms": now_ms, "partitions": partitions})
     lineage = {"icelog.producer": f"{batch.producer_id}:{batch.epoch}", "icelog.sequences": ",".join(f"{p}:{s}" for p, s in sorted(batch.first_sequences.items()))}
     return Admission(state=replace(state, producers=producers), lineage=lineage)
 
@@ -190,16 +191,16 @@ class InitProducer(Request):
     def decide(self, state: LogState, table: Table) -> Decision:
         now_ms = int(time.time() * 1000)
         producers = live_producers(state.producers, now_ms, expiry_ms(table.metadata.properties))
-        existing = [pid for pid, e in producers.items() if self.client_id is not None and e["client"] == self.client_id]
-        if existing:
-            pid = existing[0]
+        existing = producers.find_client(self.client_id) if self.client_id is not None else None
+        if existing is not None:
+            pid = existing
             epoch = producers[pid]["epoch"] + 1
             if epoch > MAX_INT32:
                 raise InvalidInput(reason=f"producer {pid} exhausted its epochs; use a new client id")
         else:
             pid, epoch = str(self.fresh_id), 0
         # A new epoch starts its sequences at 0, as in Kafka; older epochs are fenced from now on.
-        producers[pid] = {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}}
+        producers = producers.with_entry(pid, {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}})
         return Decision(state=replace(state, producers=producers), result=ProducerIdentity(int(pid), epoch, self.client_id))
 
     def receipt(self, result: ProducerIdentity) -> list[int]:

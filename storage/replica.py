@@ -195,7 +195,7 @@ class OffsetWriteRequest(Request):
 def _replace_producers(state: LogState, producers: Mapping[str, Any]) -> LogState:
     from dataclasses import replace
 
-    return replace(state, producers=dict(producers))
+    return replace(state, producers=producers)
 
 
 def write_with_offsets(

@@ -7,26 +7,46 @@ tables); the commit core decodes the base with it and writes ``to_properties()``
 The core's own bookkeeping (``icelog.version``, ``icelog.head``, ``icelog.commits``) is
 written by ``storage.commit`` for every table.
 
-A log table's state:
+A log table's state (``icelog.format`` 2):
 
 * ``icelog.partitions``: the partition count (partitions are added, never removed).
-* ``icelog.watermarks``: ``{"p": [log_start, log_end]}``.
-* ``icelog.producers``: idempotent-producer state (see ``producers``).
+* ``icelog.watermarks``: ``start:end`` per partition, in partition order, joined by ``,``.
+* ``icelog.producers``: one entry per producer, joined by spaces, ordered by
+  ``(last_ms, producer id)``: ``pid;last_ms;epoch;client;partitions`` where client is
+  percent-encoded (``*`` for none) and partitions are ``p:last_seq:batches`` joined by ``|``,
+  batches ``first_seq,last_seq,base_offset,next_offset`` joined by ``/``.
+
+Why this shape: every commit carries this state, at 10,000 partitions or producers too.
+
+* A commit decodes it lazily: it splits the text at C speed and parses only the entries it
+  reads; untouched entries are written back as the very same text.
+* No quotes or backslashes: inside the metadata JSON the text needs no escaping, which makes
+  reading and writing a metadata file with megabytes of state several times cheaper.
+* Producers ordered by last use: the expired ones are a prefix, found without parsing the rest.
+
+Format 1 (JSON objects ``{"p": [start, end]}`` and ``{"pid": {...}}``) is still read; the
+next commit rewrites it as format 2.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterator, Mapping, Protocol
+from urllib.parse import quote, unquote
 
 from pyiceberg.table.metadata import TableMetadata
+
+from storage.errors import UnsupportedFormat
 
 PARTITIONS = "icelog.partitions"
 WATERMARKS = "icelog.watermarks"
 PRODUCERS = "icelog.producers"
 FORMAT = "icelog.format"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+READABLE_FORMATS = ("1", "2")
 
 
 @dataclass(frozen=True)
@@ -60,13 +80,279 @@ class SystemState:
         return {}
 
 
+# --- watermarks ---------------------------------------------------------------------------------
+
+
+class Watermarks(Mapping[int, Watermark]):
+    """Watermarks of partitions ``0..n-1``, kept as their encoded pieces and parsed on access."""
+
+    __slots__ = ("_pieces",)
+
+    def __init__(self, pieces: list[str]) -> None:
+        self._pieces = pieces
+
+    @classmethod
+    def of(cls, marks: Mapping[int, Watermark]) -> Watermarks:
+        if isinstance(marks, Watermarks):
+            return marks
+        if sorted(marks) != list(range(len(marks))):
+            raise ValueError(f"watermarks are for partitions 0..n-1, not {sorted(marks)}")
+        return cls([_mark(marks[p].start, marks[p].end) for p in range(len(marks))])
+
+    @classmethod
+    def decode(cls, text: str, partitions: int) -> Watermarks:
+        if text.startswith("{"):  # format 1
+            raw = json.loads(text)
+            return cls([_mark(*raw.get(str(p), (0, 0))) for p in range(partitions)])
+        pieces = text.split(",") if text else []
+        if len(pieces) != partitions:
+            pieces = (pieces + ["0:0"] * partitions)[:partitions]
+        return cls(pieces)
+
+    def encode(self) -> str:
+        return ",".join(self._pieces)
+
+    def __getitem__(self, partition: Any) -> Watermark:
+        try:
+            start, end = self._pieces[_partition_index(partition, len(self._pieces))].split(":")
+        except IndexError:
+            raise KeyError(partition) from None
+        return Watermark(int(start), int(end))
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self._pieces)))
+
+    def updated(self, marks: Mapping[int, Watermark]) -> Watermarks:
+        pieces = list(self._pieces)
+        for p, mark in marks.items():
+            pieces[_partition_index(p, len(pieces))] = _mark(mark.start, mark.end)
+        return Watermarks(pieces)
+
+    def grown(self, partitions: int) -> Watermarks:
+        return Watermarks(self._pieces + ["0:0"] * (partitions - len(self._pieces)))
+
+    def __repr__(self) -> str:
+        return f"Watermarks({dict(self.items())!r})"
+
+
+def _partition_index(partition: Any, count: int) -> int:
+    try:
+        i = operator.index(partition)
+    except TypeError:
+        raise KeyError(partition) from None
+    if not 0 <= i < count:
+        raise KeyError(partition)
+    return i
+
+
+def _mark(start: int, end: int) -> str:
+    return f"{operator.index(start)}:{operator.index(end)}"
+
+
+# --- producers ----------------------------------------------------------------------------------
+
+
+class Producers(Mapping[str, dict]):
+    """Idempotent-producer entries by producer id, as ``storage.producers`` reads and writes them.
+
+    Immutable. Entries are parsed when read (a fresh dict each time); :meth:`with_entry` and
+    :meth:`live` return a new value whose :meth:`encode` re-parses nothing it did not touch:
+    it cuts the changed and expired entries out of the text and appends the new ones.
+    """
+
+    __slots__ = ("_text", "_changed", "_cutoff", "_spans", "_index")
+
+    def __init__(
+        self,
+        text: str = "",
+        changed: Mapping[str, str] | None = None,
+        cutoff: int | None = None,
+        spans: dict[str, tuple[int, int] | None] | None = None,
+    ) -> None:
+        self._text = text  # format 2, ordered by (last_ms, pid)
+        self._changed = dict(changed or {})  # pid -> its new line
+        self._cutoff = cutoff  # entries last used before this are gone
+        self._spans = {} if spans is None else spans  # pid -> where its line is in _text (shared: same text)
+        self._index: dict[str, str] | None = None
+
+    @classmethod
+    def of(cls, producers: Mapping[str, Any]) -> Producers:
+        if isinstance(producers, Producers):
+            return producers
+        return cls(" ".join(sorted((_line(str(pid), entry) for pid, entry in producers.items()), key=_order)))
+
+    @classmethod
+    def decode(cls, text: str) -> Producers:
+        if text.startswith("{"):  # format 1
+            return cls.of(json.loads(text))
+        return cls(text)
+
+    def encode(self) -> str:
+        if not self._changed and self._cutoff is None:
+            return self._text
+        text, live_from = self._text, self._live_from()
+        cuts = sorted(span for span in map(self._span, self._changed) if span is not None and span[0] >= live_from)
+        pieces, at = [], live_from
+        for a, b in cuts:
+            pieces.append(text[at:a])
+            at = b
+        pieces.append(text[at:])
+        pieces = [piece for piece in pieces if piece]
+        added = sorted((line for line in self._changed.values() if self._cutoff is None or _last_ms(line) >= self._cutoff), key=_order)
+        last = _last_line(pieces[-1]) if pieces else None
+        if last is not None and added and _order(added[0]) < _order(last):  # rare: a clock behind the others
+            lines = "".join(pieces).rstrip(" ").split(" ")
+            for line in added:
+                bisect.insort(lines, line, key=_order)
+            return " ".join(lines)
+        if pieces and added and not pieces[-1].endswith(" "):
+            pieces.append(" ")
+        return "".join([*pieces, " ".join(added)]).rstrip(" ")  # one copy: the usual case appends
+
+    def with_entry(self, pid: str, entry: Mapping[str, Any]) -> Producers:
+        return Producers(self._text, {**self._changed, pid: _line(pid, entry)}, self._cutoff, self._spans)
+
+    def live(self, now_ms: int, expiry_ms: int) -> Producers:
+        """The producers used within ``expiry_ms`` of ``now_ms``; the others are dropped on encode."""
+        cutoff = now_ms - expiry_ms
+        cutoff = cutoff if self._cutoff is None else max(cutoff, self._cutoff)
+        return Producers(self._text, self._changed, cutoff, self._spans)
+
+    def find_client(self, client_id: str) -> str | None:
+        """The producer id registered for ``client_id``, if any."""
+        for pid in self._changed:
+            if pid in self and self[pid]["client"] == client_id:
+                return pid
+        needle = f";{quote(client_id, safe='')};"
+        at = self._text.find(needle)
+        while at >= 0:  # a candidate: the pattern may match another field, so parse to be sure
+            start = self._text.rfind(" ", 0, at) + 1
+            pid = self._text[start : self._text.index(";", start)]
+            if pid not in self._changed and pid in self and self[pid]["client"] == client_id:
+                return pid
+            at = self._text.find(needle, at + 1)
+        return None
+
+    def __getitem__(self, pid: str) -> dict:
+        if pid in self._changed:
+            line = self._changed[pid]
+        else:
+            span = self._span(pid)
+            if span is None:
+                raise KeyError(pid)
+            line = self._text[span[0] : span[1]].rstrip(" ")
+        if self._cutoff is not None and _last_ms(line) < self._cutoff:
+            raise KeyError(pid)
+        return _entry(line)
+
+    def __contains__(self, pid: object) -> bool:
+        try:
+            self[pid]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._all()))
+
+    def __repr__(self) -> str:
+        return f"Producers({dict(self.items())!r})"
+
+    def _all(self) -> dict[str, str]:
+        if self._index is None:
+            text = self.encode()
+            self._index = {line.split(";", 1)[0]: line for line in text.split(" ")} if text else {}
+        return self._index
+
+    def _span(self, pid: str) -> tuple[int, int] | None:
+        """Where ``pid``'s line is in the text, its trailing space included (found at C speed)."""
+        if pid not in self._spans:
+            text, span = self._text, None
+            if isinstance(pid, str) and pid and ";" not in pid and " " not in pid:
+                at = 0 if text.startswith(pid + ";") else text.find(f" {pid};") + 1
+                if at > 0 or text.startswith(pid + ";"):
+                    end = text.find(" ", at)
+                    span = (at, len(text) if end < 0 else end + 1)
+            self._spans[pid] = span
+        return self._spans[pid]
+
+    def _live_from(self) -> int:
+        """Where the first line used at or after the cutoff starts (lines are in last-use order)."""
+        text, at = self._text, 0
+        if self._cutoff is None:
+            return 0
+        while at < len(text):
+            first = text.index(";", at) + 1
+            if int(text[first : text.index(";", first)]) >= self._cutoff:
+                break
+            end = text.find(" ", at)
+            at = len(text) if end < 0 else end + 1
+        return at
+
+
+def _line(pid: str, entry: Mapping[str, Any]) -> str:
+    if set(entry) != {"client", "epoch", "last_ms", "partitions"} or not pid.isdigit():
+        raise ValueError(f"not a producer entry: {pid!r}: {entry!r}")
+    client = "*" if entry["client"] is None else quote(entry["client"], safe="")
+    parts = []
+    for p, seen in entry["partitions"].items():
+        if set(seen) != {"last_seq", "batches"} or not str(p).lstrip("-").isdigit():
+            raise ValueError(f"not a producer partition entry: {p!r}: {seen!r}")
+        batches = "/".join(",".join(str(operator.index(n)) for n in b) for b in seen["batches"])
+        parts.append(f"{p}:{operator.index(seen['last_seq'])}:{batches}")
+    return f"{pid};{operator.index(entry['last_ms'])};{operator.index(entry['epoch'])};{client};{'|'.join(parts)}"
+
+
+def _entry(line: str) -> dict:
+    _, last_ms, epoch, client, parts = line.split(";")
+    partitions = {}
+    for part in parts.split("|") if parts else ():
+        p, last_seq, batches = part.split(":")
+        partitions[p] = {
+            "last_seq": int(last_seq),
+            "batches": [[int(n) for n in b.split(",")] for b in batches.split("/")] if batches else [],
+        }
+    return {"client": None if client == "*" else unquote(client), "epoch": int(epoch), "last_ms": int(last_ms), "partitions": partitions}
+
+
+def _last_line(text: str) -> str:
+    end = len(text) - 1 if text.endswith(" ") else len(text)
+    return text[text.rfind(" ", 0, end) + 1 : end]
+
+
+def _last_ms(line: str) -> int:
+    return int(line.split(";", 2)[1])
+
+
+def _order(line: str) -> tuple[int, str]:
+    pid, last_ms, _ = line.split(";", 2)
+    return int(last_ms), pid
+
+
+# --- the state of a log table -------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class LogState:
-    """The decision input of a log-table commit: what the base metadata says about the log."""
+    """The decision input of a log-table commit: what the base metadata says about the log.
+
+    ``watermarks`` and ``producers`` accept any mapping and are kept as :class:`Watermarks`
+    and :class:`Producers`.
+    """
 
     watermarks: Mapping[int, Watermark]
     producers: Mapping[str, Any] = field(default_factory=dict)
     snapshot_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "watermarks", Watermarks.of(self.watermarks))
+        object.__setattr__(self, "producers", Producers.of(self.producers))
 
     @property
     def partitions(self) -> int:
@@ -75,44 +361,46 @@ class LogState:
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> LogState:
         props = metadata.properties
-        raw = json.loads(props.get(WATERMARKS, "{}"))
-        count = int(props.get(PARTITIONS, "0"))
-        marks = {p: Watermark(*raw.get(str(p), (0, 0))) for p in range(count)}
+        check_format(metadata)
         return cls(
-            watermarks=marks,
-            producers=json.loads(props.get(PRODUCERS, "{}")),
+            watermarks=Watermarks.decode(props.get(WATERMARKS, ""), int(props.get(PARTITIONS, "0"))),
+            producers=Producers.decode(props.get(PRODUCERS, "")),
             snapshot_id=metadata.current_snapshot_id,
         )
 
     @classmethod
     def initial(cls, partitions: int) -> LogState:
-        return cls(watermarks={p: Watermark(0, 0) for p in range(partitions)})
+        return cls(watermarks=Watermarks(["0:0"] * partitions))
 
     def end(self, partition: int) -> int:
         return self.watermarks[partition].end
 
     def with_ends(self, ends: Mapping[int, int]) -> LogState:
-        marks = dict(self.watermarks)
-        for p, e in ends.items():
-            marks[p] = Watermark(marks[p].start, e)
-        return replace(self, watermarks=marks)
+        marks = self.watermarks
+        return self._with(marks.updated({p: Watermark(marks[p].start, e) for p, e in ends.items()}))  # type: ignore[attr-defined]
 
     def with_starts(self, starts: Mapping[int, int]) -> LogState:
-        marks = dict(self.watermarks)
-        for p, s in starts.items():
-            marks[p] = Watermark(s, marks[p].end)
-        return replace(self, watermarks=marks)
+        marks = self.watermarks
+        return self._with(marks.updated({p: Watermark(s, marks[p].end) for p, s in starts.items()}))  # type: ignore[attr-defined]
 
     def with_partitions(self, count: int) -> LogState:
-        marks = dict(self.watermarks)
-        for p in range(len(marks), count):
-            marks[p] = Watermark(0, 0)
+        return self._with(self.watermarks.grown(count))  # type: ignore[attr-defined]
+
+    def _with(self, marks: Watermarks) -> LogState:
         return replace(self, watermarks=marks)
 
     def to_properties(self) -> dict[str, str]:
         """The properties that describe this state."""
         return {
+            FORMAT: FORMAT_VERSION,
             PARTITIONS: str(self.partitions),
-            WATERMARKS: json.dumps({str(p): [w.start, w.end] for p, w in sorted(self.watermarks.items())}),
-            PRODUCERS: json.dumps(self.producers, sort_keys=True, separators=(",", ":")),
+            WATERMARKS: self.watermarks.encode(),  # type: ignore[attr-defined]
+            PRODUCERS: self.producers.encode(),  # type: ignore[attr-defined]
         }
+
+
+def check_format(metadata: TableMetadata) -> None:
+    """Raise :class:`UnsupportedFormat` for state written by a newer icelog."""
+    found = metadata.properties.get(FORMAT, FORMAT_VERSION)
+    if found not in READABLE_FORMATS:
+        raise UnsupportedFormat(location=metadata.location, format=found, supported=", ".join(READABLE_FORMATS))

@@ -30,6 +30,7 @@ import time
 from storage import faults
 from storage.errors import IcelogError
 from storage.log import LogTable
+from storage.state import LogState
 from storage.transactions import TransactionalProducer
 from tests.catalogs import CatalogSpec
 
@@ -136,8 +137,7 @@ def reader(catalog, args: dict) -> None:
             ends, sums = [], []
             for name in names:
                 table = tables[name]
-                marks = json.loads(table.metadata.properties["icelog.watermarks"])
-                ends.append(marks["0"][1])
+                ends.append(LogState.from_metadata(table.metadata).end(0))
                 paths = planned_paths(table)
                 if paths:
                     sums.append(con.execute("SELECT coalesce(sum(CAST(value AS BIGINT)), 0), count(*) FROM read_parquet(?)", [paths]).fetchone())

@@ -18,6 +18,7 @@ from storage import faults
 from storage.commit import commit_tables, was_committed
 from storage.errors import AtomicCommitUnsupported
 from storage.log import AppendRequest, LogTable
+from storage.state import LogState
 from storage.swap import load_tables
 from tests.catalogs import forwarding_catalog
 from tests.interleave import Interleaved
@@ -100,7 +101,7 @@ def test_i5_consistent_reads_never_see_half_a_commit(sqlite_catalog):
             except Exception as e:  # a reader must never fail because a writer commits
                 errors.append(repr(e))
                 continue
-            ends = [json.loads(t.metadata.properties["icelog.watermarks"])["0"][1] for t in tables.values()]
+            ends = [LogState.from_metadata(t.metadata).end(0) for t in tables.values()]
             seen.append(tuple(ends))
 
     thread = threading.Thread(target=reader)

@@ -20,7 +20,7 @@ from storage.errors import (
 from storage.log import AppendRequest, LogTable
 from storage.producers import BATCHES_KEPT, ProducerBatch, admit, derive_state, init_producer, rebuild
 from storage.commit import commit
-from storage.state import LogState, Watermark
+from storage.state import PRODUCERS, LogState, Producers, Watermark
 from tests.interleave import Interleaved
 from tests.storage.test_concurrency import finish, run_workers, worker_processes
 from tests.storage.test_faults import kill_at, run_to_end, worker
@@ -152,10 +152,10 @@ def test_i4_expired_producers_are_refused_and_dropped(catalog):
     t = LogTable.create(catalog, "db.e", partitions=1, properties={"icelog.producer.expiry-ms": "60000"})
     me = init_producer(catalog, "db.e", "app")
     t.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
-    state = t.state().producers
+    state = dict(t.state().producers)
     state[str(me.producer_id)]["last_ms"] -= 60_001 + 10_000  # disused for longer than the expiry
     with t.table().transaction() as txn:
-        txn.set_properties({"icelog.producers": json.dumps(state)})
+        txn.set_properties({PRODUCERS: Producers.of(state).encode()})
     with pytest.raises(UnknownProducer):
         t.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 1}))
     again = init_producer(catalog, "db.e", "app")
@@ -179,7 +179,7 @@ def test_i4_state_rebuilt_from_rows_equals_stored_state(catalog, table):
     assert check_producers(table.table()).ok
     # Lose the state, rebuild it from the rows, and carry on exactly where the producer was.
     with table.table().transaction() as txn:
-        txn.set_properties({"icelog.producers": "{}"})
+        txn.set_properties({PRODUCERS: ""})
     assert not check_producers(table.table()).ok
     rebuilt = rebuild(catalog, "db.p")
     assert {pid: e["partitions"] for pid, e in rebuilt.items()} == {pid: e["partitions"] for pid, e in stored.items()}
@@ -190,10 +190,10 @@ def test_i4_state_rebuilt_from_rows_equals_stored_state(catalog, table):
 def test_i4_validator_catches_stored_state_and_sequence_mismatch(catalog, table):
     me = init_producer(catalog, "db.p")
     table.append({0: batch(2)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
-    state = table.state().producers
+    state = dict(table.state().producers)
     state[str(me.producer_id)]["partitions"]["0"]["last_seq"] = 9
     with table.table().transaction() as txn:
-        txn.set_properties({"icelog.producers": json.dumps(state)})
+        txn.set_properties({PRODUCERS: Producers.of(state).encode()})
     kinds = [v.kind for v in check_producers(table.table()).violations]
     assert kinds == ["producer_state"]
 

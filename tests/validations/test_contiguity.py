@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 from collections import Counter
@@ -15,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from storage.log import LogTable
-from storage.state import LogState, Watermark
+from storage.state import WATERMARKS, LogState, Watermark
 from validations.contiguity import FileSpan, check_contiguity, check_files, tile
 from validations.violations import Violation
 
@@ -80,10 +79,9 @@ def test_i1_gap_plus_duplicate_inside_one_file_is_caught_by_the_deep_check(log_t
 
 def test_watermark_off_by_one_is_found(log_table):
     table = log_table.table()
-    marks = json.loads(table.metadata.properties["icelog.watermarks"])
-    marks["1"][1] += 1
+    state = LogState.from_metadata(table.metadata)
     with table.transaction() as txn:
-        txn.set_properties({"icelog.watermarks": json.dumps(marks)})
+        txn.set_properties({WATERMARKS: state.with_ends({1: state.end(1) + 1}).to_properties()[WATERMARKS]})
     for deep in (False, True):
         violations = check_contiguity(log_table.table(), deep=deep).violations
         assert [(v.kind, v.partition, v.extra) for v in violations] == [("watermark", 1, {"stored_start": 0, "stored_end": 3, "data_end": 2})]
