@@ -260,10 +260,16 @@ def commit(
     max_attempts: int = 200,
     deadline_s: float = 120.0,
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
+    loaded: Table | None = None,
 ) -> CommitOutcome:
-    """Run one table's ``request`` through the commit protocol (the one-table case)."""
+    """Run one table's ``request`` through the commit protocol (the one-table case).
+
+    ``loaded``: the table as the caller just loaded it, the first attempt's base (saves reading
+    the metadata again; a base that moved on meanwhile only loses the compare-and-swap).
+    """
     return commit_tables(
-        catalog, [(identifier, request)], commit_id=commit_id, max_attempts=max_attempts, deadline_s=deadline_s, write_rows=write_rows
+        catalog, [(identifier, request)], commit_id=commit_id, max_attempts=max_attempts, deadline_s=deadline_s,
+        write_rows=write_rows, loaded={identifier: loaded} if loaded is not None else None,
     )[0]
 
 
@@ -275,6 +281,7 @@ def commit_tables(
     max_attempts: int = 200,
     deadline_s: float = 120.0,
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
+    loaded: Mapping[str, Table] | None = None,
 ) -> list[CommitOutcome]:
     """Run one request per table through the commit protocol, all tables in one atomic commit.
 
@@ -282,6 +289,7 @@ def commit_tables(
         catalog: The catalog of every table.
         parts: ``(identifier, request)`` per table, each table at most once.
         commit_id: Idempotency key, recorded in every table written.
+        loaded: Every table as the caller loaded it, the first attempt's bases.
 
     Returns:
         One outcome per part, in order.
@@ -309,7 +317,7 @@ def commit_tables(
     read_error: BaseException | None = None
     for attempt in range(1, max_attempts + 1):
         try:
-            tables = _load_all(catalog, identifiers)
+            tables = dict(loaded) if attempt == 1 and loaded and set(loaded) == set(identifiers) else _load_all(catalog, identifiers)
         except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
             bound.warning("catalog read failed", attempt=attempt, error=repr(e))
             read_error = e

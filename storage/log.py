@@ -289,7 +289,7 @@ class LogTable:
         request = AppendRequest(
             self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer
         )
-        return self._commit(request).result
+        return self._commit(request, table).result
 
     def commit_files(
         self,
@@ -355,8 +355,8 @@ class LogTable:
             producer.validate({p: sum(f.record_count for f in fs) for p, fs in described.items()})
         return AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
 
-    def _commit(self, request: Any) -> CommitOutcome:
-        return commit(self.catalog, self.identifier, request, commit_id=request.commit_id)
+    def _commit(self, request: Any, loaded: Table | None = None) -> CommitOutcome:
+        return commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)
 
     def conform(self, rows: Mapping[int, pa.Table | list[dict]], table: Table | None = None) -> dict[int, pa.Table]:
         """Validate rows per partition and cast them to the payload schema (I8: typed errors)."""

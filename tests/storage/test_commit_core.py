@@ -35,6 +35,19 @@ def test_i3_decision_held_back_while_others_commit_is_decided_again(catalog):
     assert check_contiguity(t.table(), deep=True).ok
 
 
+def test_i3_a_base_the_caller_loaded_that_moved_on_only_loses_the_swap(catalog):
+    """``commit(loaded=)`` spares a metadata read; a stale one is decided on, loses, and is decided again."""
+    t = LogTable.create(catalog, "db.t", partitions=1)
+    stale = t.table()
+    t.append({0: [{"key": "other"}] * 2})
+    outcome = commit(catalog, t.identifier, AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), commit_id="c1", loaded=stale)
+    assert outcome.result.ranges == {0: (2, 3)} and outcome.attempts == 2
+    with pytest.raises(OffsetMismatch):  # the stale base said 0, the table says 3: never replayed
+        commit(catalog, t.identifier, AppendRequest(t.identifier, {0: payload("late")}, {0: 0}, "c2"), commit_id="c2", loaded=stale)
+    assert t.read(0).column("key").to_pylist() == ["other", "other", "mine"]
+    assert check_contiguity(t.table(), deep=True).ok
+
+
 def test_i3_held_back_conditional_append_fails_instead_of_replaying(catalog):
     t = LogTable.create(catalog, "db.t", partitions=1)
     request = Interleaved(AppendRequest(t.identifier, {0: payload("mine")}, {0: 0}, "c1"), lambda: t.append({0: [{"key": "other"}]}))
