@@ -8,6 +8,7 @@ table, acknowledged rows against stored rows, the copy and the group output agai
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -178,7 +179,7 @@ def test_chaos_postgres_with_catalog_down_and_disk_full(tmp_path: Path):
 
     config = Config(duration=120, seed=1415, producers=1, appenders=1, members=2, interval=(3.0, 8.0), soak_commits=300, soak_window=50,
                     retention_ms=10_000, warehouse_tmpfs_mb=256)
-    server = tmp_path / "postgres"
+    server = Path(tempfile.mkdtemp(prefix="icelog-pg-chaos-"))  # pytest's tmp_path is private to root; the server runs as postgres
     try:
         report = run_chaos(config, tmp_path / "run", "postgres", postgres.start(server), echo=False, pg_dir=server)
     finally:
