@@ -321,6 +321,8 @@ def commit_tables(
         except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
             bound.warning("catalog read failed", attempt=attempt, error=repr(e))
             read_error = e
+            if time.monotonic() - started > deadline_s:
+                break
             _backoff(attempt)
             continue
         read_error = None

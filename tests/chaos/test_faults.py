@@ -354,6 +354,24 @@ def test_catalog_down_a_read_raises_catalog_unavailable(own_postgres, tmp_path):
         start_catalog_server(directory)
 
 
+def test_catalog_down_a_commit_gives_up_at_its_deadline(own_postgres, tmp_path):
+    """A commit whose reads keep failing stops at ``deadline_s`` with CatalogUnavailable, not
+    after ``max_attempts`` rounds of read retries and back-off (minutes)."""
+    from storage.commit import commit
+    from storage.errors import CatalogUnavailable
+    from storage.maintenance import Compaction
+
+    directory, _, log_table = _pg_events(own_postgres, tmp_path, "commitdown")
+    stop_catalog_server(directory)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CatalogUnavailable):
+            commit(log_table.catalog, log_table.identifier, Compaction(log_table.identifier), deadline_s=1.0)
+        assert time.monotonic() - started < 10
+    finally:
+        start_catalog_server(directory)
+
+
 def test_catalog_restarted_a_read_on_an_old_connection_succeeds(own_postgres, tmp_path):
     directory, _, log_table = _pg_events(own_postgres, tmp_path, "readrestart")
     log_table.watermarks()  # a pooled connection
