@@ -14,6 +14,7 @@ The multi-process scenarios reuse the chaos workers (``tests.chaos.workers``) an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -383,19 +385,24 @@ def test_catalog_restarted_a_read_on_an_old_connection_succeeds(own_postgres, tm
 # --- a full disk under the warehouse ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def disk_full(tmp_path_factory) -> Scenario:
-    workdir = tmp_path_factory.mktemp("disk-full")
-    warehouse = workdir / "warehouse"
-    reason = mount_tmpfs(warehouse, 32)
+@contextlib.contextmanager
+def small_warehouse(warehouse: Path, mb: int) -> Iterator[Path]:
+    """``warehouse`` on a tmpfs of ``mb`` MB for the block (the test is skipped if mount is refused)."""
+    reason = mount_tmpfs(warehouse, mb)
     if reason is not None:
         pytest.skip(f"the full-disk test needs a small tmpfs for the warehouse: {reason}")
     try:
-        spec = CatalogSpec("sqlite", "diskfull", f"sqlite:///{workdir / 'catalog.db'}", f"file://{warehouse}")
-        scenario = _writers_around(spec, workdir, lambda: fill_disk(warehouse), lambda: free_disk(warehouse))
+        yield warehouse
     finally:
         unmount(warehouse)
-    return scenario
+
+
+@pytest.fixture(scope="module")
+def disk_full(tmp_path_factory) -> Scenario:
+    workdir = tmp_path_factory.mktemp("disk-full")
+    with small_warehouse(workdir / "warehouse", 32) as warehouse:
+        spec = CatalogSpec("sqlite", "diskfull", f"sqlite:///{workdir / 'catalog.db'}", f"file://{warehouse}")
+        return _writers_around(spec, workdir, lambda: fill_disk(warehouse), lambda: free_disk(warehouse))
 
 
 def test_i7_writers_lose_nothing_acknowledged_when_the_disk_fills(disk_full):
@@ -404,22 +411,16 @@ def test_i7_writers_lose_nothing_acknowledged_when_the_disk_fills(disk_full):
 
 def test_disk_full_an_append_raises_a_typed_error(tmp_path):
     """Deterministic: the disk is full when an append writes its data file."""
-    from storage.errors import IcelogError
+    from storage.errors import StorageUnavailable
     from storage.log import LogTable
 
-    warehouse = tmp_path / "warehouse"
-    reason = mount_tmpfs(warehouse, 8)
-    if reason is not None:
-        pytest.skip(f"the full-disk test needs a small tmpfs for the warehouse: {reason}")
-    try:
+    with small_warehouse(tmp_path / "warehouse", 8) as warehouse:
         spec = CatalogSpec("sqlite", "full", f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{warehouse}")
         log_table = LogTable.create(spec.open(), EVENTS, 1)
         log_table.append({0: [{"key": "k", "value": "before"}]}, {0: 0})
         fill_disk(warehouse)
-        with pytest.raises(IcelogError):
+        with pytest.raises(StorageUnavailable):
             log_table.append({0: [{"key": "k", "value": "full"}]}, {0: 1}, commit_id="full-1")
         assert log_table.watermarks()[0].end == 1  # the table is unchanged (I8)
         free_disk(warehouse)
         assert log_table.append({0: [{"key": "k", "value": "after"}]}, {0: 1}, commit_id="full-1").ranges[0] == (1, 2)
-    finally:
-        unmount(warehouse)
