@@ -136,10 +136,10 @@ def _validators(log_table) -> list[str]:
 
 
 @pytest.fixture
-def events(catalog_spec):
+def events(heavy_spec):  # PostgreSQL in make test-slow (the suite's time budget)
     from storage.log import LogTable
 
-    return catalog_spec, LogTable.create(catalog_spec.open(), EVENTS, 2)
+    return heavy_spec, LogTable.create(heavy_spec.open(), EVENTS, 2)
 
 
 # --- a slow metadata write races the others ------------------------------------------------------------

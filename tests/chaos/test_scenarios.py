@@ -120,7 +120,7 @@ def source(catalog, records: int = 10) -> LogTable:
 # --- 1. KAFKA-17754 ---------------------------------------------------------------------------------
 
 
-def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_1(catalog_spec, tmp_path, monkeypatch):
+def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_1(heavy_spec, tmp_path, monkeypatch):
     """KAFKA-17754 (fixed by KIP-890 part 2): a delayed EndTxn of transaction N, carrying the
     same producer id and epoch, completed transaction N+1. icelog: every journal step names its
     transaction id, and the commit id of a transaction is its id.
@@ -131,7 +131,7 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     registry (its decision is refused: N is no longer the prepared transaction). N+1 is left
     exactly as it was, then commits with the offsets it would have had anyway.
     """
-    catalog = catalog_spec.open()
+    catalog = heavy_spec.open()
     forgetful = {KEEP_COMMIT_IDS: "2"}  # a registry that forgets fast, as after 1,000 commits
     a, b = (LogTable.create(catalog, name, 1, properties={**SMALL, **forgetful}) for name in ("db.a", "db.b"))
     source(catalog)
@@ -144,13 +144,13 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     first = begin_one(producer, "n", 1, 4)
 
     with contextlib.ExitStack() as stack:
-        late_abort = stack.enter_context(held(catalog_spec, "abort", {"tid": "seq"}, tmp_path, "abort", faults.AFTER_DATA_FILES))
+        late_abort = stack.enter_context(held(heavy_spec, "abort", {"tid": "seq"}, tmp_path, "abort", faults.AFTER_DATA_FILES))
         recoverers: list[Held] = []
         checkpoint = faults.checkpoint
 
         def start_recoverers(point: str) -> None:  # they read N as prepared, decide, and wait
             if point == faults.AFTER_TXN_PREPARE and not recoverers:
-                recoverers.extend(stack.enter_context(held(catalog_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES)) for i in range(2))
+                recoverers.extend(stack.enter_context(held(heavy_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES)) for i in range(2))
             checkpoint(point)
 
         monkeypatch.setattr(faults, "checkpoint", start_recoverers)
@@ -189,7 +189,7 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
 # --- 2. KIP-890 part 1: late appends ----------------------------------------------------------------
 
 
-def test_kip_890_late_append_to_a_partition_never_registered_is_refused(catalog_spec, tmp_path):
+def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_spec, tmp_path):
     """KIP-890 part 1 (hanging transactions): a produce request that reached a partition the
     coordinator never added to the transaction, or after the transaction ended, was written
     anyway. icelog: PREPARE_COMMIT refuses any partition the journal never registered for that
@@ -201,10 +201,10 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(catalog_
     sends to a new partition: refused, nothing visible, nothing left. Then a client that skips
     registration (a lost AddPartitionsToTxn) tries to prepare: refused, the journal unchanged.
     """
-    catalog = catalog_spec.open()
+    catalog = heavy_spec.open()
     a, b = two_tables(catalog)
     tx.ensure_journal(catalog)
-    with held(catalog_spec, "late", {"tid": "late", "a": "db.a", "b": "db.b"}, tmp_path, "late", faults.AFTER_TXN_BEGIN) as late:
+    with held(heavy_spec, "late", {"tid": "late", "a": "db.a", "b": "db.b"}, tmp_path, "late", faults.AFTER_TXN_BEGIN) as late:
         txn_id = tx.describe(catalog)["late"]["txn"]["id"]
         assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": [txn_id]}
         seen = late.release()
@@ -241,7 +241,7 @@ def set_epoch(catalog, tid: str, epoch: int) -> None:
 
 
 @pytest.mark.parametrize("zombie_epoch", [1, 2**31 - 3, 2**31 - 2], ids=["low", "takeover-reaches-the-bound", "takeover-rotates-the-id"])
-def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(catalog_spec, tmp_path, zombie_epoch):
+def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(heavy_spec, tmp_path, zombie_epoch):
     """KAFKA-19367 / KAFKA-20090: at the epoch's upper bound a takeover must still fence the
     old instance; there the coordinator moves to a new producer id, and a request from the old
     id must be fenced, not mistaken for an uninitialised client (nor leave its files behind).
@@ -251,13 +251,13 @@ def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(catalog_spec, 
     A zombie process holds an open transaction (both sends staged) at epoch ``zombie_epoch``;
     a new instance takes over; the released zombie's commit and abort are both fenced.
     """
-    catalog = catalog_spec.open()
+    catalog = heavy_spec.open()
     a, b = two_tables(catalog)
     first = TransactionalProducer(catalog, "fenced")
     first.init_transactions()
     set_epoch(catalog, "fenced", zombie_epoch - 1)
     args = {"tid": "fenced", "a": "db.a", "b": "db.b"}
-    with held(catalog_spec, "zombie", args, tmp_path, "zombie", faults.AFTER_TXN_STAGE, hit=2) as zombie:
+    with held(heavy_spec, "zombie", args, tmp_path, "zombie", faults.AFTER_TXN_STAGE, hit=2) as zombie:
         started = events(zombie.out)
         assert started[0] == {"event": "init", "producer_id": first.producer_id, "epoch": zombie_epoch}
         successor = TransactionalProducer(catalog, "fenced")
@@ -452,7 +452,7 @@ def emptied_by_retention(catalog) -> tuple[LogTable, LogTable]:
 
 
 @pytest.mark.parametrize("crash", [*faults.POINTS, "transaction"])
-def test_jepsen_offsets_never_restart_at_zero_after_a_crash(catalog_spec, tmp_path, crash):
+def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path, crash):
     """Jepsen found logs that handed out offsets again after a crash (a new leader, or a log
     rebuilt from what was left on disk). icelog: each partition's log end lives in the table's
     properties, moved in the same commit as the rows, and never derived from the data files,
@@ -462,10 +462,10 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(catalog_spec, tmp_pa
     at each named point of an append (then re-sent), or a transaction is killed between its
     two tables' swaps (then rolled forward). The next offsets are 3, 4, never 0.
     """
-    catalog = catalog_spec.open()
+    catalog = heavy_spec.open()
     a, b = emptied_by_retention(catalog)
     if crash == "transaction":
-        kill_at(catalog_spec, "one", {"tid": "crash", "a": "db.a", "b": "db.b", "k": 1, "pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "crash")
+        kill_at(heavy_spec, "one", {"tid": "crash", "a": "db.a", "b": "db.b", "k": 1, "pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "crash")
         producer = TransactionalProducer(catalog, "crash")
         producer.init_transactions()  # rolls the killed transaction forward
         with producer.transaction():
@@ -474,8 +474,8 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(catalog_spec, tmp_pa
         assert [r[0] for r in rows(a)] == [r[0] for r in rows(b)] == [3, 4]
     else:
         args = ("db.a", 0, 1, "victim", "crash-1")
-        kill_9(catalog_spec, crash, "append_rows", *args, directory=tmp_path, table=a)
-        assert run_append_worker(catalog_spec, "append_rows", *args, directory=tmp_path, name="resend")["range"] == [3, 4]
+        kill_9(heavy_spec, crash, "append_rows", *args, directory=tmp_path, table=a)
+        assert run_append_worker(heavy_spec, "append_rows", *args, directory=tmp_path, name="resend")["range"] == [3, 4]
         assert a.append({0: [{"key": "next", "value": "0"}]}).ranges == {0: (4, 5)}
         assert [r[:2] for r in rows(a)] == [(3, "victim"), (4, "next")]
     assert (a.watermarks()[0].start, a.watermarks()[0].end) == (3, 5)
