@@ -329,17 +329,18 @@ def commit_tables(
         receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
         if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
             return [_landed(request, receipts[ident], attempt) for ident, request in parts]
-        plans = []
-        for ident, request in parts:
-            table = tables[ident]
-            if not getattr(request, "allow_foreign", False):
-                check_head(ident, table.metadata)
-            state = request.state_type.from_metadata(table.metadata)
-            plans.append((ident, request, table, state, request.decide(state, table)))
-        if not any(p[4].write for p in plans):
-            return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
-
         try:
+            plans = []
+            for ident, request in parts:
+                table = tables[ident]
+                if not getattr(request, "allow_foreign", False):
+                    check_head(ident, table.metadata)
+                state = request.state_type.from_metadata(table.metadata)
+                # A decision may write files itself (compaction's merged files): inside the try.
+                plans.append((ident, request, table, state, request.decide(state, table)))
+            if not any(p[4].write for p in plans):
+                return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
+
             for ident, _, table, _, decision in plans:
                 if not decision.write:
                     continue
@@ -357,8 +358,8 @@ def commit_tables(
                 if decision.write
             ]
         except OSError as e:
-            # E.g. a full disk, while writing data files or manifests. This attempt's lookup did
-            # not find commit_id, and nothing is swapped yet: nothing is committed.
+            # E.g. a full disk, while a decision or this core writes data files or manifests. This
+            # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.
             for ident, (_, files) in written.items():
                 _discard(tables[ident], files)
             raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e

@@ -424,3 +424,26 @@ def test_disk_full_an_append_raises_a_typed_error(tmp_path):
         assert log_table.watermarks()[0].end == 1  # the table is unchanged (I8)
         free_disk(warehouse)
         assert log_table.append({0: [{"key": "k", "value": "after"}]}, {0: 1}, commit_id="full-1").ranges[0] == (1, 2)
+
+
+def test_disk_full_compaction_raises_a_typed_error_and_changes_nothing(tmp_path):
+    """Compaction writes its merged files while it decides, before the commit core's writes."""
+    from storage.commit import commit
+    from storage.errors import StorageUnavailable
+    from storage.log import LogTable
+    from storage.maintenance import COMPACT_MIN_FILES, Compaction
+
+    with small_warehouse(tmp_path / "warehouse", 8) as warehouse:
+        spec = CatalogSpec("sqlite", "full", f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{warehouse}")
+        catalog = spec.open()
+        log_table = LogTable.create(catalog, EVENTS, 1)
+        for i in range(COMPACT_MIN_FILES + 1):
+            log_table.append({0: [{"key": "k", "value": f"v{i}"}]}, {0: i})
+        before = log_table.table().current_snapshot().snapshot_id
+        fill_disk(warehouse)
+        with pytest.raises(StorageUnavailable):
+            commit(catalog, EVENTS, Compaction(EVENTS))
+        assert log_table.table().current_snapshot().snapshot_id == before  # nothing committed (I8)
+        free_disk(warehouse)
+        assert commit(catalog, EVENTS, Compaction(EVENTS)).result["rewritten_files"] == COMPACT_MIN_FILES + 1
+        assert log_table.read(0)["value"].to_pylist() == [f"v{i}" for i in range(COMPACT_MIN_FILES + 1)]
