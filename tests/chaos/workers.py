@@ -307,6 +307,9 @@ def maintainer(args: dict) -> None:
     _until_stopped(step, args.get("pause_s", 1.0))
 
 
+DRAIN_TAIL = 5  # soak commits made while draining, after the final maintenance pass
+
+
 def soak(args: dict) -> None:
     """The soak: conditional appends to a table of its own, one after another, timed.
 
@@ -315,15 +318,18 @@ def soak(args: dict) -> None:
     table's current metadata JSON size, snapshots, manifests and commit-id registry length.
     Batches are acknowledged like an appender's, with ``sent`` (the wall time the call began:
     no row of the batch is older), so retention on this table can be checked exactly.
-    Draining, it runs until ``commits`` batches are acknowledged.
+    Draining, it runs until ``commits`` batches are acknowledged and at least ``DRAIN_TAIL`` of
+    them in the drain itself: rows younger than the last retention pass, so the final table
+    always holds soak rows above ``log_start`` however early the fault phase reached ``commits``.
     """
     files, name, size, window = WorkerFiles(args["dir"]), args["name"], args["batch"], args["window"]
     log_table = LogTable(_catalog(args), args["table"])
     state = files.state() or {"batch": 0, "latencies": [], "windows": 0}
+    drained = [0]
 
     def step() -> bool:
         b = state["batch"]
-        if args.get("drain") and b >= args["commits"]:
+        if args.get("drain") and b >= args["commits"] and drained[0] >= DRAIN_TAIL:
             return True
         expected = log_table.watermarks()[0].end
         sent, started = time.time(), time.monotonic()
@@ -333,7 +339,7 @@ def soak(args: dict) -> None:
             return False
         state["latencies"].append(time.monotonic() - started)
         files.ack(kind="soak", batch=b, partition=0, rows=size, range=list(result.ranges[0]), expected=expected, duplicate=result.duplicate, sent=sent)
-        state["batch"] = b + 1
+        state["batch"], drained[0] = b + 1, drained[0] + 1
         if len(state["latencies"]) >= window:
             files.ack(kind="soak-window", index=state["windows"], commits=state["batch"], **_latency_summary(state["latencies"]), **table_shape(log_table))
             state.update(latencies=[], windows=state["windows"] + 1)
