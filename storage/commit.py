@@ -20,6 +20,12 @@ one-table case.
    different base, is never involved.
 6. On a lost race, reload and decide again. On an unknown outcome, reload and look for the
    commit id before deciding again.
+7. Liveness for slow commits: an ``exclusive`` request (compaction, retention: their swap
+   stages more than an append's) that loses ``EXCLUSIVE_AFTER`` races in a row takes the
+   table's lease (``icelog.lease``, a property-only compare-and-swap naming its commit id and
+   an expiry ``LEASE_TTL_S`` ahead). Every other commit that sees a live lease waits, reading
+   again, until the holder's commit clears it or it expires: so the holder's next attempt
+   meets no competitor. A dead holder stalls writers for at most the TTL.
 
 A commit never deletes the metadata file it replaced: a reader may hold that pointer.
 Metadata files that left the metadata log are deleted once they have been superseded for
@@ -81,6 +87,9 @@ KEEP_COMMIT_IDS = "icelog.commit-ids.keep"
 KEEP_COMMIT_IDS_DEFAULT = 1000
 METADATA_GRACE_MS = "icelog.metadata.delete-grace-ms"
 METADATA_GRACE_MS_DEFAULT = 60_000
+LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
+LEASE_TTL_S = 10.0
+EXCLUSIVE_AFTER = 3
 _NOT_FOUND = object()
 
 
@@ -147,11 +156,12 @@ class Request:
 
     ``receipt(result)`` is what the commit-id registry remembers (small JSON); after an
     unknown outcome, ``from_receipt`` turns it back into the caller's result.
-    ``allow_foreign`` is for repair alone.
+    ``allow_foreign`` is for repair alone; ``exclusive`` may take the table's lease (step 7).
     """
 
     state_type: ClassVar[type[TableState]] = LogState
     allow_foreign: ClassVar[bool] = False
+    exclusive: ClassVar[bool] = False
 
     def receipt(self, result: Any) -> Any:
         return None
@@ -315,84 +325,163 @@ def commit_tables(
     written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
     unknown: BaseException | None = None
     read_error: BaseException | None = None
-    for attempt in range(1, max_attempts + 1):
-        try:
-            tables = dict(loaded) if attempt == 1 and loaded and set(loaded) == set(identifiers) else _load_all(catalog, identifiers)
-        except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
-            bound.warning("catalog read failed", attempt=attempt, error=repr(e))
-            read_error = e
+    exclusive = any(getattr(request, "exclusive", False) for _, request in parts)
+    lost = 0  # races lost in a row
+    attempt = rounds = 0
+    try:
+        while attempt < max_attempts:
+            attempt += 1
+            rounds += 1  # attempts and waits: only the first round may use the caller's base
+            try:
+                tables = dict(loaded) if rounds == 1 and loaded and set(loaded) == set(identifiers) else _load_all(catalog, identifiers)
+            except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
+                bound.warning("catalog read failed", attempt=attempt, error=repr(e))
+                read_error = e
+                if time.monotonic() - started > deadline_s:
+                    break
+                _backoff(attempt)
+                continue
+            read_error = None
+            receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
+            if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
+                return [_landed(request, receipts[ident], attempt) for ident, request in parts]
+            wait = max((_lease_wait(t.metadata, commit_id) for t in tables.values()), default=0.0)
+            if wait > 0:  # another commit's turn (step 7): not an attempt of ours
+                attempt -= 1
+                if time.monotonic() - started > deadline_s:
+                    break
+                time.sleep(min(wait, random.uniform(0.02, 0.1)))
+                continue
+            if exclusive and lost >= EXCLUSIVE_AFTER and not all(_holds_lease(t.metadata, commit_id) for t in tables.values()):
+                if time.monotonic() - started > deadline_s:
+                    break
+                if not _take_lease(catalog, list(tables.values()), commit_id, bound):
+                    _backoff(lost)
+                attempt -= 1
+                continue
+            try:
+                plans = []
+                for ident, request in parts:
+                    table = tables[ident]
+                    if not getattr(request, "allow_foreign", False):
+                        check_head(ident, table.metadata)
+                    state = request.state_type.from_metadata(table.metadata)
+                    # A decision may write files itself (compaction's merged files): inside the try.
+                    plans.append((ident, request, table, state, request.decide(state, table)))
+                if not any(p[4].write for p in plans):
+                    return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
+
+                for ident, _, table, _, decision in plans:
+                    if not decision.write:
+                        continue
+                    key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
+                    if ident not in written or written[ident][0] != key:
+                        if ident in written:
+                            # The commit id is not in the table, so the last attempt's files never landed.
+                            _discard(table, written[ident][1])
+                        written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
+                faults.checkpoint(faults.AFTER_DATA_FILES)
+
+                staged = [
+                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
+                    for ident, request, table, state, decision in plans
+                    if decision.write
+                ]
+            except OSError as e:
+                # E.g. a full disk, while a decision or this core writes data files or manifests. This
+                # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.
+                for ident, (_, files) in written.items():
+                    _discard(tables[ident], files)
+                raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
+            try:
+                responses = swap(catalog, [s[3] for s in staged])
+            except CommitFailedException as e:
+                bound.debug("commit lost the race", attempt=attempt, reason=str(e))
+                unknown = None
+                lost += 1
+            except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
+                # The swap may or may not have happened: the next attempt looks for commit_id.
+                bound.warning("commit outcome unknown", attempt=attempt, error=repr(e))
+                unknown = e
+            else:
+                faults.checkpoint(faults.AFTER_CATALOG_SWAP)
+                snapshots: dict[str, int | None] = {}
+                for (ident, table, decision, _), response in zip(staged, responses):
+                    _delete_superseded_metadata(table.io, table.metadata, response.metadata)
+                    snapshots[ident] = response.metadata.current_snapshot_id
+                    _attach_snapshot(decision.result, snapshots[ident])
+                bound.debug("committed", attempt=attempt, snapshots=snapshots)
+                return [
+                    CommitOutcome(d.result, snapshots.get(ident, s.snapshot_id), attempt, not d.write)
+                    for ident, _, _, s, d in plans
+                ]
             if time.monotonic() - started > deadline_s:
                 break
             _backoff(attempt)
-            continue
-        read_error = None
-        receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
-        if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
-            return [_landed(request, receipts[ident], attempt) for ident, request in parts]
-        try:
-            plans = []
-            for ident, request in parts:
-                table = tables[ident]
-                if not getattr(request, "allow_foreign", False):
-                    check_head(ident, table.metadata)
-                state = request.state_type.from_metadata(table.metadata)
-                # A decision may write files itself (compaction's merged files): inside the try.
-                plans.append((ident, request, table, state, request.decide(state, table)))
-            if not any(p[4].write for p in plans):
-                return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
+        where = ",".join(identifiers)
+        if unknown is not None:
+            raise CommitOutcomeUnknown(table=where, commit_id=commit_id, reason=repr(unknown))
+        if read_error is not None:
+            raise CatalogUnavailable(table=where, reason=repr(read_error))
+        raise CommitConflict(table=where, attempts=attempt)
+    except BaseException:
+        if exclusive and lost >= EXCLUSIVE_AFTER:  # it may hold the lease: writers need not wait out the TTL
+            _release_lease(catalog, identifiers, commit_id, bound)
+        raise
 
-            for ident, _, table, _, decision in plans:
-                if not decision.write:
-                    continue
-                key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
-                if ident not in written or written[ident][0] != key:
-                    if ident in written:
-                        # The commit id is not in the table, so the last attempt's files never landed.
-                        _discard(table, written[ident][1])
-                    written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
-            faults.checkpoint(faults.AFTER_DATA_FILES)
 
-            staged = [
-                (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
-                for ident, request, table, state, decision in plans
-                if decision.write
-            ]
-        except OSError as e:
-            # E.g. a full disk, while a decision or this core writes data files or manifests. This
-            # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.
-            for ident, (_, files) in written.items():
-                _discard(tables[ident], files)
-            raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
-        try:
-            responses = swap(catalog, [s[3] for s in staged])
-        except CommitFailedException as e:
-            bound.debug("commit lost the race", attempt=attempt, reason=str(e))
-            unknown = None
-        except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
-            # The swap may or may not have happened: the next attempt looks for commit_id.
-            bound.warning("commit outcome unknown", attempt=attempt, error=repr(e))
-            unknown = e
-        else:
-            faults.checkpoint(faults.AFTER_CATALOG_SWAP)
-            snapshots: dict[str, int | None] = {}
-            for (ident, table, decision, _), response in zip(staged, responses):
-                _delete_superseded_metadata(table.io, table.metadata, response.metadata)
-                snapshots[ident] = response.metadata.current_snapshot_id
-                _attach_snapshot(decision.result, snapshots[ident])
-            bound.debug("committed", attempt=attempt, snapshots=snapshots)
-            return [
-                CommitOutcome(d.result, snapshots.get(ident, s.snapshot_id), attempt, not d.write)
-                for ident, _, _, s, d in plans
-            ]
-        if time.monotonic() - started > deadline_s:
-            break
-        _backoff(attempt)
-    where = ",".join(identifiers)
-    if unknown is not None:
-        raise CommitOutcomeUnknown(table=where, commit_id=commit_id, reason=repr(unknown))
-    if read_error is not None:
-        raise CatalogUnavailable(table=where, reason=repr(read_error))
-    raise CommitConflict(table=where, attempts=attempt)
+def _lease(metadata: TableMetadata) -> tuple[str, float]:
+    holder, _, expiry = metadata.properties.get(LEASE, "").partition(" ")
+    return holder, float(expiry or 0) / 1000
+
+
+def _holds_lease(metadata: TableMetadata, commit_id: str) -> bool:
+    holder, expiry = _lease(metadata)
+    return holder == commit_id and expiry > time.time()
+
+
+def _lease_wait(metadata: TableMetadata, commit_id: str) -> float:
+    """Seconds left on another commit's lease; 0 for none, ours, or an expired one. An expiry
+    further ahead than the TTL (a clock far off on the holder's host) counts as expired."""
+    holder, expiry = _lease(metadata)
+    left = expiry - time.time()
+    return left if holder and holder != commit_id and 0 < left <= LEASE_TTL_S else 0.0
+
+
+def _take_lease(catalog: Catalog, tables: list[Table], commit_id: str, bound: Any) -> bool:
+    """A property-only compare-and-swap (``icelog.version`` moves, so two takers serialise).
+    Losing it, or an unknown outcome, is one more round: the caller reads again."""
+    expiry = int((time.time() + LEASE_TTL_S) * 1000)
+    swaps = [
+        TableSwap(
+            table,
+            (AssertTableUUID(uuid=table.metadata.table_uuid), AssertStateVersion(version=_version(table.metadata))),
+            (SetPropertiesUpdate(updates={LEASE: f"{commit_id} {expiry}", VERSION: str(_version(table.metadata) + 1)}),),
+        )
+        for table in tables
+    ]
+    try:
+        swap(catalog, swaps)
+    except (CommitFailedException, CommitStateUnknownException, SQLAlchemyError, OSError) as e:
+        bound.debug("lease not taken", reason=repr(e))
+        return False
+    bound.info("took the lease", ttl_s=LEASE_TTL_S)
+    return True
+
+
+def _release_lease(catalog: Catalog, identifiers: list[str], commit_id: str, bound: Any) -> None:
+    """Best effort, for a holder that gives up: clear its lease; failing, it expires."""
+    try:
+        tables = _load_all(catalog, identifiers)
+        held = [t for t in tables.values() if _lease(t.metadata)[0] == commit_id]
+        if held:
+            swap(catalog, [
+                TableSwap(t, (AssertStateVersion(version=_version(t.metadata)),),
+                          (SetPropertiesUpdate(updates={LEASE: "", VERSION: str(_version(t.metadata) + 1)}),))
+                for t in held
+            ])
+    except Exception as e:  # noqa: BLE001 - the lease's expiry is the fallback
+        bound.warning("lease not released; it expires", error=repr(e))
 
 
 def _landed(request: CommitRequest, found: Any, attempt: int) -> CommitOutcome:
@@ -477,6 +566,7 @@ def _stage(
     registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
     keep = int(metadata.properties.get(KEEP_COMMIT_IDS, KEEP_COMMIT_IDS_DEFAULT))
     properties = {
+        **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
         VERSION: str(_version(metadata) + 1),

@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,8 +70,11 @@ class Retention(Request):
     """Drop whole files at the head of each partition, by age or size; move ``log_start``.
 
     Offsets are never reused: ``log_end`` does not move, and an emptied partition keeps
-    ``log_start == log_end``.
+    ``log_start == log_end``. Exclusive, like compaction (its overwrite stages slower than an
+    append).
     """
+
+    exclusive: ClassVar[bool] = True
 
     table: str
     retention_ms: int | None = None
@@ -108,29 +111,39 @@ class Retention(Request):
 class Compaction(Request):
     """Rewrite runs of small files of a partition into one file, keeping every offset.
 
-    Re-decided on conflict; merged files written for a run whose sources are all still live
-    are reused rather than written again.
+    The runs are fixed at the first decision: on a lost race, each run whose source files are
+    all still live is committed again with the merged files already written; files appended
+    meanwhile wait for the next compaction, so a retry costs a reload and a stage, not a
+    rewrite. Exclusive (``storage.commit`` step 7): under appends landing faster than its
+    commit stages, it takes the table's lease rather than lose every race.
     """
 
+    exclusive: ClassVar[bool] = True
     table: str
     target_rows: int = 5_000_000
     commit_id: str = ""
-    _written: dict[frozenset[str], list[DataFile]] = field(default_factory=dict)
+    _runs: list[tuple[int, tuple[str, ...]]] | None = None  # (partition, source paths in offset order)
+    _written: dict[tuple[str, ...], list[DataFile]] = field(default_factory=dict)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        by_partition = files_by_partition(table)
+        if self._runs is None:
+            self._runs = [
+                (p, tuple(e[2].file_path for e in run)) for p, entries in by_partition.items() for run in _small_runs(entries, self.target_rows)
+            ]
+        live = {e[2].file_path: e[2] for entries in by_partition.values() for e in entries}
         drop: list[DataFile] = []
         add: list[DataFile] = []
-        for p, entries in files_by_partition(table).items():
-            for run in _small_runs(entries, self.target_rows):
-                key = frozenset(e[2].file_path for e in run)
-                if key not in self._written:
-                    rows = pa.concat_tables(_read_file(table, e[2]) for e in run)
-                    self._written[key] = write_log_files(table, {p: rows})
-                drop.extend(e[2] for e in run)
-                add.extend(self._written[key])
+        for p, paths in self._runs:
+            if not all(path in live for path in paths):
+                continue  # another commit dropped or rewrote a source: left to the next compaction
+            if paths not in self._written:
+                rows = pa.concat_tables(_read_file(table, live[path]) for path in paths)
+                self._written[paths] = write_log_files(table, {p: rows})
+            drop.extend(live[path] for path in paths)
+            add.extend(self._written[paths])
         result = {"rewritten_files": len(drop), "new_files": len(add)}
         return Decision(state=state, result=result, drop_files=tuple(drop), add_files=tuple(add), write=bool(drop))
-
 
 
 def _small_runs(entries: list[tuple[int, int, DataFile]], target_rows: int) -> Iterator[list]:

@@ -76,6 +76,14 @@ def conditional_loop(spec_json: str, table: str, partition: int, count: int, tag
         done += 1
 
 
+def append_loop(spec_json: str, table: str, partition: int, count: int, tag: str) -> None:
+    """``count`` unconditional single-row appends, back to back (commit pressure)."""
+    log_table = _table(spec_json, table)
+    for n in range(count):
+        log_table.append({partition: [{"key": tag, "value": f"{tag}-{n}"}]})
+    _emit(tag=tag, appended=count)
+
+
 def append_rows(spec_json: str, table: str, partition: int, rows: int, tag: str, commit_id: str = "") -> None:
     """One append (used with ICELOG_PAUSE_AT to be killed mid-commit)."""
     log_table = _table(spec_json, table)
@@ -159,7 +167,7 @@ def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> 
 
 COMMANDS = {
     f.__name__: f
-    for f in (conditional_once, conditional_loop, append_rows, produce_batch, resend_storm, lease_ids, init_producer, maintain)
+    for f in (conditional_once, conditional_loop, append_loop, append_rows, produce_batch, resend_storm, lease_ids, init_producer, maintain)
 }
 
 
