@@ -303,7 +303,7 @@ def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -
     assert seen[-1]["ends"] == [commits, commits] and seen[-1]["sums"] == [total, -total]
 
 
-@pytest.mark.parametrize("commits", [80])
+@pytest.mark.parametrize("commits", [40, pytest.param(200, marks=pytest.mark.slow)])
 def test_i5_reader_never_sees_part_of_a_transaction(heavy_spec, tmp_path, commits):
     check_reader_sees_whole_transactions(heavy_spec, tmp_path, commits)
 
