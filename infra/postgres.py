@@ -39,6 +39,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_options(directory: Path, port: int | str) -> str:
+    """``pg_ctl -o``: a loopback server for tests and the demo (no fsync: throwaway data)."""
+    return f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+
+
 def start(directory: str | Path, database: str = "icelog") -> str:
     """Init and start a server in ``directory``; return a SQLAlchemy URI for ``database``."""
     directory = Path(directory).resolve()
@@ -50,8 +55,7 @@ def start(directory: str | Path, database: str = "icelog") -> str:
     port = _free_port()
     if not data.exists():
         subprocess.run(_as_server_user([str(bins / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]), check=True, capture_output=True)
-    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(directory / "server.log"), "-w", "start"]), check=True, capture_output=True)
+    subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", server_options(directory, port), "-l", str(directory / "server.log"), "-w", "start"]), check=True, capture_output=True)
     (directory / "port").write_text(str(port))
     for _ in range(50):
         created = subprocess.run(_as_server_user([str(bins / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", database]), capture_output=True, text=True)

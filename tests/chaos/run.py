@@ -288,10 +288,10 @@ def stop_catalog_server(directory: Path) -> None:
 
 def start_catalog_server(directory: Path) -> None:
     """Start a server of ``infra.postgres`` again, on the port it had (clients reconnect)."""
+    from infra import postgres
+
     directory = Path(directory).resolve()
-    port = (directory / "port").read_text().strip()
-    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    done = _pg_ctl(directory, "-o", options, "-l", str(directory / "server.log"), "-w", "start")
+    done = _pg_ctl(directory, "-o", postgres.server_options(directory, (directory / "port").read_text().strip()), "-l", str(directory / "server.log"), "-w", "start")
     if done.returncode != 0:
         raise RuntimeError(f"pg_ctl start failed: {done.stderr or done.stdout}")
 
