@@ -431,8 +431,12 @@ def commit_tables(
 
 
 def _lease(metadata: TableMetadata) -> tuple[str, float]:
+    """(holder, expiry in epoch seconds); a malformed value (set by hand) is no lease."""
     holder, _, expiry = metadata.properties.get(LEASE, "").partition(" ")
-    return holder, float(expiry or 0) / 1000
+    try:
+        return holder, float(expiry) / 1000
+    except ValueError:
+        return "", 0.0
 
 
 def _holds_lease(metadata: TableMetadata, commit_id: str) -> bool:

@@ -122,8 +122,9 @@ def test_a_lease_further_ahead_than_the_ttl_is_ignored():
     Meta.properties = {LEASE: f"other {int((time.time() + core.LEASE_TTL_S / 2) * 1000)}"}
     assert 0 < core._lease_wait(Meta, "me") <= core.LEASE_TTL_S / 2
     assert core._lease_wait(Meta, "other") == 0.0  # its own lease
-    Meta.properties = {LEASE: ""}
-    assert core._lease_wait(Meta, "me") == 0.0
+    for hostile in ("", "other", "other soon", "other nan", "other inf", "other 1e999", " 123"):  # set by hand: no lease
+        Meta.properties = {LEASE: hostile}
+        assert core._lease_wait(Meta, "me") == 0.0
 
 
 def test_compaction_lands_beside_processes_appending_as_fast_as_they_can(heavy_spec, tmp_path):
