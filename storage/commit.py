@@ -359,6 +359,7 @@ def commit_tables(
                     _backoff(lost)
                 attempt -= 1
                 continue
+            deciding = True
             try:
                 plans = []
                 for ident, request in parts:
@@ -368,6 +369,7 @@ def commit_tables(
                     state = request.state_type.from_metadata(table.metadata)
                     # A decision may write files itself (compaction's merged files): inside the try.
                     plans.append((ident, request, table, state, request.decide(state, table)))
+                deciding = False
                 if not any(p[4].write for p in plans):
                     return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
 
@@ -388,6 +390,8 @@ def commit_tables(
                     if decision.write
                 ]
             except OSError as e:
+                if deciding and isinstance(e, FileNotFoundError):
+                    raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
                 # E.g. a full disk, while a decision or this core writes data files or manifests. This
                 # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.
                 for ident, (_, files) in written.items():
