@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from storage import schema as cols
 from storage.consumer import Consumer
 from storage.files import GROUPS, MIN_GROUP_ROWS, local_path, write_log_files
-from storage.keys import key_hash
+from storage.keys import HASH_SPACE, key_hash
 from storage.log import LogTable
 from storage.maintenance import maintain
 from storage.transactions import TransactionalProducer
@@ -177,3 +177,25 @@ def test_repair_never_adopts_foreign_rows_with_a_wrong_key_hash(sqlite_catalog):
         repair(sqlite_catalog, t.identifier, mode="adopt")
     assert repair(sqlite_catalog, t.identifier)["action"] == "rolled_back"
     assert t.watermarks()[0].end == 5 and mine.ranges == {0: (0, 3)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 3) | st.sampled_from([0, HASH_SPACE - 1]) | st.integers(0, HASH_SPACE - 1), min_size=1, max_size=3000),
+    st.sampled_from(["offset order", "reversed", "a null hash"]),
+    st.integers(0, 10**12),
+)
+def test_hash_order_is_the_sort_by_hash_then_offset(hashes, case, start):
+    """The radix fast path and its fallbacks (a null hash, offsets out of order) all give (hash, offset) order."""
+    import pyarrow.compute as pc
+
+    from storage.files import _hash_order
+
+    offsets = list(range(start, start + len(hashes)))
+    if case == "reversed":
+        offsets.reverse()
+    if case == "a null hash":
+        hashes = [None, *hashes[1:]]
+    table = pa.table({cols.OFFSET: pa.array(offsets, pa.int64()), cols.KEY_HASH: pa.array(hashes, pa.int32())})
+    expected = pc.sort_indices(table, sort_keys=[(cols.KEY_HASH, "ascending"), (cols.OFFSET, "ascending")]).to_pylist()
+    assert np.asarray(_hash_order(table)).tolist() == expected
