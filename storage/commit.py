@@ -328,6 +328,7 @@ def commit_tables(
     exclusive = any(getattr(request, "exclusive", False) for _, request in parts)
     lost = 0  # races lost in a row
     attempt = rounds = 0
+    swapped = False
     try:
         while attempt < max_attempts:
             attempt += 1
@@ -408,6 +409,7 @@ def commit_tables(
                 bound.warning("commit outcome unknown", attempt=attempt, error=repr(e))
                 unknown = e
             else:
+                swapped = True  # (it ended any lease of ours)
                 faults.checkpoint(faults.AFTER_CATALOG_SWAP)
                 snapshots: dict[str, int | None] = {}
                 for (ident, table, decision, _), response in zip(staged, responses):
@@ -428,10 +430,9 @@ def commit_tables(
         if read_error is not None:
             raise CatalogUnavailable(table=where, reason=repr(read_error))
         raise CommitConflict(table=where, attempts=attempt)
-    except BaseException:
-        if exclusive and lost >= EXCLUSIVE_AFTER:  # it may hold the lease: writers need not wait out the TTL
-            _release_lease(catalog, identifiers, commit_id, bound)
-        raise
+    finally:
+        if exclusive and lost >= EXCLUSIVE_AFTER and not swapped:  # it may hold the lease (it gave up, or
+            _release_lease(catalog, identifiers, commit_id, bound)  # found nothing to do): no need to wait out the TTL
 
 
 def _lease(metadata: TableMetadata) -> tuple[str, float]:

@@ -12,7 +12,7 @@ import pytest
 import structlog
 
 import storage.commit as core
-from storage.commit import EXCLUSIVE_AFTER, LEASE, commit
+from storage.commit import EXCLUSIVE_AFTER, LEASE, Decision, commit
 from storage.errors import CommitConflict, InvalidInput
 from storage.log import LogTable
 from storage.maintenance import Compaction, Retention
@@ -28,16 +28,18 @@ class Contested:
     running: ``blocked`` records whether it was still waiting (it must be: the lease is ours).
     """
 
-    def __init__(self, inner: Any, competitor: Callable[[], None], grace: float = 0.5, fail_with_lease: bool = False) -> None:
-        self.inner, self.competitor, self.grace, self.fail_with_lease = inner, competitor, grace, fail_with_lease
+    def __init__(self, inner: Any, competitor: Callable[[], None], grace: float = 0.5, with_lease: str = "") -> None:
+        self.inner, self.competitor, self.grace, self.with_lease = inner, competitor, grace, with_lease
         self.threads: list[threading.Thread] = []
         self.blocked: list[bool] = []
 
     def decide(self, state, table):
         decision = self.inner.decide(state, table)
         leased = bool(table.metadata.properties.get(LEASE))
-        if leased and self.fail_with_lease:
+        if leased and self.with_lease == "give up":
             raise InvalidInput(reason="the holder gives up")
+        if leased and self.with_lease == "nothing to do":
+            return Decision(state=state, result=None, write=False)
         thread = threading.Thread(target=self.competitor)
         thread.start()
         self.threads.append(thread)
@@ -47,7 +49,7 @@ class Contested:
         return decision
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "competitor", "grace", "fail_with_lease", "threads", "blocked"):
+        if name in ("inner", "competitor", "grace", "with_lease", "threads", "blocked"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -92,12 +94,16 @@ def test_without_the_lease_an_exclusive_request_starves(catalog, monkeypatch):
     assert len(t.read(0)) == 10 + EXCLUSIVE_AFTER + 3
 
 
-def test_a_holder_that_gives_up_releases_the_lease(catalog):
+@pytest.mark.parametrize("ending", ["give up", "nothing to do"])
+def test_a_holder_that_ends_without_committing_releases_the_lease(catalog, ending):
     t = LogTable.create(catalog, "db.t", partitions=1)
     small_files(t, 10)
-    request = Contested(Retention("db.t", retention_bytes=1), late_appender(t), fail_with_lease=True)
-    with pytest.raises(InvalidInput):
-        commit(catalog, "db.t", request)
+    request = Contested(Retention("db.t", retention_bytes=1), late_appender(t), with_lease=ending)
+    if ending == "give up":
+        with pytest.raises(InvalidInput):
+            commit(catalog, "db.t", request)
+    else:
+        assert commit(catalog, "db.t", request).already_committed  # nothing written
     assert t.table().metadata.properties[LEASE] == ""
     assert len(t.read(0)) == 10 + EXCLUSIVE_AFTER  # retention changed nothing
 
