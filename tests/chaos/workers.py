@@ -379,6 +379,11 @@ def main(argv: list[str]) -> int:
     kind, raw = argv
     try:
         KINDS[kind](json.loads(raw))
+    except TransientError as e:
+        # Typed, and retrying later can succeed (e.g. a read outside a commit while the catalog
+        # is down): what a supervisor does with such an exit is restart the process.
+        print(f"RESTART {type(e).__qualname__}: {e}", flush=True)
+        return RESTART_ME
     except (OSError, SQLAlchemyError) as e:
         import traceback
 
