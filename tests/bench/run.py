@@ -464,6 +464,54 @@ class Unavailable(Exception):
     """A bench whose module has not landed yet."""
 
 
+def _append_until(spec: dict, stop: Any, name: str) -> None:
+    """A process appending single rows back to back until ``stop`` is set (commit pressure)."""
+    log_table = LogTable(LogSqlCatalog("bench", **spec), "bench.hot")
+    n = 0
+    while not stop.is_set():
+        log_table.append({0: [{"key": name, "value": f"{name}-{n}"}]})
+        n += 1
+
+
+def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
+    """Compaction of ``files`` small files while two processes append back to back (issue 14:
+    before the commit core's lease it lost every race), beside the same compaction alone."""
+    import multiprocessing
+
+    from storage.commit import commit
+    from storage.maintenance import Compaction
+
+    contended, alone, attempts = [], [], []
+    for run in range(runs):
+        for kind in ("alone", "contended"):
+            directory = root / f"compaction-{kind}-{run}"
+            cat = catalog(directory)
+            t = LogTable.create(cat, "bench.hot", partitions=1)
+            for i in range(files):
+                t.append({0: [{"key": "k", "value": f"v{i}"}]})
+            context = multiprocessing.get_context("spawn")  # no forked catalog connections
+            stop = context.Event()
+            spec = {"uri": f"sqlite:///{directory / 'catalog.db'}", "warehouse": f"file://{directory / 'warehouse'}"}
+            procs = [context.Process(target=_append_until, args=(spec, stop, f"w{i}")) for i in range(2 if kind == "contended" else 0)]
+            for proc in procs:
+                proc.start()
+            while kind == "contended" and t.watermarks()[0].end < files + 20:  # both appending
+                time.sleep(0.05)
+            started = time.perf_counter()
+            outcome = commit(cat, "bench.hot", Compaction("bench.hot"), max_attempts=30)
+            (contended if kind == "contended" else alone).append(time.perf_counter() - started)
+            if kind == "contended":
+                attempts.append(outcome.attempts)
+            stop.set()
+            for proc in procs:
+                proc.join()
+            assert outcome.result["rewritten_files"] >= files and check_contiguity(t.table(), deep=True).ok
+    record(
+        f"compaction of {files} small files beside 2 processes appending back to back (median of {runs}; attempts {attempts})",
+        1000 * statistics.median(contended), "ms", "the same compaction alone", 1000 * statistics.median(alone), Target("value", "<", 10_000, "lands: before the lease, 30 lost races in 88 s"),
+    )
+
+
 def bench_state_scale_when_present(root: Path, quick: bool) -> None:
     """Producer and partition state at scale (``tests/bench/state_scale.py``, being written)."""
     try:
@@ -494,6 +542,7 @@ def benches(root: Path, q: bool) -> dict[str, Callable[[], None]]:
         # --quick skips Spark here: make test-slow runs the small Spark validation.
         "quality": lambda: bench_quality(root, 100_000 if q else 10_000_000, 10_000 if q else 1_000_000, ["pandas"] if q else ["pandas", "spark"]),
         "state-scale": lambda: bench_state_scale_when_present(root, q),
+        "compaction": lambda: bench_compaction_contention(root, 30 if q else 50, 1 if q else 3),
     }
 
 
