@@ -471,6 +471,18 @@ class InvalidProduceOffset(ConflictError, AbortableError):
         )
 
 
+class PlanOutdated(ConflictError, AbortableError):
+    """A concurrent commit changed the state a request was planned from (a mirror step's
+    progress or group offsets): landing it would move that state back. Plan again."""
+
+    def __init__(self, *, table: str, what: str) -> None:
+        self.table, self.what = table, what
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"{self.table}: {self.what} changed since this request was planned; plan it again"
+
+
 class CorruptBatch(InvalidInput):
     """A batch's own offsets are not consecutive (or not of the partition it names)."""
 

@@ -4,8 +4,11 @@ A mirror target holds the same (partition, offset) with the same content as its 
 consumers fail over with their committed offsets unchanged. :func:`mirror` is one
 incremental, resumable step:
 
-1. Read the source's consumer-group offsets, *then* the source table: a committed group
+1. Read the target (its progress and group offsets), then the source's consumer-group
+   offsets, *then* the source table. Source groups before the source table: a committed group
    offset never passes the log end (I10), so every offset read is covered by the data read.
+   Target before source: every step that committed into the target read the source earlier,
+   so the target never holds more than this step's view of the source.
 2. Create the target on first use, with the source's schema, partition spec, sort order and
    table properties. It is read-only (``icelog.read-only``) until :func:`promote`.
 3. Refuse to go on if the source is not the table mirrored so far (its table UUID changed:
@@ -21,7 +24,10 @@ incremental, resumable step:
 6. Commit one :class:`OffsetWriteRequest` (plus the group offsets, in the same atomic
    multi-table commit) through the commit core. The progress (source snapshot, UUID and
    state version) is a table property set in that same commit, so a crash at any point
-   resumes from exactly what the target holds: no gap, no duplicate.
+   resumes from exactly what the target holds: no gap, no duplicate. The commit lands only if
+   the target's progress and group offsets are still the ones read in step 1
+   (:class:`PlanOutdated` otherwise, and the step plans again): a slow step never moves a
+   concurrent step's progress, producer state or group offsets back.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from storage.errors import (
     InvalidInput,
     InvalidProduceOffset,
     MirrorGap,
+    PlanOutdated,
     MirrorPromoted,
     MirrorSchemaChanged,
     MirrorSourceChanged,
@@ -156,7 +163,7 @@ def mirror(
     for attempt in range(1, max_attempts + 1):
         try:
             return _step(source_catalog, source_id, target_catalog, target_id, copier or copy_files)
-        except InvalidProduceOffset:
+        except (InvalidProduceOffset, PlanOutdated):
             # Another step into the same target committed since this one planned. Each loss
             # is that step's progress; once the target holds everything this call was asked
             # for, the work is done. Otherwise plan again from what the target holds now.
@@ -172,11 +179,15 @@ def mirror(
 
 def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier) -> MirrorResult:
     started = time.perf_counter()
+    # The target before the source (step 1): every step that committed into the target read
+    # the source before this step reads it, so this step's view of the source is never older
+    # than what the target holds.
+    target = _open_target(source_catalog, source_id, target_catalog, target_id)
+    target_groups = _target_groups(target_catalog, target_id)
     groups = _source_groups(source_catalog, source_id)  # before the table: see step 1
     source = load(source_catalog, source_id)
     if FORMAT not in source.metadata.properties:
         raise NotALogTable(table=source_id)
-    target = _open_target(source_catalog.name, source_id, source, target_catalog, target_id)
     record = mirror_record(target.metadata) or {}
     if record.get("uuid") != str(source.metadata.table_uuid):
         raise MirrorSourceChanged(source=source_id, expected_uuid=str(record.get("uuid")), actual_uuid=str(source.metadata.table_uuid))
@@ -185,7 +196,6 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         raise MirrorSchemaChanged(source=source_id, columns=missing)
     result = MirrorResult(source_id, target_id, target_catalog.name, source.metadata.current_snapshot_id)
     progress = {**record, "snapshot": source.metadata.current_snapshot_id, "version": source.metadata.properties.get(VERSION)}
-    target_groups = _target_groups(target_catalog, target_id)
     group_changes = {g: o for g, o in groups.items() if target_groups.get(g) != o}
     group_changes.update({g: {"offsets": {}, "ranges": {}} for g in target_groups if g not in groups})
     if progress == record and not group_changes:
@@ -198,7 +208,7 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
     parts: list[tuple[str, Request]] = [(target_id, request)]
     if group_changes:
         ensure_system_table(target_catalog, GROUPS_TABLE)
-        parts.append((GROUPS_TABLE, MirrorGroupOffsets(target_id, group_changes)))
+        parts.append((GROUPS_TABLE, MirrorGroupOffsets(target_id, group_changes, expected=target_groups)))
         result.groups = len(group_changes)
     commit_id = f"mirror-{token}"
     try:
@@ -265,6 +275,7 @@ def _plan(
         partitions=src.partitions,
         producers=src.producers,
         properties={MIRROR: json.dumps(dict(progress), sort_keys=True)},
+        expect_properties={MIRROR: target.metadata.properties[MIRROR]},
         lineage=lineage,
     )
 
@@ -382,12 +393,15 @@ def _added_since(source: Table, since: int) -> list[DataFile] | None:
     return [f for path, f in added.items() if path not in deleted]
 
 
-def _open_target(source_catalog: str, source_id: str, source: Table, catalog: Catalog, target_id: str) -> Table:
+def _open_target(source_catalog: Catalog, source_id: str, catalog: Catalog, target_id: str) -> Table:
     """The target, created on first use like its source; refused if promoted or not a mirror."""
     try:
         target = catalog.load_table(target_id)
     except NoSuchTableError:
-        target = _create_target(source_catalog, source_id, source, catalog, target_id)
+        source = load(source_catalog, source_id)
+        if FORMAT not in source.metadata.properties:
+            raise NotALogTable(table=source_id) from None
+        target = _create_target(source_catalog.name, source_id, source, catalog, target_id)
     props = target.metadata.properties
     if props.get(PROMOTED) == "true":
         raise MirrorPromoted(table=target_id)
@@ -425,7 +439,10 @@ def _source_groups(catalog: Catalog, table: str) -> dict[str, dict[str, Any]]:
         metadata = catalog.load_table(GROUPS_TABLE).metadata
     except NoSuchTableError:
         return {}
-    state = GroupOffsetsState.from_metadata(metadata)
+    return _groups_on(GroupOffsetsState.from_metadata(metadata), table)
+
+
+def _groups_on(state: GroupOffsetsState, table: str) -> dict[str, dict[str, Any]]:
     groups = set(state.offsets) | set(state.ranges)
     found = {
         g: {"offsets": dict(state.offsets.get(g, {}).get(table, {})), "ranges": dict(state.ranges.get(g, {}).get(table, {}))}
@@ -445,11 +462,15 @@ class MirrorGroupOffsets(Request):
 
     table: str
     groups: Mapping[str, Mapping[str, Any]]
+    expected: Mapping[str, Mapping[str, Any]] | None = None  # the target's groups the step planned from
     state_type = GroupOffsetsState
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         from dataclasses import replace
 
+        if self.expected is not None and _groups_on(state, self.table) != self.expected:
+            # A concurrent step set newer offsets meanwhile: writing this plan's would move them back.
+            raise PlanOutdated(table=self.table, what="consumer-group offsets")
         offsets = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.offsets.items()}
         ranges = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in state.ranges.items()}
         for group, mirrored in self.groups.items():

@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 
 from storage import schema as cols
 from storage.commit import Decision, Request, commit
-from storage.errors import CorruptBatch, InvalidInput, InvalidProduceOffset, UnknownPartition
+from storage.errors import CorruptBatch, InvalidInput, InvalidProduceOffset, PlanOutdated, UnknownPartition
 from storage.files import file_offset_range, file_partition
 from storage.state import LogState
 
@@ -119,6 +119,8 @@ class OffsetWriteRequest(Request):
         partitions: Grow to this many partitions first.
         producers: Replace the producer state with this (the source's, verbatim).
         properties: Further table properties, committed with the data (mirror progress).
+        expect_properties: Table properties that must still hold these values when the write
+            lands (the mirror progress it was planned from); otherwise :class:`PlanOutdated`.
         lineage: Extra snapshot-summary entries.
     """
 
@@ -132,8 +134,12 @@ class OffsetWriteRequest(Request):
     properties: Mapping[str, str] = field(default_factory=dict)
     lineage: Mapping[str, str] = field(default_factory=dict)
     commit_id: str = ""
+    expect_properties: Mapping[str, str] = field(default_factory=dict)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        for key, value in self.expect_properties.items():
+            if table.metadata.properties.get(key) != value:
+                raise PlanOutdated(table=self.table, what=key)
         base = state
         if self.partitions is not None and self.partitions > state.partitions:
             state = state.with_partitions(self.partitions)

@@ -409,6 +409,83 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
     assert_parity(source, target)
 
 
+def _race_once(monkeypatch, name: str, race, *, skip: int = 0, before: bool = False) -> list:
+    """Run ``race()`` once, right after (or ``before``) call number ``skip + 1`` of
+    ``storage.mirror.<name>`` (the real function still runs): a concurrent step at an exact
+    point of this one."""
+    import storage.mirror as mirror_module
+
+    real, calls, fired = getattr(mirror_module, name), [], []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        mine = len(calls) == skip + 1  # once: the race's own calls come later
+        if mine and before:
+            fired.append(race())
+        out = real(*args, **kwargs)
+        if mine and not before:
+            fired.append(race())
+        return out
+
+    monkeypatch.setattr(mirror_module, name, wrapped)
+    return fired
+
+
+def test_i6_a_step_whose_target_moved_on_after_it_read_the_source_is_not_a_changed_source(source_spec, target_spec, target, monkeypatch):
+    """CI saw this race: a step read the source, another step mirrored newer rows, then the
+    first read the target, found it ahead of its (older) view of the source and refused with
+    MirrorSourceChanged. The target is read before the source now."""
+    source = source_spec.open()
+    src = LogTable.create(source, "orders", 2)
+    src.append({0: rows(3), 1: rows(2)})
+    run_mirror(source, target)
+
+    def race():
+        src.append({0: rows(2, "late")})
+        return mirror(source_spec.open(), "orders", target_spec.open(), principal=PRINCIPAL)
+
+    # skip=1: the call's first load is its goal; the second is the step's read of the source.
+    raced = _race_once(monkeypatch, "load", race, skip=1)
+    result = run_mirror(source, target)  # the old order raised MirrorSourceChanged here
+    assert raced and raced[0].ranges == {0: (3, 5)}
+    assert result.up_to_date  # it was asked for offsets up to 3: the target holds them
+    assert_parity(source, target)
+
+
+def test_i6_a_stale_step_never_moves_the_targets_group_offsets_back(source, target, monkeypatch):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(10)})
+    run_mirror(source, target)
+    commit_offsets(source, "workers", {("orders", 0): 3})
+
+    def race():  # after this step planned offset 3: the group moves on and another step mirrors 7
+        commit_offsets(source, "workers", {("orders", 0): 7})
+        return run_mirror(source, target)
+
+    raced = _race_once(monkeypatch, "commit_tables", race, before=True)
+    run_mirror(source, target)
+    assert raced and raced[0].groups == 1
+    assert committed_offsets(target, "workers", "orders") == committed_offsets(source, "workers", "orders") == {0: 7}
+
+
+def test_i6_a_stale_step_never_moves_the_targets_progress_or_producers_back(source, target, monkeypatch):
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    init_producer(source, "logs.orders", "first")  # a state-only change for this step to mirror
+
+    def race():  # after this step planned: another producer appears and another step mirrors it
+        init_producer(source, "logs.orders", "second")
+        return run_mirror(source, target)
+
+    raced = _race_once(monkeypatch, "commit_tables", race, before=True)
+    run_mirror(source, target)
+    assert raced
+    assert set(LogTable.open(target, "orders").state().producers) == set(src.state().producers)
+    assert mirror_record(LogTable.open(target, "orders").table().metadata)["version"] == src.table().metadata.properties["icelog.version"]
+    assert_parity(source, target)
+
+
 def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, target):
     src = LogTable.create(source, "orders", 1, properties={"icelog.snapshots.keep": "2"})
     src.append({0: rows(2)})
