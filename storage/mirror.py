@@ -25,9 +25,10 @@ incremental, resumable step:
    multi-table commit) through the commit core. The progress (source snapshot, UUID and
    state version) is a table property set in that same commit, so a crash at any point
    resumes from exactly what the target holds: no gap, no duplicate. The commit lands only if
-   the target's progress and group offsets are still the ones read in step 1
+   the target's progress, group offsets and promotion are still the ones read in step 1
    (:class:`PlanOutdated` otherwise, and the step plans again): a slow step never moves a
-   concurrent step's progress, producer state or group offsets back.
+   concurrent step's progress, producer state or group offsets back, and never lands on a
+   target promoted meanwhile.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def mirror(
         MirrorSourceChanged: the source table was dropped and re-created.
         MirrorPromoted: the target was promoted.
         MirrorSchemaChanged: the source gained columns the target lacks.
-        InvalidProduceOffset: concurrent steps into the same target kept moving its log end.
+        InvalidProduceOffset, PlanOutdated: concurrent steps into the same target kept
+            committing before this one (``max_attempts`` times).
         CommitConflict, CommitOutcomeUnknown: transient; run again (it resumes).
     """
     source_id = cols.qualified(source_table)
@@ -164,16 +166,20 @@ def mirror(
         try:
             return _step(source_catalog, source_id, target_catalog, target_id, copier or copy_files)
         except (InvalidProduceOffset, PlanOutdated):
-            # Another step into the same target committed since this one planned. Each loss
-            # is that step's progress; once the target holds everything this call was asked
-            # for, the work is done. Otherwise plan again from what the target holds now.
+            # Another step into the same target committed since this one planned: plan again
+            # from what the target holds now (with nothing left to copy, that is quick). The
+            # winner may have read the source before this call began, so its commit is not
+            # this call's work. Only when attempts run out does a target whose log ends reach
+            # what this call was asked for end it (group offsets and producer state then
+            # follow at the next step).
+            if attempt < max_attempts:
+                time.sleep(random.uniform(0, 0.05 * attempt))  # desynchronise steps that keep colliding
+                continue
             ends = {p: w.end for p, w in LogState.from_metadata(load(target_catalog, target_id).metadata).watermarks.items()}
             if all(ends.get(p, 0) >= end for p, end in goal.items()):
                 log.info("mirrored by a concurrent step", source=source_id, target=target_id, log_ends=ends)
                 return MirrorResult(source_id, target_id, target_catalog.name, None, log_ends=ends, up_to_date=True)
-            if attempt == max_attempts:
-                raise
-            time.sleep(random.uniform(0, 0.05 * attempt))  # desynchronise steps that keep colliding
+            raise
     raise AssertionError("unreachable")
 
 
@@ -204,7 +210,14 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         result.seconds = time.perf_counter() - started
         return result
     token = uuid.uuid4().hex  # this step's commit id and copy names: never shared with another step
-    request = _plan(source, target, record, progress, result, copier, token)
+    try:
+        request = _plan(source, target, record, progress, result, copier, token)
+    except (MirrorGap, MirrorSourceChanged) as e:
+        # Judged against the target as read: if a concurrent step moved it on since (and the
+        # source's retention followed), the verdict is stale, not the source.
+        if load(target_catalog, target_id).metadata.properties.get(MIRROR) != target.metadata.properties[MIRROR]:
+            raise PlanOutdated(table=target_id, what=MIRROR) from e
+        raise
     parts: list[tuple[str, Request]] = [(target_id, request)]
     if group_changes:
         ensure_system_table(target_catalog, GROUPS_TABLE)
@@ -275,7 +288,7 @@ def _plan(
         partitions=src.partitions,
         producers=src.producers,
         properties={MIRROR: json.dumps(dict(progress), sort_keys=True)},
-        expect_properties={MIRROR: target.metadata.properties[MIRROR]},
+        expect_properties={MIRROR: target.metadata.properties[MIRROR], PROMOTED: target.metadata.properties.get(PROMOTED)},
         lineage=lineage,
     )
 

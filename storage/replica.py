@@ -134,7 +134,7 @@ class OffsetWriteRequest(Request):
     properties: Mapping[str, str] = field(default_factory=dict)
     lineage: Mapping[str, str] = field(default_factory=dict)
     commit_id: str = ""
-    expect_properties: Mapping[str, str] = field(default_factory=dict)
+    expect_properties: Mapping[str, str | None] = field(default_factory=dict)  # None: not set
 
     def decide(self, state: LogState, table: Table) -> Decision:
         for key, value in self.expect_properties.items():
