@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
@@ -355,29 +356,43 @@ def test_i6_source_schema_gaining_a_column_fails_fast(source, target):
     assert LogTable.open(target, "orders").watermarks()[0].end == 2
 
 
-def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, target_spec, target):
+def mirror_threads(source_spec, target_spec, n: int, more: Callable[[int], bool], before: Callable[[], Any] = lambda: None):
+    """Start ``n`` threads, each with its own catalogs, running ``before()`` then mirror steps of
+    ``orders`` while ``more(steps so far)``. Returns ``join(timeout)``: it fails on any error."""
     import threading
 
-    source = source_spec.open()
-    src = LogTable.create(source, "orders", 2)
     errors: list[BaseException] = []
 
-    def mirror_loop() -> None:
+    def run() -> None:
         mine_source, mine_target = source_spec.open(), target_spec.open()
         try:
-            for _ in range(6):
+            before()
+            steps = 0
+            while more(steps):
                 mirror(mine_source, "orders", mine_target, principal=PRINCIPAL)
+                steps += 1
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=mirror_loop) for _ in range(2)]
+    threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
+
+    def join(timeout: float = 300) -> None:
+        for t in threads:
+            t.join(timeout)
+        assert not errors, errors
+
+    return join
+
+
+def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, target_spec, target):
+    source = source_spec.open()
+    src = LogTable.create(source, "orders", 2)
+    join = mirror_threads(source_spec, target_spec, 2, lambda steps: steps < 6)
     for i in range(6):
         src.append({i % 2: rows(2, f"c{i}")})
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
+    join()
     run_mirror(source, target)
     assert_parity(source, target)
     table = LogTable.open(target, "orders").table()

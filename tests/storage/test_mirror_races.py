@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 from storage.commit import commit
 from storage.errors import MirrorPromoted
 from storage.groups import commit_offsets, committed_offsets
 from storage.log import LogTable
 from storage.maintenance import Retention
-from storage.mirror import copy_files, mirror, mirror_record, promote
+from storage.mirror import copy_files, mirror, promote
 from storage.producers import init_producer
 from tests.storage.test_mirror import (  # noqa: F401  (fixtures)
     PRINCIPAL,
     _race_once,
     assert_parity,
+    mirror_threads,
     rows,
     run_mirror,
     source,
@@ -152,22 +152,7 @@ def test_i6_first_steps_create_the_target_concurrently(source_spec, target_spec,
         src.append({0: rows(2, f"a{i}"), 1: rows(1, f"b{i}")})
     commit_offsets(source, "g", {("orders", 0): 3})
     barrier = threading.Barrier(3)
-    errors: list[BaseException] = []
-
-    def one():
-        s, t = source_spec.open(), target_spec.open()
-        try:
-            barrier.wait(30)
-            mirror(s, "orders", t, principal=PRINCIPAL)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=one) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    mirror_threads(source_spec, target_spec, 3, lambda steps: steps < 1, before=lambda: barrier.wait(30))(120)
     assert_parity(source, target)
     assert committed_offsets(target, "g", "orders") == {0: 3}
 
@@ -179,20 +164,8 @@ def test_i6_mirror_loops_beside_appends_group_commits_and_producer_inits_end_in_
     src = LogTable.create(source, "orders", 2)
     src.append({0: rows(2), 1: rows(2)})
     run_mirror(source, target)
-    errors: list[BaseException] = []
     stop = threading.Event()
-
-    def loop():
-        s, t = source_spec.open(), target_spec.open()
-        try:
-            while not stop.is_set():
-                mirror(s, "orders", t, principal=PRINCIPAL)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=loop) for _ in range(3)]
-    for t in threads:
-        t.start()
+    join = mirror_threads(source_spec, target_spec, 3, lambda steps: not stop.is_set())
     try:
         for i in range(12):
             src.append({i % 2: rows(2, f"c{i}")})
@@ -201,9 +174,7 @@ def test_i6_mirror_loops_beside_appends_group_commits_and_producer_inits_end_in_
                 init_producer(source, "logs.orders", f"p{i}")
     finally:
         stop.set()
-        for t in threads:
-            t.join(300)
-    assert not errors, errors
+    join()
     run_mirror(source, target)
     assert_parity(source, target)
     assert committed_offsets(target, "g", "orders") == committed_offsets(source, "g", "orders")
