@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-
 from storage.commit import commit
 from storage.errors import MirrorPromoted
 from storage.groups import commit_offsets, committed_offsets
