@@ -473,7 +473,8 @@ class InvalidProduceOffset(ConflictError, AbortableError):
 
 class PlanOutdated(ConflictError, AbortableError):
     """A concurrent commit changed the state a request was planned from (a mirror step's
-    progress or group offsets): landing it would move that state back. Plan again."""
+    progress, group offsets or the target's promotion): landing it would move that state back
+    or write over a promoted table. Plan again."""
 
     def __init__(self, *, table: str, what: str) -> None:
         self.table, self.what = table, what

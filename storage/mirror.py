@@ -65,11 +65,11 @@ from storage.errors import (
     InvalidInput,
     InvalidProduceOffset,
     MirrorGap,
-    PlanOutdated,
     MirrorPromoted,
     MirrorSchemaChanged,
     MirrorSourceChanged,
     NotALogTable,
+    PlanOutdated,
 )
 from storage.files import data_files_from_parquet, file_offset_range, file_partition
 from storage.groups import GROUPS_TABLE, GroupOffsetsState
