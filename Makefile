@@ -7,12 +7,14 @@ UV      := uv==0.13.8
 
 .PHONY: setup demo test test-slow bench lock clean airflow chaos
 
-$(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/web-assets/package-lock.json
+$(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_install.py infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(UV)
-	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	# pyspark is reinstalled: removing a second owner of its files (an older lock's pyspark-client) deletes them.
+	$(BIN)/uv pip sync -q --python $(BIN)/python --reinstall-package pyspark requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/python -m infra.check_install   # two distributions owning one file: fail here, not at import time
 	cd infra/web-assets && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error   # Data Docs assets, offline
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
@@ -40,7 +42,7 @@ chaos: setup
 
 # Re-resolve the pinned lock after changing dependencies in pyproject.toml.
 lock:
-	$(BIN)/uv pip compile -q pyproject.toml --extra test --python-version 3.11 -o requirements.lock
+	$(BIN)/uv pip compile -q pyproject.toml --extra test --python-version 3.11 --excludes infra/lock-excludes.txt -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .icelog
