@@ -20,7 +20,8 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
     **DAG_DEFAULTS,
     params={
         "table": Param(TABLES[0], type="string", pattern=NAME_PATTERN, description="Log table, namespace.table"),
-        "source": Param(LANDING, type="string", description="Landing root (default: $ICELOG_HOME/landing)"),
+        # Nullable: the UI's form sends an empty field as null, so a required "" would keep Trigger disabled.
+        "source": Param(LANDING or None, type=["null", "string"], description="Landing root (empty: $ICELOG_LANDING, else $ICELOG_HOME/landing)"),
         "start": Param("2013-01-01", type="string", format="date", description="First day (inclusive)"),
         "end": Param("2013-01-31", type="string", format="date", description="Last day (inclusive)"),
         "partitions": Param(None, type=["null", "array"], items={"type": "integer", "minimum": 0}, description="Only these log partitions (default: all)"),
