@@ -28,8 +28,11 @@ one-table case.
    meets no competitor. A dead holder stalls writers for at most the TTL.
 
 A commit never deletes the metadata file it replaced: a reader may hold that pointer.
-Metadata files that left the metadata log are deleted once they have been superseded for
-``icelog.metadata.delete-grace-ms`` (default 60 s); younger ones are left to orphan cleanup.
+Every commit sweeps metadata files superseded more than ``icelog.metadata.delete-grace-ms``
+ago (default 60 s; ``storage.metadata_files``), so files still inside the grace at one
+commit go at a later one. The table properties the core reads (``storage.properties``) are
+read before anything is written: a malformed one refuses the commit, and nothing after the
+swap may fail a commit that landed.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
@@ -61,7 +64,8 @@ from pyiceberg.table.update import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from storage import faults
+from storage import faults, metadata_files
+from storage import properties as props
 from storage.errors import (
     CatalogUnavailable,
     CommitConflict,
@@ -81,12 +85,9 @@ HEAD = "icelog.head"
 COMMITS = "icelog.commits"
 COMMIT_ID = "icelog.commit-id"
 RANGES = "icelog.ranges"
-KEEP_SNAPSHOTS = "icelog.snapshots.keep"
-KEEP_SNAPSHOTS_DEFAULT = 20
-KEEP_COMMIT_IDS = "icelog.commit-ids.keep"
-KEEP_COMMIT_IDS_DEFAULT = 1000
-METADATA_GRACE_MS = "icelog.metadata.delete-grace-ms"
-METADATA_GRACE_MS_DEFAULT = 60_000
+KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
+KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
+METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
 LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
 LEASE_TTL_S = 10.0
 EXCLUSIVE_AFTER = 3
@@ -361,6 +362,7 @@ def commit_tables(
                 attempt -= 1
                 continue
             deciding = True
+            settings: dict[str, props.CommitSettings] = {}
             try:
                 plans = []
                 for ident, request in parts:
@@ -368,6 +370,7 @@ def commit_tables(
                     if not getattr(request, "allow_foreign", False):
                         check_head(ident, table.metadata)
                     state = request.state_type.from_metadata(table.metadata)
+                    settings[ident] = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
                     # A decision may write files itself (compaction's merged files): inside the try.
                     plans.append((ident, request, table, state, request.decide(state, table)))
                 deciding = False
@@ -386,7 +389,7 @@ def commit_tables(
                 faults.checkpoint(faults.AFTER_DATA_FILES)
 
                 staged = [
-                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
+                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request, settings[ident]))
                     for ident, request, table, state, decision in plans
                     if decision.write
                 ]
@@ -413,7 +416,7 @@ def commit_tables(
                 faults.checkpoint(faults.AFTER_CATALOG_SWAP)
                 snapshots: dict[str, int | None] = {}
                 for (ident, table, decision, _), response in zip(staged, responses):
-                    _delete_superseded_metadata(table.io, table.metadata, response.metadata)
+                    _delete_superseded_metadata(table.io, response, settings[ident].metadata_grace_ms)
                     snapshots[ident] = response.metadata.current_snapshot_id
                     _attach_snapshot(decision.result, snapshots[ident])
                 bound.debug("committed", attempt=attempt, snapshots=snapshots)
@@ -507,29 +510,15 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
 
 
-def _delete_superseded_metadata(io: FileIO, base: TableMetadata, new: TableMetadata) -> None:
-    """Delete metadata files that left the metadata log and were superseded long enough ago.
+def _delete_superseded_metadata(io: FileIO, response: CommitTableResponse, grace_ms: int) -> None:
+    """After a commit landed: sweep superseded metadata files (``storage.metadata_files``).
 
-    A reader that read a pointer has until the grace ends to read its file; icelog's own
-    readers also retry (:func:`load`). Files still inside the grace are left to orphan
-    cleanup (``storage.maintenance``), so this never deletes anything a reader may want.
+    Nothing here may fail the commit: its caller must hear that it landed.
     """
-    grace = int(new.properties.get(METADATA_GRACE_MS, METADATA_GRACE_MS_DEFAULT))
-    kept = {entry.metadata_file for entry in new.metadata_log}
-    entries = list(base.metadata_log)
-    cutoff = int(time.time() * 1000) - grace
-    for i, entry in enumerate(entries):
-        if entry.metadata_file in kept:
-            continue
-        superseded_ms = entries[i + 1].timestamp_ms if i + 1 < len(entries) else base.last_updated_ms
-        if superseded_ms >= cutoff:
-            continue
-        try:
-            io.delete(entry.metadata_file)
-        except OSError:
-            pass  # already gone, or unreachable: orphan cleanup gets it later
-        except Exception as e:  # never fail a commit that landed over a leftover file
-            log.warning("could not delete superseded metadata file", file=entry.metadata_file, error=repr(e))
+    try:
+        metadata_files.delete_superseded(io, response.metadata, response.metadata_location, grace_ms)
+    except Exception as e:  # noqa: BLE001 - a later commit or `maintain` sweeps again
+        log.warning("could not sweep superseded metadata files", location=response.metadata_location, error=repr(e))
 
 
 def _discard(table: Table, files: list[DataFile]) -> None:
@@ -546,7 +535,8 @@ def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:
 
 
 def _stage(
-    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any
+    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any,
+    settings: props.CommitSettings,
 ) -> TableSwap:
     """Turn a decision into catalog updates plus the requirements that pin its base."""
     metadata = table.metadata
@@ -573,18 +563,17 @@ def _stage(
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
         head = decision.set_main
     registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
-    keep = int(metadata.properties.get(KEEP_COMMIT_IDS, KEEP_COMMIT_IDS_DEFAULT))
     properties = {
         **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
         VERSION: str(_version(metadata) + 1),
         HEAD: "" if head is None else str(head),
-        COMMITS: json.dumps(registry[-keep:], separators=(",", ":")),
+        COMMITS: json.dumps(registry[-settings.commit_ids_keep:], separators=(",", ":")),
     }
     updates.append(SetPropertiesUpdate(updates=properties))
     adding = 1 if files or decision.drop_files else 0
-    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, protect=decision.set_main))
+    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main))
     if expired:
         updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))
     requirements = (
@@ -605,9 +594,8 @@ def _evaluator_per_manifest(overwrite: Any) -> None:
     overwrite._build_manifest_evaluator = lambda spec_id: (lambda manifest: build(spec_id)(manifest))
 
 
-def _snapshots_to_expire(metadata: TableMetadata, adding: int, protect: int | None = None) -> list[int]:
+def _snapshots_to_expire(metadata: TableMetadata, adding: int, keep: int, protect: int | None = None) -> list[int]:
     """Inline expiry keeps commit cost flat: only the newest ``icelog.snapshots.keep`` stay."""
-    keep = int(metadata.properties.get(KEEP_SNAPSHOTS, KEEP_SNAPSHOTS_DEFAULT))
     protected = {ref.snapshot_id for ref in metadata.refs.values()} | {protect}
     candidates = sorted(
         (s for s in metadata.snapshots if s.snapshot_id not in protected), key=lambda s: s.timestamp_ms

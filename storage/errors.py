@@ -151,6 +151,21 @@ class ExpectedOffsetRequired(InvalidInput):
         )
 
 
+class InvalidProperty(InvalidInput):
+    """An ``icelog.*`` table property has a malformed value (``storage.properties``).
+
+    Refused when set, and when a commit reads it: that commit writes nothing.
+    """
+
+    def __init__(self, *, table: str | None, key: str, value: str, reason: str) -> None:
+        self.table, self.key, self.value = table, key, value
+        super().__init__(reason=reason)
+
+    def describe(self) -> str:
+        where = f"{self.table}: " if self.table else ""
+        return f"{where}table property {self.key}={self.value!r} is malformed ({self.reason}); nothing was written"
+
+
 class UnknownSnapshot(InvalidInput):
     def __init__(self, *, table: str, snapshot_id: int, retained: list[int]) -> None:
         self.table, self.snapshot_id, self.retained = table, snapshot_id, retained

@@ -19,6 +19,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
 
+from storage import properties as icelog_properties
 from storage import schema as cols
 from storage.catalog import ensure_namespace
 from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load
@@ -197,9 +198,11 @@ class LogTable:
 
         Raises:
             InvalidIdentifier, InvalidInput: bad name, partition count or payload schema.
+            InvalidProperty: a malformed ``icelog.*`` property (``storage.properties``).
             TableAlreadyExists: the table exists.
         """
         namespace, name = cols.parse_identifier(identifier)
+        icelog_properties.validate(properties or {}, f"{namespace}.{name}")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
         fields = cols.payload_fields(payload)
