@@ -69,6 +69,7 @@ from storage import properties as props
 from storage.errors import (
     CatalogUnavailable,
     CommitConflict,
+    CommitIdForgotten,
     CommitOutcomeUnknown,
     ForeignCommit,
     InvalidInput,
@@ -88,6 +89,9 @@ RANGES = "icelog.ranges"
 KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
 METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
+FORGOTTEN = "icelog.commits.forgotten-ms"  # the newest commit time the registry dropped: see step 1
+COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-ids.keep): bounded metadata
+CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
 LEASE_TTL_S = 10.0
 EXCLUSIVE_AFTER = 3
@@ -184,8 +188,59 @@ def _version(metadata: TableMetadata) -> int:
 
 
 def recent_commits(metadata: TableMetadata) -> list[list[Any]]:
-    """The commit-id registry: ``[[commit_id, receipt, snapshot_id], ...]``, oldest first."""
+    """The commit-id registry: ``[[commit_id, receipt, snapshot_id, committed_ms], ...]``, oldest
+    first (entries written before commit times were recorded have no ``committed_ms``)."""
     return json.loads(metadata.properties.get(COMMITS, "[]"))
+
+
+def new_commit_id() -> str:
+    """A fresh commit id that carries its creation time (a UUIDv7, RFC 9562).
+
+    A re-send of such an id can be judged after the registry forgot older commits: see
+    :class:`storage.errors.CommitIdForgotten`.
+    """
+    ms = time.time_ns() // 1_000_000
+    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | random.getrandbits(12) << 64 | 0b10 << 62 | random.getrandbits(62)
+    return uuid.UUID(int=value).hex
+
+
+def commit_id_created_ms(commit_id: str) -> int | None:
+    """The creation time in a UUIDv7 commit id (any spelling ``uuid.UUID`` reads); None for other ids."""
+    try:
+        parsed = uuid.UUID(commit_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return parsed.int >> 80 if parsed.version == 7 else None
+
+
+def _committed_ms(entry: list[Any], now_ms: int) -> int:
+    return entry[3] if len(entry) > 3 and isinstance(entry[3], int) else now_ms  # unknown: as if just now
+
+
+def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, now_ms: int) -> tuple[list[list[Any]], int | None]:
+    """The newest ``commit-ids.keep`` entries, and older ones younger than ``commit-ids.min-retention-ms``
+    (``COMMIT_IDS_MAX`` in all at most); returns them and the newest commit time dropped, if any."""
+    cap = max(settings.commit_ids_keep, COMMIT_IDS_MAX)
+    floor_ms = now_ms - settings.commit_ids_min_retention_ms
+    start = max(0, len(registry) - settings.commit_ids_keep)
+    while start > 0 and len(registry) - start < cap and _committed_ms(registry[start - 1], now_ms) > floor_ms:
+        start -= 1
+    dropped = registry[:start]
+    return registry[start:], max((_committed_ms(e, now_ms) for e in dropped), default=None)
+
+
+def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str) -> None:
+    """Raise :class:`CommitIdForgotten` unless the registry proves ``commit_id`` never landed.
+
+    Called once the lookup did not find it. Every commit since the newest one the registry
+    dropped is in it; an id made after that (by its UUIDv7 time, less the clock skew) can
+    only have landed after it, so its absence is proven. Ids that carry no time cannot be
+    judged: only the registry's window protects them.
+    """
+    created_ms = commit_id_created_ms(commit_id)
+    forgotten_ms = int(metadata.properties.get(FORGOTTEN, "0") or 0)
+    if created_ms is not None and forgotten_ms and created_ms - CLOCK_SKEW_MS <= forgotten_ms:
+        raise CommitIdForgotten(table=identifier, commit_id=commit_id, created_ms=created_ms, forgotten_ms=forgotten_ms)
 
 
 def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
@@ -193,7 +248,7 @@ def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
     raw = metadata.properties.get(COMMITS, "")
     if commit_id not in raw:  # cheap test first: the registry is rewritten by every commit
         return _NOT_FOUND
-    for cid, receipt, snapshot_id in reversed(json.loads(raw)):
+    for cid, receipt, snapshot_id, *_ in reversed(json.loads(raw)):
         if cid == commit_id:
             return receipt, snapshot_id
     return _NOT_FOUND
@@ -320,7 +375,8 @@ def commit_tables(
         raise InvalidInput(reason=f"each table at most once per commit: {identifiers}")
     check_atomic(catalog, len(identifiers))
     write_rows = write_rows or write_log_files
-    commit_id = commit_id or uuid.uuid4().hex
+    resent = commit_id is not None  # a caller's id may have been sent before; ours is new
+    commit_id = commit_id or new_commit_id()
     bound = log.bind(tables=identifiers, commit_id=commit_id)
     started = time.monotonic()
     written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
@@ -347,6 +403,9 @@ def commit_tables(
             receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
             if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
                 return [_landed(request, receipts[ident], attempt) for ident, request in parts]
+            if resent:
+                for ident in identifiers:
+                    check_not_forgotten(ident, tables[ident].metadata, commit_id)
             wait = max((_lease_wait(t.metadata, commit_id) for t in tables.values()), default=0.0)
             if wait > 0:  # another commit's turn (step 7): not an attempt of ours
                 attempt -= 1
@@ -562,15 +621,20 @@ def _stage(
     if decision.set_main is not None:
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
         head = decision.set_main
-    registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
+    now_ms = int(time.time() * 1000)
+    registry, forgotten_ms = _trim_registry(
+        [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head, now_ms]], settings, now_ms
+    )
     properties = {
         **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
         VERSION: str(_version(metadata) + 1),
         HEAD: "" if head is None else str(head),
-        COMMITS: json.dumps(registry[-settings.commit_ids_keep:], separators=(",", ":")),
+        COMMITS: json.dumps(registry, separators=(",", ":")),
     }
+    if forgotten_ms is not None:
+        properties[FORGOTTEN] = str(max(forgotten_ms, int(metadata.properties.get(FORGOTTEN, "0") or 0)))
     updates.append(SetPropertiesUpdate(updates=properties))
     adding = 1 if files or decision.drop_files else 0
     expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main))

@@ -322,6 +322,23 @@ class CommitOutcomeUnknown(TransientError):
         )
 
 
+class CommitIdForgotten(TerminalError):
+    """A re-sent commit id may have landed before the commit-id registry's window: the
+    registry cannot prove it did not, so icelog neither writes it again nor says it landed."""
+
+    def __init__(self, *, table: str, commit_id: str, created_ms: int, forgotten_ms: int) -> None:
+        self.table, self.commit_id, self.created_ms, self.forgotten_ms = table, commit_id, created_ms, forgotten_ms
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.table}: commit id {self.commit_id} was made at {self.created_ms} ms, and the commit-id registry "
+            f"has forgotten commits up to {self.forgotten_ms} ms (icelog.commit-ids.keep, "
+            "icelog.commit-ids.min-retention-ms): whether it landed cannot be proven. Check the log (offsets, "
+            "producer sequences) before sending the rows again under a new commit id"
+        )
+
+
 class StorageUnavailable(TransientError):
     """The warehouse could not be written (e.g. a full disk) before the pointer swap: nothing was
     committed, so the same request may be re-sent, with the same commit id, once it can be."""
