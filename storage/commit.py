@@ -28,8 +28,11 @@ one-table case.
    meets no competitor. A dead holder stalls writers for at most the TTL.
 
 A commit never deletes the metadata file it replaced: a reader may hold that pointer.
-Metadata files that left the metadata log are deleted once they have been superseded for
-``icelog.metadata.delete-grace-ms`` (default 60 s); younger ones are left to orphan cleanup.
+Every commit sweeps metadata files superseded more than ``icelog.metadata.delete-grace-ms``
+ago (default 60 s; ``storage.metadata_files``), so files still inside the grace at one
+commit go at a later one. The table properties the core reads (``storage.properties``) are
+read before anything is written: a malformed one refuses the commit, and nothing after the
+swap may fail a commit that landed.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
@@ -61,10 +64,12 @@ from pyiceberg.table.update import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from storage import faults
+from storage import faults, metadata_files
+from storage import properties as props
 from storage.errors import (
     CatalogUnavailable,
     CommitConflict,
+    CommitIdForgotten,
     CommitOutcomeUnknown,
     ForeignCommit,
     InvalidInput,
@@ -81,12 +86,12 @@ HEAD = "icelog.head"
 COMMITS = "icelog.commits"
 COMMIT_ID = "icelog.commit-id"
 RANGES = "icelog.ranges"
-KEEP_SNAPSHOTS = "icelog.snapshots.keep"
-KEEP_SNAPSHOTS_DEFAULT = 20
-KEEP_COMMIT_IDS = "icelog.commit-ids.keep"
-KEEP_COMMIT_IDS_DEFAULT = 1000
-METADATA_GRACE_MS = "icelog.metadata.delete-grace-ms"
-METADATA_GRACE_MS_DEFAULT = 60_000
+KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
+KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
+METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
+FORGOTTEN = "icelog.commits.forgotten-ms"  # the newest commit time the registry dropped: see step 1
+COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-ids.keep): bounded metadata
+CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
 LEASE_TTL_S = 10.0
 EXCLUSIVE_AFTER = 3
@@ -183,8 +188,59 @@ def _version(metadata: TableMetadata) -> int:
 
 
 def recent_commits(metadata: TableMetadata) -> list[list[Any]]:
-    """The commit-id registry: ``[[commit_id, receipt, snapshot_id], ...]``, oldest first."""
+    """The commit-id registry: ``[[commit_id, receipt, snapshot_id, committed_ms], ...]``, oldest
+    first (entries written before commit times were recorded have no ``committed_ms``)."""
     return json.loads(metadata.properties.get(COMMITS, "[]"))
+
+
+def new_commit_id() -> str:
+    """A fresh commit id that carries its creation time (a UUIDv7, RFC 9562).
+
+    A re-send of such an id can be judged after the registry forgot older commits: see
+    :class:`storage.errors.CommitIdForgotten`.
+    """
+    ms = time.time_ns() // 1_000_000
+    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | random.getrandbits(12) << 64 | 0b10 << 62 | random.getrandbits(62)
+    return uuid.UUID(int=value).hex
+
+
+def commit_id_created_ms(commit_id: str) -> int | None:
+    """The creation time in a UUIDv7 commit id (any spelling ``uuid.UUID`` reads); None for other ids."""
+    try:
+        parsed = uuid.UUID(commit_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return parsed.int >> 80 if parsed.version == 7 else None
+
+
+def _committed_ms(entry: list[Any], now_ms: int) -> int:
+    return entry[3] if len(entry) > 3 and isinstance(entry[3], int) else now_ms  # unknown: as if just now
+
+
+def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, now_ms: int) -> tuple[list[list[Any]], int | None]:
+    """The newest ``commit-ids.keep`` entries, and older ones younger than ``commit-ids.min-retention-ms``
+    (``COMMIT_IDS_MAX`` in all at most); returns them and the newest commit time dropped, if any."""
+    cap = max(settings.commit_ids_keep, COMMIT_IDS_MAX)
+    floor_ms = now_ms - settings.commit_ids_min_retention_ms
+    start = max(0, len(registry) - settings.commit_ids_keep)
+    while start > 0 and len(registry) - start < cap and _committed_ms(registry[start - 1], now_ms) > floor_ms:
+        start -= 1
+    dropped = registry[:start]
+    return registry[start:], max((_committed_ms(e, now_ms) for e in dropped), default=None)
+
+
+def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str) -> None:
+    """Raise :class:`CommitIdForgotten` unless the registry proves ``commit_id`` never landed.
+
+    Called once the lookup did not find it. Every commit since the newest one the registry
+    dropped is in it; an id made after that (by its UUIDv7 time, less the clock skew) can
+    only have landed after it, so its absence is proven. Ids that carry no time cannot be
+    judged: only the registry's window protects them.
+    """
+    created_ms = commit_id_created_ms(commit_id)
+    forgotten_ms = int(metadata.properties.get(FORGOTTEN, "0") or 0)
+    if created_ms is not None and forgotten_ms and created_ms - CLOCK_SKEW_MS <= forgotten_ms:
+        raise CommitIdForgotten(table=identifier, commit_id=commit_id, created_ms=created_ms, forgotten_ms=forgotten_ms)
 
 
 def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
@@ -192,7 +248,7 @@ def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
     raw = metadata.properties.get(COMMITS, "")
     if commit_id not in raw:  # cheap test first: the registry is rewritten by every commit
         return _NOT_FOUND
-    for cid, receipt, snapshot_id in reversed(json.loads(raw)):
+    for cid, receipt, snapshot_id, *_ in reversed(json.loads(raw)):
         if cid == commit_id:
             return receipt, snapshot_id
     return _NOT_FOUND
@@ -319,7 +375,8 @@ def commit_tables(
         raise InvalidInput(reason=f"each table at most once per commit: {identifiers}")
     check_atomic(catalog, len(identifiers))
     write_rows = write_rows or write_log_files
-    commit_id = commit_id or uuid.uuid4().hex
+    resent = commit_id is not None  # a caller's id may have been sent before; ours is new
+    commit_id = commit_id or new_commit_id()
     bound = log.bind(tables=identifiers, commit_id=commit_id)
     started = time.monotonic()
     written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
@@ -346,6 +403,9 @@ def commit_tables(
             receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
             if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
                 return [_landed(request, receipts[ident], attempt) for ident, request in parts]
+            if resent:
+                for ident in identifiers:
+                    check_not_forgotten(ident, tables[ident].metadata, commit_id)
             wait = max((_lease_wait(t.metadata, commit_id) for t in tables.values()), default=0.0)
             if wait > 0:  # another commit's turn (step 7): not an attempt of ours
                 attempt -= 1
@@ -361,6 +421,7 @@ def commit_tables(
                 attempt -= 1
                 continue
             deciding = True
+            settings: dict[str, props.CommitSettings] = {}
             try:
                 plans = []
                 for ident, request in parts:
@@ -368,6 +429,7 @@ def commit_tables(
                     if not getattr(request, "allow_foreign", False):
                         check_head(ident, table.metadata)
                     state = request.state_type.from_metadata(table.metadata)
+                    settings[ident] = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
                     # A decision may write files itself (compaction's merged files): inside the try.
                     plans.append((ident, request, table, state, request.decide(state, table)))
                 deciding = False
@@ -386,7 +448,7 @@ def commit_tables(
                 faults.checkpoint(faults.AFTER_DATA_FILES)
 
                 staged = [
-                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request))
+                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request, settings[ident]))
                     for ident, request, table, state, decision in plans
                     if decision.write
                 ]
@@ -413,7 +475,7 @@ def commit_tables(
                 faults.checkpoint(faults.AFTER_CATALOG_SWAP)
                 snapshots: dict[str, int | None] = {}
                 for (ident, table, decision, _), response in zip(staged, responses):
-                    _delete_superseded_metadata(table.io, table.metadata, response.metadata)
+                    _delete_superseded_metadata(table.io, response, settings[ident].metadata_grace_ms)
                     snapshots[ident] = response.metadata.current_snapshot_id
                     _attach_snapshot(decision.result, snapshots[ident])
                 bound.debug("committed", attempt=attempt, snapshots=snapshots)
@@ -507,29 +569,15 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
 
 
-def _delete_superseded_metadata(io: FileIO, base: TableMetadata, new: TableMetadata) -> None:
-    """Delete metadata files that left the metadata log and were superseded long enough ago.
+def _delete_superseded_metadata(io: FileIO, response: CommitTableResponse, grace_ms: int) -> None:
+    """After a commit landed: sweep superseded metadata files (``storage.metadata_files``).
 
-    A reader that read a pointer has until the grace ends to read its file; icelog's own
-    readers also retry (:func:`load`). Files still inside the grace are left to orphan
-    cleanup (``storage.maintenance``), so this never deletes anything a reader may want.
+    Nothing here may fail the commit: its caller must hear that it landed.
     """
-    grace = int(new.properties.get(METADATA_GRACE_MS, METADATA_GRACE_MS_DEFAULT))
-    kept = {entry.metadata_file for entry in new.metadata_log}
-    entries = list(base.metadata_log)
-    cutoff = int(time.time() * 1000) - grace
-    for i, entry in enumerate(entries):
-        if entry.metadata_file in kept:
-            continue
-        superseded_ms = entries[i + 1].timestamp_ms if i + 1 < len(entries) else base.last_updated_ms
-        if superseded_ms >= cutoff:
-            continue
-        try:
-            io.delete(entry.metadata_file)
-        except OSError:
-            pass  # already gone, or unreachable: orphan cleanup gets it later
-        except Exception as e:  # never fail a commit that landed over a leftover file
-            log.warning("could not delete superseded metadata file", file=entry.metadata_file, error=repr(e))
+    try:
+        metadata_files.delete_superseded(io, response.metadata, response.metadata_location, grace_ms)
+    except Exception as e:  # noqa: BLE001 - a later commit or `maintain` sweeps again
+        log.warning("could not sweep superseded metadata files", location=response.metadata_location, error=repr(e))
 
 
 def _discard(table: Table, files: list[DataFile]) -> None:
@@ -546,7 +594,8 @@ def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:
 
 
 def _stage(
-    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any
+    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any,
+    settings: props.CommitSettings,
 ) -> TableSwap:
     """Turn a decision into catalog updates plus the requirements that pin its base."""
     metadata = table.metadata
@@ -572,19 +621,23 @@ def _stage(
     if decision.set_main is not None:
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
         head = decision.set_main
-    registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
-    keep = int(metadata.properties.get(KEEP_COMMIT_IDS, KEEP_COMMIT_IDS_DEFAULT))
+    now_ms = int(time.time() * 1000)
+    registry, forgotten_ms = _trim_registry(
+        [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head, now_ms]], settings, now_ms
+    )
     properties = {
         **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
         VERSION: str(_version(metadata) + 1),
         HEAD: "" if head is None else str(head),
-        COMMITS: json.dumps(registry[-keep:], separators=(",", ":")),
+        COMMITS: json.dumps(registry, separators=(",", ":")),
     }
+    if forgotten_ms is not None:
+        properties[FORGOTTEN] = str(max(forgotten_ms, int(metadata.properties.get(FORGOTTEN, "0") or 0)))
     updates.append(SetPropertiesUpdate(updates=properties))
     adding = 1 if files or decision.drop_files else 0
-    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, protect=decision.set_main))
+    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main))
     if expired:
         updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))
     requirements = (
@@ -605,9 +658,8 @@ def _evaluator_per_manifest(overwrite: Any) -> None:
     overwrite._build_manifest_evaluator = lambda spec_id: (lambda manifest: build(spec_id)(manifest))
 
 
-def _snapshots_to_expire(metadata: TableMetadata, adding: int, protect: int | None = None) -> list[int]:
+def _snapshots_to_expire(metadata: TableMetadata, adding: int, keep: int, protect: int | None = None) -> list[int]:
     """Inline expiry keeps commit cost flat: only the newest ``icelog.snapshots.keep`` stay."""
-    keep = int(metadata.properties.get(KEEP_SNAPSHOTS, KEEP_SNAPSHOTS_DEFAULT))
     protected = {ref.snapshot_id for ref in metadata.refs.values()} | {protect}
     candidates = sorted(
         (s for s in metadata.snapshots if s.snapshot_id not in protected), key=lambda s: s.timestamp_ms

@@ -151,6 +151,21 @@ class ExpectedOffsetRequired(InvalidInput):
         )
 
 
+class InvalidProperty(InvalidInput):
+    """An ``icelog.*`` table property has a malformed value (``storage.properties``).
+
+    Refused when set, and when a commit reads it: that commit writes nothing.
+    """
+
+    def __init__(self, *, table: str | None, key: str, value: str, reason: str) -> None:
+        self.table, self.key, self.value = table, key, value
+        super().__init__(reason=reason)
+
+    def describe(self) -> str:
+        where = f"{self.table}: " if self.table else ""
+        return f"{where}table property {self.key}={self.value!r} is malformed ({self.reason}); nothing was written"
+
+
 class UnknownSnapshot(InvalidInput):
     def __init__(self, *, table: str, snapshot_id: int, retained: list[int]) -> None:
         self.table, self.snapshot_id, self.retained = table, snapshot_id, retained
@@ -304,6 +319,23 @@ class CommitOutcomeUnknown(TransientError):
         return (
             f"{self.table}: outcome of commit {self.commit_id} is unknown ({self.reason}); "
             "re-send with the same commit id"
+        )
+
+
+class CommitIdForgotten(TerminalError):
+    """A re-sent commit id may have landed before the commit-id registry's window: the
+    registry cannot prove it did not, so icelog neither writes it again nor says it landed."""
+
+    def __init__(self, *, table: str, commit_id: str, created_ms: int, forgotten_ms: int) -> None:
+        self.table, self.commit_id, self.created_ms, self.forgotten_ms = table, commit_id, created_ms, forgotten_ms
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"{self.table}: commit id {self.commit_id} was made at {self.created_ms} ms, and the commit-id registry "
+            f"has forgotten commits up to {self.forgotten_ms} ms (icelog.commit-ids.keep, "
+            "icelog.commit-ids.min-retention-ms): whether it landed cannot be proven. Check the log (offsets, "
+            "producer sequences) before sending the rows again under a new commit id"
         )
 
 

@@ -19,6 +19,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
 
+from storage import properties as icelog_properties
 from storage import schema as cols
 from storage.catalog import ensure_namespace
 from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load
@@ -197,9 +198,11 @@ class LogTable:
 
         Raises:
             InvalidIdentifier, InvalidInput: bad name, partition count or payload schema.
+            InvalidProperty: a malformed ``icelog.*`` property (``storage.properties``).
             TableAlreadyExists: the table exists.
         """
         namespace, name = cols.parse_identifier(identifier)
+        icelog_properties.validate(properties or {}, f"{namespace}.{name}")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
         fields = cols.payload_fields(payload)
@@ -271,7 +274,14 @@ class LogTable:
             expected_offsets: Per partition, the log end offset this append expects (KIP-27).
                 The append commits only if each named partition still ends there.
             producer: A :class:`storage.producers.ProducerBatch` for idempotent appends.
-            commit_id: Idempotency key; re-sending the same id never appends twice.
+            commit_id: Idempotency key. A re-send with the same id returns the original result
+                and writes nothing while the id is in the table's commit-id registry: the last
+                ``icelog.commit-ids.keep`` commits (1,000), and older ones for
+                ``icelog.commit-ids.min-retention-ms`` (7 days), at most
+                ``storage.commit.COMMIT_IDS_MAX`` ids in all. Make ids with
+                :func:`storage.commit.new_commit_id` (a UUIDv7): past the window, a re-send of
+                such an id raises :class:`CommitIdForgotten` instead of writing again. An id
+                without a time cannot be judged there and is written as new.
 
         Returns:
             The offsets assigned, per partition.
@@ -280,6 +290,8 @@ class LogTable:
             OffsetMismatch: a partition's log end offset is not the expected one.
             UnknownPartition, EmptyBatch, SchemaMismatch, InvalidOffset: bad input; nothing written.
             CommitConflict, CommitOutcomeUnknown: transient; safe to re-send with the same commit id.
+            CommitIdForgotten: the re-sent id may have landed before the registry's window.
+            InvalidProperty: a malformed ``icelog.*`` table property; nothing written.
         """
         import uuid
 

@@ -20,6 +20,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
+from storage import metadata_files, properties
 from storage import schema as cols
 from storage.commit import Decision, Request, commit, load
 from storage.errors import InvalidInput
@@ -255,7 +256,7 @@ def maintain(
     orphan_age_s: float = 3600.0,
     compact: bool = True,
 ) -> dict[str, Any]:
-    """Run retention, compaction, snapshot expiry and orphan cleanup, in that order.
+    """Run retention, compaction, snapshot expiry, orphan and superseded-metadata cleanup, in that order.
 
     Retention limits default to the table properties ``icelog.retention.ms`` / ``.bytes``.
     """
@@ -274,7 +275,16 @@ def maintain(
         report["compaction"] = commit(catalog, identifier, Compaction(identifier)).result
     report["expired_snapshots"] = expire_snapshots(catalog, identifier, keep=keep_snapshots)
     report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
+    report["metadata_files_removed"] = len(remove_superseded_metadata(catalog, identifier))
     return report
+
+
+def remove_superseded_metadata(catalog: Catalog, identifier: str) -> list[str]:
+    """Delete metadata files superseded more than ``icelog.metadata.delete-grace-ms`` ago
+    (as every commit does), e.g. for a table no commit sweeps any more."""
+    table = load(catalog, identifier)
+    grace_ms = properties.read(table.metadata.properties, properties.METADATA_DELETE_GRACE_MS, identifier)
+    return metadata_files.delete_superseded(table.io, table.metadata, table.metadata_location, grace_ms)
 
 
 def _opt_int(name: str, value: str | None) -> int | None:

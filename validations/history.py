@@ -62,7 +62,7 @@ def _appended_ranges(receipt: Any) -> dict[int, tuple[int, int]]:
 def commit_log(table: Table, paths: list[str] | None = None) -> list[CommitEntry]:
     """Every commit the registry remembers, with rows added and commit time (see module doc)."""
     snapshot_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
-    raw = [(cid, _appended_ranges(receipt), head) for cid, receipt, head in recent_commits(table.metadata)]
+    raw = [(cid, _appended_ranges(receipt), head) for cid, receipt, head, *_ in recent_commits(table.metadata)]
     firsts = {(p, r[0]): i for i, (_, ranges, _) in enumerate(raw) for p, r in ranges.items() if r[1] > r[0]}
     appended_ms = _first_row_times(table, list(firsts), paths)
     times: dict[int, int] = {}

@@ -548,7 +548,7 @@ def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
     LogTable.create(catalog, CONSUMED, 1)
     if config.soak_commits:
         keep_ids = str(max(config.soak_window, config.soak_commits // 4))  # see check_soak
-        LogTable.create(catalog, SOAK, 1, properties={"icelog.commit-ids.keep": keep_ids, "icelog.retention.ms": str(config.retention_ms)})
+        LogTable.create(catalog, SOAK, 1, properties={"icelog.commit-ids.keep": keep_ids, "icelog.commit-ids.min-retention-ms": "0", "icelog.retention.ms": str(config.retention_ms)})
     add_acl(target.open(), PRINCIPAL, "chaos.*")
 
 

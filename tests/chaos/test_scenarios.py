@@ -132,7 +132,7 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     exactly as it was, then commits with the offsets it would have had anyway.
     """
     catalog = heavy_spec.open()
-    forgetful = {KEEP_COMMIT_IDS: "2"}  # a registry that forgets fast, as after 1,000 commits
+    forgetful = {KEEP_COMMIT_IDS: "2", "icelog.commit-ids.min-retention-ms": "0"}  # a registry that forgets fast, as after 1,000 commits
     a, b = (LogTable.create(catalog, name, 1, properties={**SMALL, **forgetful}) for name in ("db.a", "db.b"))
     source(catalog)
     commit_offsets(catalog, "other", {("db.src", 0): 1})

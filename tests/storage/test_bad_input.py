@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.errors import InvalidInput, UnknownSnapshot
+from storage.errors import InvalidInput, InvalidProperty, UnknownSnapshot
 from storage.log import LogTable
 from storage.maintenance import maintain
 from storage.schema import load_payload_spec, payload_fields
@@ -66,3 +66,32 @@ def test_i8_bad_schema_files_are_typed_errors(tmp_path):
             load_payload_spec(path)
     with pytest.raises(InvalidInput):
         payload_fields([{"name": "n", "type": ["long"]}])
+
+
+MALFORMED_PROPERTIES = [
+    ("icelog.metadata.delete-grace-ms", "60s"),
+    ("icelog.metadata.delete-grace-ms", "-1"),
+    ("icelog.commit-ids.keep", "-5"),
+    ("icelog.commit-ids.keep", "0"),
+    ("icelog.commit-ids.min-retention-ms", "7d"),
+    ("icelog.snapshots.keep", "0"),
+]
+
+
+@pytest.mark.parametrize("key, value", MALFORMED_PROPERTIES)
+def test_i8_a_malformed_icelog_property_is_refused_when_set(sqlite_catalog, key, value):
+    with pytest.raises(InvalidProperty) as caught:
+        LogTable.create(sqlite_catalog, "db.misconfigured", 1, properties={key: value})
+    assert (caught.value.key, caught.value.value) == (key, value)
+    assert not sqlite_catalog.table_exists("db.misconfigured")
+
+
+@pytest.mark.parametrize("key, value", MALFORMED_PROPERTIES)
+def test_i8_a_malformed_icelog_property_set_by_another_tool_refuses_the_commit_before_it_lands(sqlite_catalog, table, key, value):
+    with sqlite_catalog.load_table(table.identifier).transaction() as txn:
+        txn.set_properties({key: value})
+    before = fingerprint(table)
+    # An append that landed and then failed would be re-sent by its caller: a duplicate.
+    with pytest.raises(InvalidProperty, match=key):
+        table.append({0: [{"key": "x"}]}, commit_id="once")
+    assert fingerprint(table) == before

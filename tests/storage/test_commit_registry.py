@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from storage.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, recent_commits
+import time
+
+from storage.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
+from storage.properties import COMMIT_IDS_MIN_RETENTION_MS
 from storage.log import AppendRequest, LogTable
 from storage.producers import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
-from storage.errors import DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
+from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
+
+MIN_RETENTION_MS = COMMIT_IDS_MIN_RETENTION_MS.key
 
 
 def rows(tag: str, n: int = 1) -> list[dict]:
@@ -46,7 +51,7 @@ def test_i4_property_only_commits_are_findable_by_commit_id(sqlite_catalog):
 
 
 def test_i4_registry_is_bounded_by_the_table_property(sqlite_catalog):
-    t = LogTable.create(sqlite_catalog, "db.bounded", 1, properties={KEEP_COMMIT_IDS: "10"})
+    t = LogTable.create(sqlite_catalog, "db.bounded", 1, properties={KEEP_COMMIT_IDS: "10", MIN_RETENTION_MS: "0"})
     for i in range(15):
         t.append({0: rows(str(i))}, commit_id=f"c{i}")
     registry = recent_commits(t.table().metadata)
@@ -98,3 +103,36 @@ def test_append_request_receipt_round_trips():
     result = AppendResult("db.t", {0: (3, 5), 2: (0, 1)}, "cid")
     back = request.from_receipt(request.receipt(result))
     assert back.ranges == result.ranges and back.duplicate
+
+
+def test_i4_registry_keeps_commit_ids_for_the_time_floor_beyond_the_count(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.floor", 1, properties={KEEP_COMMIT_IDS: "3"})
+    first = t.append({0: rows("first")}, commit_id="first")
+    for i in range(8):  # far past the count, well inside the 7-day floor
+        t.append({0: rows(str(i))})
+    assert len(recent_commits(t.table().metadata)) == 9
+    again = t.append({0: rows("first")}, commit_id="first")
+    assert again.duplicate and again.ranges == first.ranges and t.watermarks()[0].end == 9
+
+
+def test_i4_resend_of_an_id_the_registry_may_have_forgotten_is_refused_not_written_again(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.forgets", 1, properties={KEEP_COMMIT_IDS: "2", MIN_RETENTION_MS: "0"})
+    lost = new_commit_id()
+    t.append({0: rows("lost")}, commit_id=lost)
+    for i in range(4):  # the id leaves the window before the caller re-sends
+        t.append({0: rows(str(i))})
+    before = t.table().metadata_location
+    with pytest.raises(CommitIdForgotten) as caught:
+        t.append({0: rows("lost")}, commit_id=lost)
+    assert caught.value.commit_id == lost
+    assert t.table().metadata_location == before and t.watermarks()[0].end == 5
+
+
+def test_i4_a_commit_id_made_after_the_forgotten_commits_is_proven_new(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.proven", 1, properties={KEEP_COMMIT_IDS: "2", MIN_RETENTION_MS: "0"})
+    for i in range(4):
+        t.append({0: rows(str(i))})
+    time.sleep(1.1)  # past the clock-skew margin
+    fresh = new_commit_id()
+    assert t.append({0: rows("fresh")}, commit_id=fresh).ranges == {0: (4, 5)}
+    assert t.append({0: rows("fresh")}, commit_id=fresh).duplicate  # still in the window: its result

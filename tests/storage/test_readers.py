@@ -81,3 +81,32 @@ def test_i7_a_reader_holding_an_old_pointer_can_still_load_it_after_many_commits
     metadata = FromInputFile.table_metadata(held.io.new_input(held.metadata_location))
     assert metadata.current_snapshot_id == held.metadata.current_snapshot_id
     assert held.scan().to_arrow().num_rows == 1  # its manifests and data are still there too
+
+
+def superseded_within_a_short_grace(catalog, name: str, commits: int = 8) -> LogTable:
+    """A table whose metadata files all left the metadata log inside a 1 s grace."""
+    t = LogTable.create(catalog, name, 1, properties={"write.metadata.previous-versions-max": "2", METADATA_GRACE_MS: "1000"})
+    for i in range(commits):
+        t.append({0: [{"key": str(i)}]})
+    assert len(metadata_files(t)) == commits + 1  # nothing past the grace yet
+    time.sleep(1.2)
+    return t
+
+
+def test_i7_metadata_superseded_inside_the_grace_is_deleted_by_a_later_commit(sqlite_catalog):
+    t = superseded_within_a_short_grace(sqlite_catalog, "db.busy_disk")
+    t.append({0: [{"key": "later"}]})
+    # current + the 2 in the metadata log + the one this commit superseded (inside the grace)
+    assert len(metadata_files(t)) <= 4, metadata_files(t)
+    assert t.read(0).num_rows == 9
+
+
+def test_i7_maintain_deletes_metadata_superseded_past_the_grace(sqlite_catalog):
+    from storage.maintenance import maintain
+
+    t = superseded_within_a_short_grace(sqlite_catalog, "db.idle_disk")
+    held = t.table().metadata_location
+    report = maintain(sqlite_catalog, t.identifier, compact=False, keep_snapshots=100)  # no commit of its own
+    assert report["metadata_files_removed"] >= 6
+    assert len(metadata_files(t)) == 3  # current + the metadata log
+    assert t.table().metadata_location == held and t.read(0).num_rows == 8

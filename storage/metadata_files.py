@@ -1,0 +1,97 @@
+"""Delete superseded table metadata files once no reader can still want them.
+
+A reader that read a metadata pointer has ``icelog.metadata.delete-grace-ms`` to read the
+file. Every commit (and ``maintain``) sweeps the metadata folder, so a file still inside
+the grace at one commit is deleted by a later one: the folder holds the metadata log, the
+current file and whatever was superseded within the grace, however busy the table.
+
+When a file stopped being current is not recorded once it leaves the metadata log, so the
+sweep bounds it from the files themselves. pyiceberg names a metadata file after its
+version (``00042-<uuid>.metadata.json``), one more than the base it was built from. A file
+of version v that was ever current was replaced by the version v+1 one, and every file of
+version v+2 or more was built (so written) after that replacement was current. The
+earliest modification time among them is therefore a moment by which v was superseded.
+Files never current (lost races) are safe to delete at any time, so the same rule serves.
+Files of the current version or newer (a commit in flight), files named otherwise, and
+files that the bound does not postdate (a dropped table's files at the same location) are
+never touched.
+"""
+
+from __future__ import annotations
+
+import bisect
+import posixpath
+import re
+import time
+from dataclasses import dataclass
+
+from pyarrow.fs import FileSelector, FileType
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.table.metadata import TableMetadata
+
+_NAME = re.compile(r"(\d+)-[^/]*\.metadata\.json")
+
+
+@dataclass(frozen=True)
+class _MetadataFile:
+    path: str  # as the file system names it
+    version: int
+    mtime_ms: int
+
+
+def version_of(name: str) -> int | None:
+    """The version in a pyiceberg metadata file name, or None for another name."""
+    match = _NAME.fullmatch(posixpath.basename(name))
+    return int(match.group(1)) if match else None
+
+
+def delete_superseded(io: FileIO, metadata: TableMetadata, location: str, grace_ms: int) -> list[str]:
+    """Delete the metadata files beside ``location`` superseded more than ``grace_ms`` ago.
+
+    Args:
+        io: The table's file IO (a pyarrow one; others are left to orphan cleanup).
+        metadata: The table's current metadata, read from ``location``.
+        location: The current metadata file.
+        grace_ms: ``icelog.metadata.delete-grace-ms``.
+
+    Returns:
+        The paths deleted.
+    """
+    current = version_of(location)
+    if current is None or not isinstance(io, PyArrowFileIO):
+        return []
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    fs = io.fs_by_scheme(scheme, netloc)
+    kept = {posixpath.basename(location)} | {posixpath.basename(e.metadata_file) for e in metadata.metadata_log}
+    files = sorted(_list(fs, posixpath.dirname(path)), key=lambda f: f.version)
+    versions = [f.version for f in files]
+    # earliest[i]: the earliest modification among files[i:], all of version >= files[i].version
+    earliest = [0] * len(files)
+    for i in range(len(files) - 1, -1, -1):
+        earliest[i] = min(files[i].mtime_ms, earliest[i + 1]) if i + 1 < len(files) else files[i].mtime_ms
+    cutoff = int(time.time() * 1000) - grace_ms
+    deleted = []
+    for f in files:
+        if f.version >= current or posixpath.basename(f.path) in kept:
+            continue
+        later = bisect.bisect_left(versions, f.version + 2)
+        if later == len(files):
+            continue
+        superseded_by = earliest[later]
+        if f.mtime_ms <= superseded_by <= cutoff:
+            try:
+                fs.delete_file(f.path)
+                deleted.append(f.path)
+            except (FileNotFoundError, OSError):
+                pass  # already gone (a concurrent sweep), or unreachable: a later sweep tries again
+    return deleted
+
+
+def _list(fs, folder: str) -> list[_MetadataFile]:
+    found = []
+    for info in fs.get_file_info(FileSelector(folder, allow_not_found=True)):
+        version = version_of(info.path)
+        if info.type == FileType.File and version is not None and info.mtime_ns is not None:
+            found.append(_MetadataFile(info.path, version, info.mtime_ns // 1_000_000))
+    return found
