@@ -54,13 +54,17 @@ from storage.commit import Decision, Request, commit, commit_tables
 from storage.errors import (
     AbortableError,
     ExpectedOffsetRequired,
+    IcelogError,
     InvalidInput,
     OffsetMismatch,
+    PreparedFilesMissing,
     ProducerFenced,
+    RecoveryIncomplete,
     TableAlreadyExists,
     TerminalError,
     TransientError,
     UnknownPartition,
+    UnknownTable,
 )
 from storage.files import write_log_files
 from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, refuse_read_only, with_system_columns
@@ -704,8 +708,9 @@ class _ForceAbort(JournalStep):
 
 def _can_never_commit(error: BaseException) -> bool:
     """A prepared transaction that fails like this would fail forever: abort it, or recovery
-    would wedge on it. A fenced producer or an ended transaction is not ours to abort."""
-    return not isinstance(error, (ProducerFenced, InvalidTxnState, TransactionAborted))
+    would wedge on it. A fenced producer or an ended transaction is not ours to abort; missing
+    files are an operator's call (``abort(..., missing_files=True)``)."""
+    return not isinstance(error, (ProducerFenced, InvalidTxnState, TransactionAborted, PreparedFilesMissing))
 
 
 def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
@@ -726,7 +731,13 @@ def _commit_prepared(
         parts.append((GROUPS_TABLE, commit_request(catalog, spec["group"], {(t, p): o for t, p, o in spec["offsets"]})))
     committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
     parts.append((JOURNAL, JournalStep("commit", tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
-    outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+    try:
+        outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+    except FileNotFoundError:
+        missing = missing_files(prepared)
+        if not missing:
+            raise
+        raise PreparedFilesMissing(transactional_id=tid, txn_id=txn_id, missing=missing) from None
     journal_result = outcomes[-1].result or {}
     ranges = journal_result.get("ranges") or committed()
     for name, append in appends.items():
@@ -741,7 +752,8 @@ def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[s
     try:
         ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
     except (AbortableError, TerminalError, FileNotFoundError) as e:
-        if not _still_prepared(catalog, tid, txn["id"]):  # another coordinator finished it first
+        # Checked first: a coordinator that finished it first also deleted its staged files.
+        if not _still_prepared(catalog, tid, txn["id"]):
             return {"txn_id": txn["id"], "action": "finished_elsewhere"}
         if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
@@ -749,6 +761,38 @@ def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[s
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
         return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
+
+
+def missing_files(prepared: Mapping[str, Any]) -> list[str]:
+    """The files a prepared transaction recorded that no longer exist."""
+    missing = []
+    for sends in prepared.get("sends", {}).values():
+        for _, _, path, *_ in sends:
+            filesystem, local = pafs.FileSystem.from_uri(path)
+            if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
+                missing.append(path)
+    return missing
+
+
+def pending_files(catalog: Catalog, table_location: str) -> tuple[set[str], tuple[str, ...]]:
+    """What open and prepared transactions still need under a table: ``(files, folders)``.
+
+    Orphan cleanup keeps them: a prepared transaction rolls forward from its staged files,
+    and an open one may still prepare. Folders end with ``/``.
+    """
+    try:
+        transactions = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions
+    except UnknownTable:
+        return set(), ()
+    files: set[str] = set()
+    folders: list[str] = []
+    for entry in transactions.values():
+        txn = entry.get("txn")
+        if not txn:
+            continue
+        folders += [staging_dir(table_location, txn["id"]) + "/", prewritten_dir(table_location, txn["id"]) + "/"]
+        files.update(path for sends in (txn.get("prepared") or {}).get("sends", {}).values() for _, _, path, *_ in sends)
+    return files, tuple(folders)
 
 
 def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
@@ -760,38 +804,70 @@ def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
 def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str, Any]:
     """Finish every prepared transaction and abort every one idle past its timeout.
 
-    Idempotent; deletes the staged files of aborted transactions.
+    Idempotent; deletes the staged files of aborted transactions. One transaction that
+    cannot be finished never holds up the others.
+
+    Raises:
+        RecoveryIncomplete: after finishing every other transaction, naming each that failed
+            with its typed error (e.g. ``PreparedFilesMissing``).
     """
     ensure_journal(catalog)
     report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
+    failed: list[dict[str, Any]] = []
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
     for tid, entry in state.transactions.items():
         if entry.get("last_committed"):  # staged files a committed transaction may have left
             _delete_staging(catalog, entry["last_committed"], committed=True)
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
-            done = roll_forward(catalog, tid, entry)
+            try:
+                done = roll_forward(catalog, tid, entry)
+            except IcelogError as e:
+                failed.append({"transactional_id": tid, "txn_id": txn["id"], **e.to_dict()})
+                continue
             if done["action"] != "finished_elsewhere":
                 report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
     result = commit(catalog, JOURNAL, JournalStep("expire", clock=clock)).result
     _clean_aborted(catalog, result)
     report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
+    if failed:
+        raise RecoveryIncomplete(rolled_forward=report["rolled_forward"], aborted=report["aborted"], failed=failed)
     return report
 
 
-def abort(catalog: Catalog, transactional_id: str) -> dict[str, Any]:
-    """Abort a transactional id's open, unprepared transaction from outside (an operator's tool)."""
+def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = False) -> dict[str, Any]:
+    """Abort a transactional id's open, unprepared transaction from outside (an operator's tool).
+
+    Args:
+        missing_files: Also abort a *prepared* transaction, provided some of its staged files
+            are gone (it can never commit: see ``PreparedFilesMissing``).
+
+    Raises:
+        InvalidTxnState: the transaction is prepared and can still commit (recovery finishes it).
+    """
     ensure_journal(catalog)
     entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(transactional_id)
     if entry is None or not entry.get("txn"):
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry["txn"]
     step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"])
+    if missing_files and txn["state"] == PREPARE_COMMIT:
+        step = _abort_prepared_without_files(transactional_id, entry)
     result = commit(catalog, JOURNAL, step).result
     _clean_aborted(catalog, result)
     # Only what this call aborted: the transaction it read may have ended meanwhile.
     aborted = txn["id"] if any(a["txn"]["id"] == txn["id"] for a in result.get("aborted", [])) else None
     return {"transactional_id": transactional_id, "aborted": aborted}
+
+
+def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any]) -> JournalStep:
+    txn = entry["txn"]
+    missing = missing_files(txn["prepared"])
+    if not missing:  # every file is there: aborting would undo a commit recovery can still make
+        reason = f"transaction {txn['id']} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
+        raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
+    reason = f"aborted by an operator: {len(missing)} staged files missing"
+    return _ForceAbort("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], reason=reason)
 
 
 def describe(catalog: Catalog) -> dict[str, Any]:

@@ -32,13 +32,15 @@ from storage.errors import (
     IcelogError,
     InvalidOffset,
     OffsetMismatch,
+    PreparedFilesMissing,
     ProducerFenced,
+    RecoveryIncomplete,
 )
 from storage.files import local_path
 from storage.groups import commit_offsets, committed_offsets
 from storage.log import LogTable
 from storage.maintenance import referenced_files, remove_orphan_files
-from storage.transactions import TransactionAborted, TransactionalProducer
+from storage.transactions import InvalidTxnState, TransactionAborted, TransactionalProducer
 from validations.checks import run_checks
 from tests.catalogs import forwarding_catalog
 
@@ -258,6 +260,75 @@ def test_i5_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing
     else:
         assert report == {"rolled_forward": [txn_id], "aborted": []}
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
+
+
+def age(paths: list[str], seconds: float = 7_200) -> None:
+    """Make files look ``seconds`` old (an hour passing, for orphan cleanup)."""
+    for path in paths:
+        then = time.time() - seconds
+        os.utime(path, (then, then))
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
+    """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
+    are still needed (recovery rolls forward from them), so they are no orphans."""
+    from storage.maintenance import maintain
+
+    point = faults.AFTER_TXN_PREPARE
+    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
+    staged = staged_files(a) + staged_files(b)
+    assert len(staged) == 2
+    age(staged)
+    for t in (a, b):
+        maintain(catalog, t.identifier)
+    assert staged_files(a) + staged_files(b) == staged, "orphan cleanup deleted a prepared transaction's staged files"
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    check_all_or_nothing(catalog, a, b, before, txn_id, point)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+def test_i5_prepared_transaction_without_its_files_never_blocks_the_others(sqlite_spec, tmp_path):
+    """Two producers killed after PREPARE_COMMIT; one's staged files are deleted by hand.
+    Recovery finishes the other and names the stuck one with a typed error; an operator's
+    abort resolves it, and its transactional id works again."""
+    catalog = sqlite_spec.open()
+    a, b = two_tables(catalog)
+    killed = {}
+    for tid in ("lost", "intact"):
+        args = {"tid": tid, "a": "db.a", "b": "db.b", "k": 5, "pause": faults.AFTER_TXN_PREPARE}
+        seen = kill_at(sqlite_spec, "one", args, tmp_path, tid)
+        killed[tid] = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    lost = [p for p in staged_files(a) + staged_files(b) if killed["lost"] in p]
+    assert len(lost) == 2
+    with pytest.raises(InvalidTxnState):  # every file there: it will commit, not the operator's to abort
+        tx.abort(catalog, "lost", missing_files=True)
+    os.remove(lost[0])
+
+    with pytest.raises(RecoveryIncomplete) as caught:
+        tx.recover(catalog, clock=past_timeout())
+    assert caught.value.rolled_forward == [killed["intact"]]
+    [failed] = caught.value.failed
+    assert (failed["transactional_id"], failed["txn_id"], failed["error"]) == ("lost", killed["lost"], "PreparedFilesMissing")
+    assert [local_path(p) for p in failed["missing"]] == [lost[0]]
+    assert [r[1] for r in rows(a)] == [f"{killed['intact']}:a"]
+    with pytest.raises(PreparedFilesMissing):
+        TransactionalProducer(catalog, "lost").init_transactions()
+
+    with pytest.raises(InvalidTxnState):  # a plain abort still refuses a prepared transaction
+        tx.abort(catalog, "lost")
+    assert tx.abort(catalog, "lost", missing_files=True) == {"transactional_id": "lost", "aborted": killed["lost"]}
+    assert journal_states(catalog, killed["lost"])[-1] == "ABORTED"
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    assert staged_files(a) == staged_files(b) == []
+    producer = TransactionalProducer(catalog, "lost")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "again", "value": "1"}])
+    assert [r[1] for r in rows(a)] == [f"{killed['intact']}:a", "again"]
+    contiguous(a)
 
 
 # --- 2. a reader never sees part of a transaction --------------------------------------------------
