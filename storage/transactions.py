@@ -123,7 +123,11 @@ class JournalState(LogState):
     {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
         "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
                        "prepared": {"sends": {"<table>": [[p, expected, path, rows], ...]},
-                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}}}}
+                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}},
+        "last_committed" | "last_aborted": {"id", "partitions"}}}
+
+    ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
+    files, so a process that dies before deleting them leaves them to the next init or recover.
     """
 
     transactions: Mapping[str, Any] = field(default_factory=dict)
@@ -190,7 +194,7 @@ class JournalStep(Request):
             if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout) and tid != self.transactional_id:
                 records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": "timeout"}))
                 aborted.append({"transactional_id": tid, "txn": txn})
-                entry["txn"] = None
+                _end_aborted(entry, txn)
         result: dict[str, Any] = {"aborted": aborted}
         entry = txns.get(self.transactional_id)
         if self.step == "init":
@@ -203,7 +207,8 @@ class JournalStep(Request):
             if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout):
                 records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "timeout"}))
                 aborted.append({"transactional_id": self.transactional_id, "txn": txn})
-                entry["txn"] = txn = None
+                _end_aborted(entry, txn)
+                txn = None
                 if self.step != "abort":  # record the abort; the caller raises TransactionAborted
                     result["timed_out"] = self.txn_id
             if "timed_out" not in result:
@@ -236,16 +241,18 @@ class JournalStep(Request):
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
             return {"roll_forward": {"transactional_id": self.transactional_id, "entry": entry}}
+        # The caller deleted these before this step (and deletes them again after it).
+        leftovers = {key: entry.pop(key) for key in ("last_committed", "last_aborted") if entry.get(key)}
         if txn:
             records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "a new instance initialised"}))
             aborted.append({"transactional_id": self.transactional_id, "txn": txn})
+            _end_aborted(entry, txn)
         if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
             entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
         entry.update(epoch=entry["epoch"] + 1, txn=None)
-        last_committed = entry.pop("last_committed", None)
         if self.timeout_ms is not None:
             entry["timeout_ms"] = self.timeout_ms
-        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "last_committed": last_committed}
+        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "leftovers": leftovers}
 
     def _register(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None:
@@ -299,12 +306,20 @@ class JournalStep(Request):
             return  # already aborted (by timeout, a new instance, or an earlier attempt)
         if txn["state"] == PREPARE_COMMIT:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
-        entry["txn"] = None
+        _end_aborted(entry, txn)
         records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "aborted by the producer"}))
         result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
 
     def receipt(self, result: Any) -> Any:
         return {k: v for k, v in result.items() if k in ("producer_id", "epoch", "ranges")}
+
+
+def _end_aborted(entry: dict[str, Any], txn: Mapping[str, Any]) -> None:
+    """End the entry's transaction as aborted, remembering where it staged files: whoever
+    aborts it deletes them after the commit, and if that process dies first, the next
+    ``init_transactions`` or ``recover`` does (as ``last_committed`` for a commit)."""
+    entry["txn"] = None
+    entry["last_aborted"] = {"id": txn["id"], "partitions": txn.get("partitions", {})}
 
 
 # --- the data side of a transaction ---------------------------------------------------------------
@@ -413,6 +428,15 @@ def _delete_staging(catalog: Catalog, txn: Mapping[str, Any], committed: bool = 
             _delete_dir(prewritten_dir(location, txn["id"]))
 
 
+def _delete_leftovers(catalog: Catalog, entry: Mapping[str, Any]) -> None:
+    """Staged files the last committed or aborted transaction may have left (its process died
+    before deleting them)."""
+    if entry.get("last_committed"):
+        _delete_staging(catalog, entry["last_committed"], committed=True)
+    if entry.get("last_aborted"):
+        _delete_staging(catalog, entry["last_aborted"])
+
+
 def _delete_dir(uri: str) -> None:
     filesystem, path = pafs.FileSystem.from_uri(uri)
     with contextlib.suppress(FileNotFoundError, OSError):
@@ -467,6 +491,7 @@ class TransactionalProducer:
         ensure_journal(self.catalog)
         for _ in range(10):  # each round finishes one prepared transaction; it never needs many
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
+            _delete_leftovers(self.catalog, entry or {})  # before the init step forgets them
             fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
             step = JournalStep("init", self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
             result = commit(self.catalog, JOURNAL, step).result
@@ -474,8 +499,7 @@ class TransactionalProducer:
             if result.get("roll_forward"):
                 roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"])
                 continue
-            if result.get("last_committed"):
-                _delete_staging(self.catalog, result["last_committed"], committed=True)
+            _delete_leftovers(self.catalog, result.get("leftovers", {}))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
@@ -701,7 +725,7 @@ class _ForceAbort(JournalStep):
     def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None or txn["id"] != self.txn_id:
             return
-        entry["txn"] = None
+        _end_aborted(entry, txn)
         records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": self.reason}))
         result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
 
@@ -816,8 +840,7 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str,
     failed: list[dict[str, Any]] = []
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
     for tid, entry in state.transactions.items():
-        if entry.get("last_committed"):  # staged files a committed transaction may have left
-            _delete_staging(catalog, entry["last_committed"], committed=True)
+        _delete_leftovers(catalog, entry)
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
             try:

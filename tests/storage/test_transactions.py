@@ -331,6 +331,26 @@ def test_i5_prepared_transaction_without_its_files_never_blocks_the_others(sqlit
     contiguous(a)
 
 
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cleaner", ["init_transactions", "recover"])
+def test_i5_producer_killed_right_after_its_own_abort_leaves_no_staged_file(sqlite_spec, tmp_path, cleaner):
+    """The ABORTED record landed, the process died before deleting what it staged: the journal
+    must remember the files, so the next init or recover deletes them."""
+    catalog = sqlite_spec.open()
+    a, b = two_tables(catalog)
+    args = {"tid": "quitter", "a": "db.a", "b": "db.b", "pause": faults.AFTER_CATALOG_SWAP}
+    seen = kill_at(sqlite_spec, "abort", args, tmp_path, "abort")
+    txn_id = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    assert journal_states(catalog, txn_id)[-1] == "ABORTED" and len(staged_files(a) + staged_files(b)) == 2
+    if cleaner == "recover":
+        assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    else:
+        TransactionalProducer(catalog, "quitter").init_transactions()
+    assert staged_files(a) == staged_files(b) == [], f"{cleaner} left the aborted transaction's staged files"
+    assert rows(a) == rows(b) == []
+
+
 # --- 2. a reader never sees part of a transaction --------------------------------------------------
 
 
