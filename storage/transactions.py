@@ -27,6 +27,8 @@ Design (DESIGN §3):
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
   what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
   transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
+  Timeouts are judged by one clock, the catalog database's (``storage.catalog.database_clock``):
+  judged by each client's own, a fast host would abort everyone's transactions, a slow one its own.
 
 Every transaction therefore commits to the journal table three times (BEGIN, PREPARE, the
 atomic commit): all transactions of a catalog take turns on the journal's compare-and-swap.
@@ -50,6 +52,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from storage import faults
 from storage import schema as cols
+from storage.catalog import database_clock
 from storage.commit import Decision, Request, commit, commit_tables
 from storage.errors import (
     AbortableError,
@@ -461,15 +464,17 @@ class TransactionalProducer:
         transactional_id: Stable identity; a new instance fences every older one.
         timeout_ms: Abort a transaction idle this long (default: the journal's
             ``icelog.transaction.timeout-ms``, 60 s).
-        clock: Milliseconds now (tests inject one).
+        clock: Milliseconds now, by which timeouts are judged. Default: the catalog database's
+            clock, the one every client shares (tests inject one).
     """
 
-    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] | None = None) -> None:
         if not isinstance(transactional_id, str) or not transactional_id.strip() or len(transactional_id) > 256:
             raise InvalidInput(reason="a transactional id is a non-empty string of at most 256 characters")
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1):
             raise InvalidInput(reason=f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
-        self.catalog, self.transactional_id, self.timeout_ms, self.clock = catalog, transactional_id, timeout_ms, clock
+        self.catalog, self.transactional_id, self.timeout_ms = catalog, transactional_id, timeout_ms
+        self.clock = clock or database_clock(catalog)
         self.producer_id: int | None = None
         self.epoch: int | None = None
         self.txn_id: str | None = None
@@ -497,7 +502,7 @@ class TransactionalProducer:
             result = commit(self.catalog, JOURNAL, step).result
             _clean_aborted(self.catalog, result)
             if result.get("roll_forward"):
-                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"])
+                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"], self.clock)
                 continue
             _delete_leftovers(self.catalog, result.get("leftovers", {}))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
@@ -770,18 +775,19 @@ def _commit_prepared(
     return ranges
 
 
-def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any], clock: Callable[[], int] | None = None) -> dict[str, Any]:
     """Finish a transaction that reached PREPARE_COMMIT (idempotent: its id is the commit id)."""
     txn = entry["txn"]
+    clock = clock or database_clock(catalog)
     try:
-        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
+        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], clock)
     except (AbortableError, TerminalError, FileNotFoundError) as e:
         # Checked first: a coordinator that finished it first also deleted its staged files.
         if not _still_prepared(catalog, tid, txn["id"]):
             return {"txn_id": txn["id"], "action": "finished_elsewhere"}
         if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
-        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], reason=str(e))
+        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
         return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
@@ -825,7 +831,7 @@ def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
     return txn.get("id") == txn_id and txn.get("state") == PREPARE_COMMIT
 
 
-def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str, Any]:
+def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict[str, Any]:
     """Finish every prepared transaction and abort every one idle past its timeout.
 
     Idempotent; deletes the staged files of aborted transactions. One transaction that
@@ -836,6 +842,7 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str,
             with its typed error (e.g. ``PreparedFilesMissing``).
     """
     ensure_journal(catalog)
+    clock = clock or database_clock(catalog)
     report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
     failed: list[dict[str, Any]] = []
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
@@ -844,7 +851,7 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str,
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
             try:
-                done = roll_forward(catalog, tid, entry)
+                done = roll_forward(catalog, tid, entry, clock)
             except IcelogError as e:
                 failed.append({"transactional_id": tid, "txn_id": txn["id"], **e.to_dict()})
                 continue
@@ -873,9 +880,10 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
     if entry is None or not entry.get("txn"):
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry["txn"]
-    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"])
+    clock = database_clock(catalog)
+    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock)
     if missing_files and txn["state"] == PREPARE_COMMIT:
-        step = _abort_prepared_without_files(transactional_id, entry)
+        step = _abort_prepared_without_files(transactional_id, entry, clock)
     result = commit(catalog, JOURNAL, step).result
     _clean_aborted(catalog, result)
     # Only what this call aborted: the transaction it read may have ended meanwhile.
@@ -883,14 +891,14 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
     return {"transactional_id": transactional_id, "aborted": aborted}
 
 
-def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any]) -> JournalStep:
+def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any], clock: Callable[[], int]) -> JournalStep:
     txn = entry["txn"]
     missing = missing_files(txn["prepared"])
     if not missing:  # every file is there: aborting would undo a commit recovery can still make
         reason = f"transaction {txn['id']} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
         raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
     reason = f"aborted by an operator: {len(missing)} staged files missing"
-    return _ForceAbort("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], reason=reason)
+    return _ForceAbort("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=reason)
 
 
 def describe(catalog: Catalog) -> dict[str, Any]:

@@ -571,6 +571,40 @@ def test_i5_commit_past_its_timeout_aborts_the_transaction_in_the_journal(catalo
     producer.begin_transaction()  # not stuck on the aborted transaction
 
 
+@contextlib.contextmanager
+def host_clock_skewed(monkeypatch, seconds: float):
+    """This process's clock runs ``seconds`` off (the database's clock does not)."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(time, "time", real)
+
+
+@pytest.mark.parametrize("skewed", ["fast other host", "slow own host"])
+def test_i5_host_clock_skew_never_times_out_a_live_transaction(catalog, monkeypatch, skewed):
+    """Timeouts are judged by one clock (the catalog database's): a host 90 s fast must not
+    abort every other producer's open transaction, and a host 90 s slow must still commit."""
+    a, b = two_tables(catalog)
+    own_skew = -90 if skewed == "slow own host" else 0
+    producer = TransactionalProducer(catalog, "live")
+    with host_clock_skewed(monkeypatch, own_skew):
+        producer.init_transactions()
+        txn_id = producer.begin_transaction()
+        producer.send("db.a", 0, [{"key": "live", "value": "1"}])
+    with host_clock_skewed(monkeypatch, 90 if skewed == "fast other host" else 0):
+        other = TransactionalProducer(catalog, "other")
+        other.init_transactions()  # a coordinator action on another host
+        with other.transaction():
+            other.send("db.b", 0, [{"key": "other", "value": "1"}])
+    with host_clock_skewed(monkeypatch, own_skew):
+        producer.send("db.b", 0, [{"key": "live", "value": "-1"}])
+        assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [1, 2]}}
+    assert "ABORTED" not in journal_states(catalog, txn_id)
+    assert [r[1] for r in rows(b)] == ["other", "live"]
+
+
 # --- 5. consume-transform-produce exactly once across kill -9 ---------------------------------------
 
 
