@@ -906,7 +906,10 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
 @transactions.command("recover")
 @click.pass_obj
 def transactions_recover(ctx: Context) -> None:
-    """Roll forward prepared transactions, abort those idle past their timeout (idempotent)."""
+    """Roll forward prepared transactions, abort those idle past their timeout (idempotent).
+
+    A transaction it cannot finish does not stop the others: RecoveryIncomplete (exit 2) names
+    each one with its error after the rest are done."""
     from storage.transactions import recover
 
     report = recover(ctx.catalog)
@@ -915,12 +918,13 @@ def transactions_recover(ctx: Context) -> None:
 
 @transactions.command("abort")
 @click.argument("transactional_id")
+@click.option("--missing-files", is_flag=True, help="Also abort a prepared transaction whose staged files are gone (PreparedFilesMissing); refused while they all exist.")
 @click.pass_obj
-def transactions_abort(ctx: Context, transactional_id: str) -> None:
+def transactions_abort(ctx: Context, transactional_id: str, missing_files: bool) -> None:
     """Abort TRANSACTIONAL_ID's open transaction (a prepared one cannot be aborted: it will commit)."""
     from storage.transactions import abort
 
-    report = abort(ctx.catalog, transactional_id)
+    report = abort(ctx.catalog, transactional_id, missing_files=missing_files)
     ctx.emit(report, lambda d: click.echo(f"aborted {d['aborted']}" if d["aborted"] else "no open transaction"))
 
 

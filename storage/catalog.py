@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
@@ -119,3 +119,35 @@ def open_catalog(name: str | None = None, **properties: str) -> Catalog:
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
         return LogSqlCatalog(name, **{k: str(v) for k, v in conf.items() if k != "type"})
     return load_catalog(name, **properties)
+
+
+_NOW_MS_SQL = {
+    # julianday('now') is the host's clock: every process of one SQLite catalog shares it.
+    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+    # clock_timestamp(), not now(): now() stays fixed for the whole database transaction.
+    "postgresql": "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+}
+
+
+def database_clock(catalog: Catalog) -> Callable[[], int]:
+    """Milliseconds now by the catalog database's clock: one clock for every client.
+
+    Deadlines that several processes judge (a transaction's timeout) must not depend on
+    each host's clock: a fast one would expire every other client's work, a slow one its
+    own. Catalogs without a SQL database (which refuse transactions anyway) use this host's.
+    """
+    engine = getattr(catalog, "engine", None) if isinstance(catalog, SqlCatalog) else None
+    query = _NOW_MS_SQL.get(engine.dialect.name) if engine is not None else None
+    if query is None:
+        return lambda: int(time.time() * 1000)
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    def now_ms() -> int:
+        try:
+            with engine.connect() as connection:
+                return int(connection.execute(text(query)).scalar_one())
+        except SQLAlchemyError as e:
+            raise CatalogUnavailable(table="(database clock)", reason=repr(e)) from e
+
+    return now_ms

@@ -430,6 +430,41 @@ class DuplicateSequence(TerminalError):
         )
 
 
+# --- transactions (I5) ---------------------------------------------------------------------
+
+
+class PreparedFilesMissing(TerminalError):
+    """A prepared transaction's staged files are gone (deleted by hand, or by an older orphan
+    cleanup): it can never commit. Left prepared until an operator aborts it, since files
+    on an unmounted store may come back."""
+
+    def __init__(self, *, transactional_id: str, txn_id: str, missing: list[str]) -> None:
+        self.transactional_id, self.txn_id, self.missing = transactional_id, txn_id, missing
+        super().__init__()
+
+    def describe(self) -> str:
+        return (
+            f"transaction {self.txn_id} of {self.transactional_id!r} is prepared but {len(self.missing)} of its "
+            f"staged files are gone (e.g. {self.missing[0] if self.missing else '?'}), so it can never commit; "
+            f"abort it with `icelog transactions abort {self.transactional_id} --missing-files`"
+        )
+
+
+class RecoveryIncomplete(TerminalError):
+    """Recovery finished every transaction it could; these ones failed (each with its typed error)."""
+
+    def __init__(self, *, rolled_forward: list[str], aborted: list[str], failed: list[dict]) -> None:
+        self.rolled_forward, self.aborted, self.failed = rolled_forward, aborted, failed
+        super().__init__()
+
+    def describe(self) -> str:
+        stuck = "; ".join(f"{f['transactional_id']!r}: {f['error']}: {f['message']}" for f in self.failed)
+        return (
+            f"recovery rolled forward {len(self.rolled_forward)} and aborted {len(self.aborted)} transactions, "
+            f"but could not finish {len(self.failed)}: {stuck}"
+        )
+
+
 # --- permissions (KIP-391's ReplicatorWrite ACL) -----------------------------------------
 
 

@@ -26,6 +26,7 @@ from storage.commit import Decision, Request, commit, load
 from storage.errors import InvalidInput
 from storage.files import file_offset_range, file_partition, local_path, write_log_files
 from storage.state import LogState
+from storage.transactions import pending_files
 
 RETENTION_MS = "icelog.retention.ms"
 RETENTION_BYTES = "icelog.retention.bytes"
@@ -222,28 +223,45 @@ def referenced_files(table: Table) -> set[str]:
 
 
 def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float = 3600.0) -> list[str]:
-    """Delete files under the table location that no snapshot references.
+    """Delete files under the table location that no snapshot and no open transaction references.
 
     Only files older than ``older_than_s`` go, so a writer's files that are written but not
-    yet committed survive. Local (``file://``) warehouses only.
+    yet committed survive. The files of open and prepared transactions stay at any age:
+    recovery rolls a prepared one forward from them. Local (``file://``) warehouses only.
     """
-    table = load(catalog, identifier)
-    root = local_path(table.metadata.location)
+    location = load(catalog, identifier).metadata.location
+    root = local_path(location)
     if "://" in root:
         raise InvalidInput(reason=f"orphan cleanup supports local warehouses only, not {root}")
-    keep = referenced_files(table)
-    cutoff = time.time() - older_than_s
+    candidates = _old_files(root, time.time() - older_than_s)
+    # Read after the walk, journal before table: a listed file's transaction is then either
+    # still open in the journal read, or ended before it, so committed in the table read.
+    pending, pending_dirs = pending_files(catalog, location)
+    keep = referenced_files(load(catalog, identifier)) | {local_path(p) for p in pending}
+    pending_dirs = tuple(local_path(d) for d in pending_dirs)
     removed = []
+    for path in candidates:
+        if path in keep or path.startswith(pending_dirs):
+            continue
+        try:
+            os.remove(path)
+            removed.append(path)
+        except FileNotFoundError:  # removed meanwhile (e.g. a superseded metadata file)
+            continue
+    return removed
+
+
+def _old_files(root: str, cutoff: float) -> list[str]:
+    old = []
     for directory, _, names in os.walk(root):
         for name in names:
             path = os.path.join(directory, name)
             try:
-                if path not in keep and os.path.getmtime(path) < cutoff:
-                    os.remove(path)
-                    removed.append(path)
-            except FileNotFoundError:  # removed meanwhile (e.g. a superseded metadata file)
+                if os.path.getmtime(path) < cutoff:
+                    old.append(path)
+            except FileNotFoundError:
                 continue
-    return removed
+    return old
 
 
 def maintain(

@@ -27,6 +27,8 @@ Design (DESIGN §3):
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
   what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
   transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
+  Timeouts are judged by one clock, the catalog database's (``storage.catalog.database_clock``):
+  judged by each client's own, a fast host would abort everyone's transactions, a slow one its own.
 
 Every transaction therefore commits to the journal table three times (BEGIN, PREPARE, the
 atomic commit): all transactions of a catalog take turns on the journal's compare-and-swap.
@@ -50,17 +52,22 @@ from pyiceberg.table.metadata import TableMetadata
 
 from storage import faults
 from storage import schema as cols
+from storage.catalog import database_clock
 from storage.commit import Decision, Request, commit, commit_tables
 from storage.errors import (
     AbortableError,
     ExpectedOffsetRequired,
+    IcelogError,
     InvalidInput,
     OffsetMismatch,
+    PreparedFilesMissing,
     ProducerFenced,
+    RecoveryIncomplete,
     TableAlreadyExists,
     TerminalError,
     TransientError,
     UnknownPartition,
+    UnknownTable,
 )
 from storage.files import write_log_files
 from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, refuse_read_only, with_system_columns
@@ -119,7 +126,11 @@ class JournalState(LogState):
     {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
         "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
                        "prepared": {"sends": {"<table>": [[p, expected, path, rows], ...]},
-                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}}}}
+                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}},
+        "last_committed" | "last_aborted": {"id", "partitions"}}}
+
+    ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
+    files, so a process that dies before deleting them leaves them to the next init or recover.
     """
 
     transactions: Mapping[str, Any] = field(default_factory=dict)
@@ -186,7 +197,7 @@ class JournalStep(Request):
             if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout) and tid != self.transactional_id:
                 records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": "timeout"}))
                 aborted.append({"transactional_id": tid, "txn": txn})
-                entry["txn"] = None
+                _end_aborted(entry, txn)
         result: dict[str, Any] = {"aborted": aborted}
         entry = txns.get(self.transactional_id)
         if self.step == "init":
@@ -199,7 +210,8 @@ class JournalStep(Request):
             if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout):
                 records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "timeout"}))
                 aborted.append({"transactional_id": self.transactional_id, "txn": txn})
-                entry["txn"] = txn = None
+                _end_aborted(entry, txn)
+                txn = None
                 if self.step != "abort":  # record the abort; the caller raises TransactionAborted
                     result["timed_out"] = self.txn_id
             if "timed_out" not in result:
@@ -232,16 +244,18 @@ class JournalStep(Request):
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
             return {"roll_forward": {"transactional_id": self.transactional_id, "entry": entry}}
+        # The caller deleted these before this step (and deletes them again after it).
+        leftovers = {key: entry.pop(key) for key in ("last_committed", "last_aborted") if entry.get(key)}
         if txn:
             records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "a new instance initialised"}))
             aborted.append({"transactional_id": self.transactional_id, "txn": txn})
+            _end_aborted(entry, txn)
         if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
             entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
         entry.update(epoch=entry["epoch"] + 1, txn=None)
-        last_committed = entry.pop("last_committed", None)
         if self.timeout_ms is not None:
             entry["timeout_ms"] = self.timeout_ms
-        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "last_committed": last_committed}
+        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "leftovers": leftovers}
 
     def _register(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None:
@@ -295,12 +309,20 @@ class JournalStep(Request):
             return  # already aborted (by timeout, a new instance, or an earlier attempt)
         if txn["state"] == PREPARE_COMMIT:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
-        entry["txn"] = None
+        _end_aborted(entry, txn)
         records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "aborted by the producer"}))
         result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
 
     def receipt(self, result: Any) -> Any:
         return {k: v for k, v in result.items() if k in ("producer_id", "epoch", "ranges")}
+
+
+def _end_aborted(entry: dict[str, Any], txn: Mapping[str, Any]) -> None:
+    """End the entry's transaction as aborted, remembering where it staged files: whoever
+    aborts it deletes them after the commit, and if that process dies first, the next
+    ``init_transactions`` or ``recover`` does (as ``last_committed`` for a commit)."""
+    entry["txn"] = None
+    entry["last_aborted"] = {"id": txn["id"], "partitions": txn.get("partitions", {})}
 
 
 # --- the data side of a transaction ---------------------------------------------------------------
@@ -409,6 +431,15 @@ def _delete_staging(catalog: Catalog, txn: Mapping[str, Any], committed: bool = 
             _delete_dir(prewritten_dir(location, txn["id"]))
 
 
+def _delete_leftovers(catalog: Catalog, entry: Mapping[str, Any]) -> None:
+    """Staged files the last committed or aborted transaction may have left (its process died
+    before deleting them)."""
+    if entry.get("last_committed"):
+        _delete_staging(catalog, entry["last_committed"], committed=True)
+    if entry.get("last_aborted"):
+        _delete_staging(catalog, entry["last_aborted"])
+
+
 def _delete_dir(uri: str) -> None:
     filesystem, path = pafs.FileSystem.from_uri(uri)
     with contextlib.suppress(FileNotFoundError, OSError):
@@ -433,15 +464,17 @@ class TransactionalProducer:
         transactional_id: Stable identity; a new instance fences every older one.
         timeout_ms: Abort a transaction idle this long (default: the journal's
             ``icelog.transaction.timeout-ms``, 60 s).
-        clock: Milliseconds now (tests inject one).
+        clock: Milliseconds now, by which timeouts are judged. Default: the catalog database's
+            clock, the one every client shares (tests inject one).
     """
 
-    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] | None = None) -> None:
         if not isinstance(transactional_id, str) or not transactional_id.strip() or len(transactional_id) > 256:
             raise InvalidInput(reason="a transactional id is a non-empty string of at most 256 characters")
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1):
             raise InvalidInput(reason=f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
-        self.catalog, self.transactional_id, self.timeout_ms, self.clock = catalog, transactional_id, timeout_ms, clock
+        self.catalog, self.transactional_id, self.timeout_ms = catalog, transactional_id, timeout_ms
+        self.clock = clock or database_clock(catalog)
         self.producer_id: int | None = None
         self.epoch: int | None = None
         self.txn_id: str | None = None
@@ -463,15 +496,15 @@ class TransactionalProducer:
         ensure_journal(self.catalog)
         for _ in range(10):  # each round finishes one prepared transaction; it never needs many
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
+            _delete_leftovers(self.catalog, entry or {})  # before the init step forgets them
             fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
             step = JournalStep("init", self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
             result = commit(self.catalog, JOURNAL, step).result
             _clean_aborted(self.catalog, result)
             if result.get("roll_forward"):
-                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"])
+                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"], self.clock)
                 continue
-            if result.get("last_committed"):
-                _delete_staging(self.catalog, result["last_committed"], committed=True)
+            _delete_leftovers(self.catalog, result.get("leftovers", {}))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
@@ -697,15 +730,16 @@ class _ForceAbort(JournalStep):
     def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
         if txn is None or txn["id"] != self.txn_id:
             return
-        entry["txn"] = None
+        _end_aborted(entry, txn)
         records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": self.reason}))
         result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
 
 
 def _can_never_commit(error: BaseException) -> bool:
     """A prepared transaction that fails like this would fail forever: abort it, or recovery
-    would wedge on it. A fenced producer or an ended transaction is not ours to abort."""
-    return not isinstance(error, (ProducerFenced, InvalidTxnState, TransactionAborted))
+    would wedge on it. A fenced producer or an ended transaction is not ours to abort; missing
+    files are an operator's call (``abort(..., missing_files=True)``)."""
+    return not isinstance(error, (ProducerFenced, InvalidTxnState, TransactionAborted, PreparedFilesMissing))
 
 
 def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
@@ -726,7 +760,13 @@ def _commit_prepared(
         parts.append((GROUPS_TABLE, commit_request(catalog, spec["group"], {(t, p): o for t, p, o in spec["offsets"]})))
     committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
     parts.append((JOURNAL, JournalStep("commit", tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
-    outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+    try:
+        outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+    except FileNotFoundError:
+        missing = missing_files(prepared)
+        if not missing:
+            raise
+        raise PreparedFilesMissing(transactional_id=tid, txn_id=txn_id, missing=missing) from None
     journal_result = outcomes[-1].result or {}
     ranges = journal_result.get("ranges") or committed()
     for name, append in appends.items():
@@ -735,20 +775,54 @@ def _commit_prepared(
     return ranges
 
 
-def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any], clock: Callable[[], int] | None = None) -> dict[str, Any]:
     """Finish a transaction that reached PREPARE_COMMIT (idempotent: its id is the commit id)."""
     txn = entry["txn"]
+    clock = clock or database_clock(catalog)
     try:
-        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], now_ms)
+        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], clock)
     except (AbortableError, TerminalError, FileNotFoundError) as e:
-        if not _still_prepared(catalog, tid, txn["id"]):  # another coordinator finished it first
+        # Checked first: a coordinator that finished it first also deleted its staged files.
+        if not _still_prepared(catalog, tid, txn["id"]):
             return {"txn_id": txn["id"], "action": "finished_elsewhere"}
         if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
-        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], reason=str(e))
+        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
         return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
+
+
+def missing_files(prepared: Mapping[str, Any]) -> list[str]:
+    """The files a prepared transaction recorded that no longer exist."""
+    missing = []
+    for sends in prepared.get("sends", {}).values():
+        for _, _, path, *_ in sends:
+            filesystem, local = pafs.FileSystem.from_uri(path)
+            if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
+                missing.append(path)
+    return missing
+
+
+def pending_files(catalog: Catalog, table_location: str) -> tuple[set[str], tuple[str, ...]]:
+    """What open and prepared transactions still need under a table: ``(files, folders)``.
+
+    Orphan cleanup keeps them: a prepared transaction rolls forward from its staged files,
+    and an open one may still prepare. Folders end with ``/``.
+    """
+    try:
+        transactions = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions
+    except UnknownTable:
+        return set(), ()
+    files: set[str] = set()
+    folders: list[str] = []
+    for entry in transactions.values():
+        txn = entry.get("txn")
+        if not txn:
+            continue
+        folders += [staging_dir(table_location, txn["id"]) + "/", prewritten_dir(table_location, txn["id"]) + "/"]
+        files.update(path for sends in (txn.get("prepared") or {}).get("sends", {}).values() for _, _, path, *_ in sends)
+    return files, tuple(folders)
 
 
 def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
@@ -757,41 +831,74 @@ def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
     return txn.get("id") == txn_id and txn.get("state") == PREPARE_COMMIT
 
 
-def recover(catalog: Catalog, *, clock: Callable[[], int] = now_ms) -> dict[str, Any]:
+def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict[str, Any]:
     """Finish every prepared transaction and abort every one idle past its timeout.
 
-    Idempotent; deletes the staged files of aborted transactions.
+    Idempotent; deletes the staged files of aborted transactions. One transaction that
+    cannot be finished never holds up the others.
+
+    Raises:
+        RecoveryIncomplete: after finishing every other transaction, naming each that failed
+            with its typed error (e.g. ``PreparedFilesMissing``).
     """
     ensure_journal(catalog)
+    clock = clock or database_clock(catalog)
     report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
+    failed: list[dict[str, Any]] = []
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
     for tid, entry in state.transactions.items():
-        if entry.get("last_committed"):  # staged files a committed transaction may have left
-            _delete_staging(catalog, entry["last_committed"], committed=True)
+        _delete_leftovers(catalog, entry)
         txn = entry.get("txn")
         if txn and txn["state"] == PREPARE_COMMIT:
-            done = roll_forward(catalog, tid, entry)
+            try:
+                done = roll_forward(catalog, tid, entry, clock)
+            except IcelogError as e:
+                failed.append({"transactional_id": tid, "txn_id": txn["id"], **e.to_dict()})
+                continue
             if done["action"] != "finished_elsewhere":
                 report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
     result = commit(catalog, JOURNAL, JournalStep("expire", clock=clock)).result
     _clean_aborted(catalog, result)
     report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
+    if failed:
+        raise RecoveryIncomplete(rolled_forward=report["rolled_forward"], aborted=report["aborted"], failed=failed)
     return report
 
 
-def abort(catalog: Catalog, transactional_id: str) -> dict[str, Any]:
-    """Abort a transactional id's open, unprepared transaction from outside (an operator's tool)."""
+def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = False) -> dict[str, Any]:
+    """Abort a transactional id's open, unprepared transaction from outside (an operator's tool).
+
+    Args:
+        missing_files: Also abort a *prepared* transaction, provided some of its staged files
+            are gone (it can never commit: see ``PreparedFilesMissing``).
+
+    Raises:
+        InvalidTxnState: the transaction is prepared and can still commit (recovery finishes it).
+    """
     ensure_journal(catalog)
     entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(transactional_id)
     if entry is None or not entry.get("txn"):
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry["txn"]
-    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"])
+    clock = database_clock(catalog)
+    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock)
+    if missing_files and txn["state"] == PREPARE_COMMIT:
+        step = _abort_prepared_without_files(transactional_id, entry, clock)
     result = commit(catalog, JOURNAL, step).result
     _clean_aborted(catalog, result)
     # Only what this call aborted: the transaction it read may have ended meanwhile.
     aborted = txn["id"] if any(a["txn"]["id"] == txn["id"] for a in result.get("aborted", [])) else None
     return {"transactional_id": transactional_id, "aborted": aborted}
+
+
+def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any], clock: Callable[[], int]) -> JournalStep:
+    txn = entry["txn"]
+    missing = missing_files(txn["prepared"])
+    if not missing:  # every file is there: aborting would undo a commit recovery can still make
+        reason = f"transaction {txn['id']} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
+        raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
+    reason = f"aborted by an operator: {len(missing)} staged files missing"
+    return _ForceAbort("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=reason)
 
 
 def describe(catalog: Catalog) -> dict[str, Any]:

@@ -14,6 +14,7 @@ that happened before the kill. Modes:
   with expected offsets; reports each outcome (committed, or the typed error).
 * ``reader``: polls consistent cuts of two tables (``storage.swap.load_tables``), sums
   each table's ``value`` column with DuckDB over the planned files, until a stop file appears.
+* ``abort``: one transaction aborted by its own producer, ``pause`` armed just before the abort.
 * ``copier``: consume-transform-produce: reads ``src`` from the group's committed
   position, writes transformed rows to ``out`` and the new position in one transaction,
   batch by batch, until the group's position reaches the source's log end.
@@ -183,7 +184,21 @@ def copier(catalog, args: dict) -> None:
         emit(event="batch", position=position + rows.num_rows)
 
 
-MODES = {"one": one, "loop": loop, "reader": reader, "copier": copier}
+def abort(catalog, args: dict) -> None:
+    """One transaction staged to ``a`` and ``b``, then aborted by its own producer; ``pause``
+    is armed just before the abort (``after_catalog_swap``: the ABORTED record has landed)."""
+    producer = TransactionalProducer(catalog, args["tid"])
+    emit(event="init", **producer.init_transactions())
+    txn_id = producer.begin_transaction()
+    emit(event="begin", txn_id=txn_id)
+    producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": "1"}])
+    producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": "-1"}])
+    _arm(args["pause"])
+    producer.abort_transaction()
+    emit(event="aborted", txn_id=txn_id)
+
+
+MODES = {"one": one, "loop": loop, "reader": reader, "copier": copier, "abort": abort}
 
 if __name__ == "__main__":
     mode, spec, raw = sys.argv[1:4]

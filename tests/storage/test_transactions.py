@@ -32,13 +32,15 @@ from storage.errors import (
     IcelogError,
     InvalidOffset,
     OffsetMismatch,
+    PreparedFilesMissing,
     ProducerFenced,
+    RecoveryIncomplete,
 )
 from storage.files import local_path
 from storage.groups import commit_offsets, committed_offsets
 from storage.log import LogTable
 from storage.maintenance import referenced_files, remove_orphan_files
-from storage.transactions import TransactionAborted, TransactionalProducer
+from storage.transactions import InvalidTxnState, TransactionAborted, TransactionalProducer
 from validations.checks import run_checks
 from tests.catalogs import forwarding_catalog
 
@@ -260,6 +262,95 @@ def test_i5_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
 
 
+def age(paths: list[str], seconds: float = 7_200) -> None:
+    """Make files look ``seconds`` old (an hour passing, for orphan cleanup)."""
+    for path in paths:
+        then = time.time() - seconds
+        os.utime(path, (then, then))
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
+    """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
+    are still needed (recovery rolls forward from them), so they are no orphans."""
+    from storage.maintenance import maintain
+
+    point = faults.AFTER_TXN_PREPARE
+    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
+    staged = staged_files(a) + staged_files(b)
+    assert len(staged) == 2
+    age(staged)
+    for t in (a, b):
+        maintain(catalog, t.identifier)
+    assert staged_files(a) + staged_files(b) == staged, "orphan cleanup deleted a prepared transaction's staged files"
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    check_all_or_nothing(catalog, a, b, before, txn_id, point)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+def test_i5_prepared_transaction_without_its_files_never_blocks_the_others(sqlite_spec, tmp_path):
+    """Two producers killed after PREPARE_COMMIT; one's staged files are deleted by hand.
+    Recovery finishes the other and names the stuck one with a typed error; an operator's
+    abort resolves it, and its transactional id works again."""
+    catalog = sqlite_spec.open()
+    a, b = two_tables(catalog)
+    killed = {}
+    for tid in ("lost", "intact"):
+        args = {"tid": tid, "a": "db.a", "b": "db.b", "k": 5, "pause": faults.AFTER_TXN_PREPARE}
+        seen = kill_at(sqlite_spec, "one", args, tmp_path, tid)
+        killed[tid] = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    lost = [p for p in staged_files(a) + staged_files(b) if killed["lost"] in p]
+    assert len(lost) == 2
+    with pytest.raises(InvalidTxnState):  # every file there: it will commit, not the operator's to abort
+        tx.abort(catalog, "lost", missing_files=True)
+    os.remove(lost[0])
+
+    with pytest.raises(RecoveryIncomplete) as caught:
+        tx.recover(catalog, clock=past_timeout())
+    assert caught.value.rolled_forward == [killed["intact"]]
+    [failed] = caught.value.failed
+    assert (failed["transactional_id"], failed["txn_id"], failed["error"]) == ("lost", killed["lost"], "PreparedFilesMissing")
+    assert [local_path(p) for p in failed["missing"]] == [lost[0]]
+    assert [r[1] for r in rows(a)] == [f"{killed['intact']}:a"]
+    with pytest.raises(PreparedFilesMissing):
+        TransactionalProducer(catalog, "lost").init_transactions()
+
+    with pytest.raises(InvalidTxnState):  # a plain abort still refuses a prepared transaction
+        tx.abort(catalog, "lost")
+    assert tx.abort(catalog, "lost", missing_files=True) == {"transactional_id": "lost", "aborted": killed["lost"]}
+    assert journal_states(catalog, killed["lost"])[-1] == "ABORTED"
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    assert staged_files(a) == staged_files(b) == []
+    producer = TransactionalProducer(catalog, "lost")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "again", "value": "1"}])
+    assert [r[1] for r in rows(a)] == [f"{killed['intact']}:a", "again"]
+    contiguous(a)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cleaner", ["init_transactions", "recover"])
+def test_i5_producer_killed_right_after_its_own_abort_leaves_no_staged_file(sqlite_spec, tmp_path, cleaner):
+    """The ABORTED record landed, the process died before deleting what it staged: the journal
+    must remember the files, so the next init or recover deletes them."""
+    catalog = sqlite_spec.open()
+    a, b = two_tables(catalog)
+    args = {"tid": "quitter", "a": "db.a", "b": "db.b", "pause": faults.AFTER_CATALOG_SWAP}
+    seen = kill_at(sqlite_spec, "abort", args, tmp_path, "abort")
+    txn_id = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    assert journal_states(catalog, txn_id)[-1] == "ABORTED" and len(staged_files(a) + staged_files(b)) == 2
+    if cleaner == "recover":
+        assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    else:
+        TransactionalProducer(catalog, "quitter").init_transactions()
+    assert staged_files(a) == staged_files(b) == [], f"{cleaner} left the aborted transaction's staged files"
+    assert rows(a) == rows(b) == []
+
+
 # --- 2. a reader never sees part of a transaction --------------------------------------------------
 
 
@@ -478,6 +569,40 @@ def test_i5_commit_past_its_timeout_aborts_the_transaction_in_the_journal(catalo
     clock.ms += 5_000
     assert_timed_out(catalog, producer, txn_id, a, b)
     producer.begin_transaction()  # not stuck on the aborted transaction
+
+
+@contextlib.contextmanager
+def host_clock_skewed(monkeypatch, seconds: float):
+    """This process's clock runs ``seconds`` off (the database's clock does not)."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(time, "time", real)
+
+
+@pytest.mark.parametrize("skewed", ["fast other host", "slow own host"])
+def test_i5_host_clock_skew_never_times_out_a_live_transaction(catalog, monkeypatch, skewed):
+    """Timeouts are judged by one clock (the catalog database's): a host 90 s fast must not
+    abort every other producer's open transaction, and a host 90 s slow must still commit."""
+    a, b = two_tables(catalog)
+    own_skew = -90 if skewed == "slow own host" else 0
+    producer = TransactionalProducer(catalog, "live")
+    with host_clock_skewed(monkeypatch, own_skew):
+        producer.init_transactions()
+        txn_id = producer.begin_transaction()
+        producer.send("db.a", 0, [{"key": "live", "value": "1"}])
+    with host_clock_skewed(monkeypatch, 90 if skewed == "fast other host" else 0):
+        other = TransactionalProducer(catalog, "other")
+        other.init_transactions()  # a coordinator action on another host
+        with other.transaction():
+            other.send("db.b", 0, [{"key": "other", "value": "1"}])
+    with host_clock_skewed(monkeypatch, own_skew):
+        producer.send("db.b", 0, [{"key": "live", "value": "-1"}])
+        assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [1, 2]}}
+    assert "ABORTED" not in journal_states(catalog, txn_id)
+    assert [r[1] for r in rows(b)] == ["other", "live"]
 
 
 # --- 5. consume-transform-produce exactly once across kill -9 ---------------------------------------
