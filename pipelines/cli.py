@@ -544,8 +544,10 @@ def ingest(ctx: Context, table: str, source: str, fmt: str, key_column: str | No
     loaded is refused (SourceFileChanged, exit 2) unless --reload-changed.
     """
     from pipelines.ingest import ingest as run
+    from pipelines.ingest import require_source
     from pipelines.spark import spark_session
 
+    require_source(source)
     only = None
     if partitions is not None:
         try:

@@ -34,8 +34,8 @@ from pyiceberg.catalog import Catalog
 from storage import membership
 from storage import schema as cols
 from storage.commit import CommitRequest, commit_tables
-from storage.errors import InvalidInput, StaleGeneration
-from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request
+from storage.errors import InvalidInput, StaleGeneration, UnknownPartition
+from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request, validate_group_id
 from storage.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
 from storage.log import LogTable
 from storage.ranges import Range, RangeState, pending, to_ranges
@@ -53,6 +53,14 @@ def parse_key_range(text: str) -> Range:
     if not 0 <= lo <= hi < membership.HASH_SPACE:
         raise InvalidInput(reason=f"a key range is LO:HI with 0 <= LO <= HI <= 65535, not {text!r}")
     return lo, hi
+
+
+def _known(log_table: LogTable, partitions: Sequence[int], marks: Mapping[int, Any]) -> list[int]:
+    """``partitions``, sorted, once each is one of the table's (I8: a typed error, not a KeyError at poll)."""
+    for p in partitions:
+        if isinstance(p, bool) or p not in marks:
+            raise UnknownPartition(table=log_table.identifier, partition=p, partitions=len(marks))
+    return sorted(set(partitions))
 
 
 @dataclass
@@ -95,6 +103,7 @@ class Consumer:
     _closed: bool = False
 
     def __post_init__(self) -> None:
+        validate_group_id(self.group)  # now, not at the first commit after records were handed out
         if self.mode not in ("key", "chunks"):
             raise InvalidInput(reason=f"mode is 'key' or 'chunks', not {self.mode!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -112,7 +121,7 @@ class Consumer:
         log_table = LogTable.open(self.catalog, source)
         marks = log_table.watermarks()
         self._remember_key_column(log_table, hashed=self.mode == "key")
-        self._subscription[source] = sorted(marks) if partitions is None else sorted(partitions)
+        self._subscription[source] = sorted(marks) if partitions is None else _known(log_table, partitions, marks)
         self._join()
 
     def assign(self, table: str, partitions: list[int], key_range: Range | None = None) -> None:
@@ -124,7 +133,7 @@ class Consumer:
         log_table = LogTable.open(self.catalog, source)
         self._remember_key_column(log_table, hashed=self.mode == "key" and key_range is not None)
         hashes = [(0, membership.HASH_SPACE - 1)] if key_range is None else [tuple(key_range)]
-        self._manual = [_Assignment(source, p, hashes) for p in partitions]  # type: ignore[arg-type]
+        self._manual = [_Assignment(source, p, hashes) for p in _known(log_table, partitions, log_table.watermarks())]  # type: ignore[arg-type]
         self._assigned = list(self._manual)
 
     def _remember_key_column(self, log_table: LogTable, hashed: bool) -> None:

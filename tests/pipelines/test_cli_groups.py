@@ -111,3 +111,16 @@ def test_reset_to_earliest_and_latest(run, events):
     run("groups", "reset", "db.events", "--group", "g", "--to", "earliest")
     assert _partition(run("groups", "describe", "g"))["stable_offset"] == -1
 
+
+def test_i8_consume_of_a_partition_the_table_lacks_exits_2(run, events):
+    before = run("groups", "describe", "g")
+    err = run("consume", "db.events", "--group", "g", "--partition", "5", code=2)
+    assert (err["error"], err["partition"], err["partitions"]) == ("UnknownPartition", 5, 2)
+    assert run("groups", "describe", "g") == before
+
+
+@pytest.mark.parametrize("group", ["", "   ", "x" * 257])
+def test_i10_consume_with_a_bad_group_id_prints_nothing_and_exits_2(run, events, sqlite_spec, group):
+    result = CliRunner().invoke(cli, ["--output", "json", "consume", "db.events", "--group", group], env=sqlite_spec.env())
+    assert result.exit_code == 2, result.output
+    assert [json.loads(line)["error"] for line in result.stdout.strip().splitlines()] == ["InvalidInput"]  # no record printed
