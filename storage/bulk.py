@@ -63,13 +63,12 @@ def bulk_load(
     """
     say = progress or (lambda line: None)
     done = 0
-    batch_id: Callable[[int], str | None] = lambda first: None  # noqa: E731 - random commit ids
+    prefix = None  # of the batches' commit ids; None: random ones
     if start_offset is not None:
         end = _log_end(log_table, partition)
         if load_id is not None:
             prefix = _commit_id_prefix(load_id, partition, start_offset)
             done = _lines_landed(log_table, prefix, partition, start_offset)
-            batch_id = lambda first: f"{prefix}{first}"  # noqa: E731
         if not done and end != start_offset:
             raise OffsetMismatch(table=log_table.identifier, partition=partition, expected=start_offset, actual=end)
         if done:
@@ -83,7 +82,8 @@ def bulk_load(
             continue
         expected = {partition: start_offset + written} if start_offset is not None else None
         batch = _producer_batch(producer, partition, written)
-        appended = log_table.append({partition: rows}, expected, producer=batch, commit_id=batch_id(written))
+        commit_id = f"{prefix}{written}" if prefix else None
+        appended = log_table.append({partition: rows}, expected, producer=batch, commit_id=commit_id)
         first_offset, nxt = appended.ranges[partition]
         result["base_offset"] = first_offset if result["base_offset"] is None else result["base_offset"]
         result.update(next_offset=nxt, snapshot_id=appended.snapshot_id, duplicate=result["duplicate"] or appended.duplicate)
