@@ -463,21 +463,23 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
 @cli.command()
 @click.argument("table")
 @click.option("--partition", type=PARTITION, required=True)
-@click.option("--expected-offset", type=OFFSET, default=None, help="A resumable bulk load: line i (0-based, blank lines not counted) lands at offset K+i, each batch a conditional append (KIP-27).")
+@click.option("--expected-offset", type=OFFSET, default=None, help="Line i (0-based, blank lines not counted) lands at offset K+i, each batch a conditional append (KIP-27); the log must end at K.")
+@click.option("--load-id", default=None, help="Names a resumable load (needs --expected-offset): re-run with the same id, it continues after its batches already committed.")
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON Lines file, UTF-8 (default: stdin).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True, help="Lines per commit (bounds memory).")
 @click.option("--producer-id", type=PRODUCER_ID, default=None)
 @click.option("--epoch", type=INT32, default=None)
 @click.option("--sequence", type=INT32, default=None, help="First sequence number of this batch.")
 @click.pass_obj
-def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, input_file: BinaryIO, batch_size: int, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
+def produce(ctx: Context, table: str, partition: int, expected_offset: int | None, load_id: str | None, input_file: BinaryIO, batch_size: int, producer_id: int | None, epoch: int | None, sequence: int | None) -> None:
     """Append JSON Lines rows to one partition of TABLE (binary columns take base64 strings).
 
     The input streams in batches of --batch-size lines, one commit each. With
-    --expected-offset K the load is resumable: killed and run again with the same arguments,
-    it continues where the log says it stopped, and every line lands exactly once, at offset
-    K plus its line index. Another writer appending meanwhile stops it with OffsetMismatch
-    (exit 3): it never interleaves.
+    --expected-offset K line i lands at offset K + i, and a log that does not end at K is an
+    OffsetMismatch (exit 3). With --load-id as well the load is resumable: killed and run
+    again with the same arguments, it continues after its own batches (found by commit id,
+    never by content), and every line lands exactly once. Another writer appending meanwhile
+    stops it with OffsetMismatch (exit 3): it never interleaves.
     """
     from storage.bulk import bulk_load
     from storage.log import LogTable
@@ -499,8 +501,8 @@ def produce(ctx: Context, table: str, partition: int, expected_offset: int | Non
             yield rows_to_arrow(log_table.identifier, pending, payload)
 
     with _progress(ctx, "producing") as progress:
-        result = bulk_load(log_table, partition, batches, expected_offset, producer=(producer_id, epoch, sequence) if producer_id is not None else None, progress=progress)
-    doc = {"table": log_table.identifier, "partition": partition, **result}
+        result = bulk_load(log_table, partition, batches, expected_offset, load_id=load_id, producer=(producer_id, epoch, sequence) if producer_id is not None else None, progress=progress)
+    doc = {"table": log_table.identifier, "partition": partition, **result, **({"load_id": load_id} if load_id is not None else {})}
     if producer_id is None:
         doc.pop("duplicate", None)
     base, nxt = doc["base_offset"], doc["next_offset"]
@@ -542,8 +544,10 @@ def ingest(ctx: Context, table: str, source: str, fmt: str, key_column: str | No
     loaded is refused (SourceFileChanged, exit 2) unless --reload-changed.
     """
     from pipelines.ingest import ingest as run
+    from pipelines.ingest import require_source
     from pipelines.spark import spark_session
 
+    require_source(source)
     only = None
     if partitions is not None:
         try:

@@ -32,7 +32,7 @@ def load_transform(spec: str):
 @click.option("--partition", type=PARTITION, default=None, help="One source partition (default: all).")
 @click.option("--key-range", default=None, metavar="LO:HI", help="Read this hash range without joining the group.")
 @click.option("--mode", type=click.Choice(["key", "chunks"]), default="key", show_default=True)
-@click.option("--key-column", default="key", show_default=True, help="The column whose hash places a record, and whose CRC-32 picks the target partition.")
+@click.option("--key-column", default=None, help="The column whose hash places a record, and whose CRC-32 picks the target partition (default: the source's icelog.key-column, else key).")
 @click.option("--chunk-size", type=click.IntRange(1, None), default=100, show_default=True, help="Offsets per chunk (--mode chunks).")
 @click.option("--max-records", type=click.IntRange(1, None), default=None, help="Consume at most N records.")
 @click.option("--transform", "transform_spec", default=None, metavar="MODULE:FUNCTION", help="DataFrame -> DataFrame (default: copy).")
@@ -41,7 +41,7 @@ def load_transform(spec: str):
 @click.pass_obj
 def consume_produce(
     ctx: Context, source: str, target: str, group: str, member: str | None, partition: int | None, key_range: str | None,
-    mode: str, key_column: str, chunk_size: int, max_records: int | None, transform_spec: str | None,
+    mode: str, key_column: str | None, chunk_size: int, max_records: int | None, transform_spec: str | None,
     session_timeout_ms: int, leave: bool,
 ) -> None:
     """Consume this member's share of SOURCE (its key-hash ranges of GROUP, records not yet

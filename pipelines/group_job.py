@@ -47,7 +47,7 @@ from storage import faults, membership
 from storage import schema as cols
 from storage.catalog import open_catalog
 from storage.commit import commit_tables
-from storage.consumer import BACK_PRESSURE, KEY_COLUMN, SPARK_SQL_KEY_HASH, Consumer, parse_key_range
+from storage.consumer import BACK_PRESSURE, SPARK_SQL_KEY_HASH, Consumer, parse_key_range
 from storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
 from storage.groups import GROUPS_TABLE, GroupOffsetsState, group_state, ranges_request
 from storage.log import LogTable
@@ -97,7 +97,7 @@ def group_job(
     key_range: Range | str | None = None,
     transform: Callable[[Any], Any] | None = None,
     mode: str = "key",
-    key_column: str = KEY_COLUMN,
+    key_column: str | None = None,
     output_key_column: str | None = None,
     chunk_size: int = 100,
     max_records: int | None = None,
@@ -121,7 +121,8 @@ def group_job(
         transform: DataFrame -> DataFrame (default identity). Its output needs the target's
             required payload columns and ``output_key_column``; other columns are ignored.
         mode: ``"key"`` (key-hash ranges) or ``"chunks"`` (offset chunks of ``chunk_size``).
-        key_column: The source payload column whose hash places a record (``mode="key"``).
+        key_column: The source payload column whose hash places a record (``mode="key"``;
+            default: the source's ``icelog.key-column``, else ``key``: what its writers hash).
         output_key_column: The output column whose CRC-32 picks the target partition
             (default ``key_column``).
         chunk_size: Offsets per chunk (``mode="chunks"``).
@@ -144,6 +145,7 @@ def group_job(
     _check_arguments(mode, chunk_size, max_records, attempts, transform)
     catalog = open_catalog(catalog_name)
     src, tgt = LogTable.open(catalog, source), LogTable.open(catalog, target)
+    key_column = key_column or cols.declared_key_column(src.table().metadata.properties)
     if mode == "key" and key_column not in src.payload_schema().names:
         raise InvalidInput(reason=f"{src.identifier} has no payload column {key_column!r}")
     marks = src.watermarks()  # the log end at job start bounds the read

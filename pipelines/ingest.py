@@ -59,6 +59,16 @@ class IngestResult:
         return asdict(self)
 
 
+def require_source(source: str) -> None:
+    """Refuse a landing path that names nothing: a typo must not read as "nothing new to load".
+
+    (A scheduled run of a day with no landing folder yet is another matter: ``ingest`` itself
+    loads nothing then, and says so.)
+    """
+    if not os.path.exists(source) and not glob.glob(source):
+        raise InvalidInput(reason=f"no file, folder or glob match at {source!r}: nothing to ingest")
+
+
 def source_files(source: str) -> list[str]:
     """Files of a landing path: a file, a folder (recursively), or a glob."""
     if os.path.isdir(source):

@@ -1,26 +1,32 @@
-"""Bulk loads of any size into one partition, in bounded batches; resumable with an expected offset.
+"""Bulk loads of any size into one partition, in bounded batches; resumable by a load id.
 
 The seed's bulk-load case for conditional appends (KIP-27): "even if the list is much
 larger than the buffer size or the producer has to be restarted, each message will be
 appended to the log just once". With a start offset K, input record i (0-based) belongs at
 offset K + i, and every batch is a conditional append at the offset its first record
-belongs at. The log itself is the checkpoint: a restarted load reads the partition's log
-end E, checks that the record at E - 1 is its own record E - 1 - K, and continues with
-record E - K. A concurrent writer moves the log end under a batch, which then fails with
-``OffsetMismatch``: the load stops, it never interleaves; a restart after a foreign append
-finds a record at E - 1 that is not its own and stops the same way.
+belongs at. A load that finds the log not ending at K fails with ``OffsetMismatch``
+naming K: two loads that both expect K never both succeed (I2), whatever their content.
+
+Resuming rests on identity, never on equal content (I2): a load with a *load id* gives the
+batch starting at input record i the commit id ``bulk-<digest of load id, partition,
+K>-<i>``, recorded by the commit core in the table's commit-id registry. A restarted load
+finds its own batch that ends furthest in that registry and continues with the record
+after it; finding none, it starts at K. A concurrent writer moves the log end under a
+batch, which then fails with ``OffsetMismatch``: the load stops, it never interleaves.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from storage import schema as cols
-from storage.errors import OffsetMismatch, UnknownPartition
+from storage.commit import recent_commits
+from storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
 
 Batches = Callable[[int], Iterator[pa.Table]]
+MAX_LOAD_ID = 200
 
 
 def bulk_load(
@@ -29,6 +35,7 @@ def bulk_load(
     batches: Batches,
     start_offset: int | None = None,
     *,
+    load_id: str | None = None,
     producer: tuple[int, int, int] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -38,46 +45,45 @@ def bulk_load(
         log_table: A :class:`storage.log.LogTable`.
         batches: Yields the input's records in order, as bounded Arrow batches, from record
             ``skip`` on; memory is bounded by the batch size.
-        start_offset: K: record i lands at K + i, resumably. None: plain appends at the log
-            end (a restart would append again).
+        start_offset: K: record i lands at K + i; the log must end at K (or, resuming, right
+            after this load's last batch). None: plain appends at the log end.
+        load_id: Names the load, so that a re-run with the same id, partition and K
+            continues after the batches of it that landed (found by commit id). Needs K.
         producer: ``(producer_id, epoch, first_sequence)``: idempotent batches, sequences
             counted per record.
 
     Returns:
         ``base_offset``, ``next_offset``, ``rows`` written now, ``batches``, ``resumed_lines``
-        (records found already in the log), ``snapshot_id``, ``duplicate``.
+        (records of this load id found already committed), ``snapshot_id``, ``duplicate``.
 
     Raises:
-        OffsetMismatch: the log does not continue this load (another writer appended).
+        OffsetMismatch: the log does not end where this load continues (another writer
+            appended): ``expected`` is K, or K plus the records already written by this load.
+        InvalidInput: a load id without K, or a malformed load id.
     """
-    from storage.producers import ProducerBatch
-
     say = progress or (lambda line: None)
     done = 0
+    prefix = None  # of the batches' commit ids; None: random ones
     if start_offset is not None:
-        marks = log_table.watermarks()
-        if partition not in marks:
-            raise UnknownPartition(table=log_table.identifier, partition=partition, partitions=len(marks))
-        end = marks[partition].end
-        if end < start_offset:
+        end = _log_end(log_table, partition)
+        if load_id is not None:
+            prefix = _commit_id_prefix(load_id, partition, start_offset)
+            done = _lines_landed(log_table, prefix, partition, start_offset)
+        if not done and end != start_offset:
             raise OffsetMismatch(table=log_table.identifier, partition=partition, expected=start_offset, actual=end)
-        done = end - start_offset
-    stream = batches(done - 1 if done else 0)
-    if done:
-        first = next(stream, None)
-        if first is None or first.num_rows == 0 or not _same_record(log_table, partition, start_offset + done - 1, first.slice(0, 1)):
-            # The log holds a record this input does not have there: another writer's.
-            raise OffsetMismatch(table=log_table.identifier, partition=partition, expected=start_offset + done - 1, actual=end)
-        say(f"resuming after {done:,} records already in the log")
-        stream = _chain(first.slice(1), stream)
+        if done:
+            say(f"resuming after {done:,} records of load {load_id!r} already in the log")
+    elif load_id is not None:
+        raise InvalidInput(reason="a load id needs an expected offset: the offset of the load's first record")
     result: dict[str, Any] = {"base_offset": None, "next_offset": None, "rows": 0, "batches": 0, "resumed_lines": done, "snapshot_id": None, "duplicate": False}
     written = done
-    for rows in stream:
+    for rows in batches(done):
         if rows.num_rows == 0 and (start_offset is not None or result["batches"]):
             continue
         expected = {partition: start_offset + written} if start_offset is not None else None
-        batch = ProducerBatch(producer[0], producer[1], {partition: producer[2] + written}) if producer else None
-        appended = log_table.append({partition: rows}, expected, producer=batch)
+        batch = _producer_batch(producer, partition, written)
+        commit_id = f"{prefix}{written}" if prefix else None
+        appended = log_table.append({partition: rows}, expected, producer=batch, commit_id=commit_id)
         first_offset, nxt = appended.ranges[partition]
         result["base_offset"] = first_offset if result["base_offset"] is None else result["base_offset"]
         result.update(next_offset=nxt, snapshot_id=appended.snapshot_id, duplicate=result["duplicate"] or appended.duplicate)
@@ -91,17 +97,42 @@ def bulk_load(
     return result
 
 
-def _chain(head: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    if head.num_rows:
-        yield head
-    yield from rest
+def _log_end(log_table: Any, partition: int) -> int:
+    marks = log_table.watermarks()
+    if partition not in marks:
+        raise UnknownPartition(table=log_table.identifier, partition=partition, partitions=len(marks))
+    return marks[partition].end
 
 
-def _same_record(log_table: Any, partition: int, offset: int, record: pa.Table) -> bool:
-    """Whether the stored record at ``offset`` has ``record``'s payload."""
-    stored = log_table.read(partition, offset, offset + 1)
-    if stored.num_rows != 1:
-        return False
-    mine = log_table.conform({partition: record})[partition]
-    names = [n for n in mine.column_names if n not in cols.SYSTEM_COLUMNS]
-    return stored.select(names).to_pylist() == mine.select(names).to_pylist()
+def _producer_batch(producer: tuple[int, int, int] | None, partition: int, written: int) -> Any:
+    from storage.producers import ProducerBatch
+
+    return ProducerBatch(producer[0], producer[1], {partition: producer[2] + written}) if producer else None
+
+
+def _commit_id_prefix(load_id: str, partition: int, start_offset: int) -> str:
+    """Commit ids of the load's batches, minus the first record's index.
+
+    The load id is hashed: the user's text never meets the registry's JSON (escaping would
+    hide it from ``find_commit``'s substring test), and partition and K are part of the
+    identity, so the same load id elsewhere is another load.
+    """
+    if not isinstance(load_id, str) or not load_id.strip() or len(load_id) > MAX_LOAD_ID:
+        raise InvalidInput(reason=f"a load id is non-blank text of at most {MAX_LOAD_ID} characters, not {load_id!r}")
+    digest = hashlib.sha256(f"{load_id}\0{partition}\0{start_offset}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"bulk-{digest}-"
+
+
+def _lines_landed(log_table: Any, prefix: str, partition: int, start_offset: int) -> int:
+    """Records of the load already committed: up to the end of its furthest batch in the registry.
+
+    Batches land in order (each one expects the previous one's end), so the furthest one
+    found proves all before it. If it has left the registry (``icelog.commit-ids.keep``
+    younger commits), an earlier one, or none, is found: the next batch then expects an
+    offset the log has passed and fails with ``OffsetMismatch``, never writing twice.
+    """
+    landed = 0
+    for commit_id, receipt, _ in recent_commits(log_table.table().metadata):
+        if commit_id.startswith(prefix) and receipt and str(partition) in receipt:
+            landed = max(landed, receipt[str(partition)][1] - start_offset)
+    return landed

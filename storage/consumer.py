@@ -14,8 +14,10 @@ this consumer fetched and has not committed yet. Near ``icelog.groups.max-ranges
 ranges, ``poll`` only fetches offsets inside the gaps (back-pressure), so the gap closes and
 no state is ever dropped.
 
-The key hash is ``storage.keys.key_hash`` (low 16 bits of the key's MD5), stored by writers
-in the ``log_key_hash`` column so a key-range read skips row groups of other hashes.
+The key hash is ``storage.keys.key_hash`` (low 16 bits of the key's MD5) of the table's key
+column (``icelog.key-column``, default ``key``), the column writers hash into ``log_key_hash``
+so a key-range read skips row groups of other hashes. A consumer hashing any other column
+would read ranges the writers' pruning does not match, and miss records.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ from pyiceberg.catalog import Catalog
 from storage import membership
 from storage import schema as cols
 from storage.commit import CommitRequest, commit_tables
-from storage.errors import InvalidInput, StaleGeneration
-from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request
+from storage.errors import InvalidInput, StaleGeneration, UnknownPartition
+from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request, validate_group_id
 from storage.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
 from storage.log import LogTable
 from storage.ranges import Range, RangeState, pending, to_ranges
 
-KEY_COLUMN = "key"
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
 
@@ -52,6 +53,14 @@ def parse_key_range(text: str) -> Range:
     if not 0 <= lo <= hi < membership.HASH_SPACE:
         raise InvalidInput(reason=f"a key range is LO:HI with 0 <= LO <= HI <= 65535, not {text!r}")
     return lo, hi
+
+
+def _known(log_table: LogTable, partitions: Sequence[int], marks: Mapping[int, Any]) -> list[int]:
+    """``partitions``, sorted, once each is one of the table's (I8: a typed error, not a KeyError at poll)."""
+    for p in partitions:
+        if isinstance(p, bool) or p not in marks:
+            raise UnknownPartition(table=log_table.identifier, partition=p, partitions=len(marks))
+    return sorted(set(partitions))
 
 
 @dataclass
@@ -71,7 +80,8 @@ class Consumer:
         member_id: This member's id (default: random).
         session_timeout_ms: Removed from the group when no heartbeat came for this long.
         mode: ``"key"`` (key-hash ranges) or ``"chunks"`` (offset chunks, unkeyed records).
-        key_column: The payload column holding the key.
+        key_column: The payload column holding the key (default: each table's
+            ``icelog.key-column``, else ``key``: the column its writers hash).
         clock: Milliseconds since the epoch (injectable for tests).
     """
 
@@ -81,17 +91,19 @@ class Consumer:
     session_timeout_ms: int = 10_000
     mode: str = "key"
     chunk_size: int = 100
-    key_column: str = KEY_COLUMN
+    key_column: str | None = None
     clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     generation: int | None = None
     _subscription: dict[str, list[int]] = field(default_factory=dict)
     _manual: list[_Assignment] | None = None
     _assigned: list[_Assignment] = field(default_factory=list)
     _in_flight: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    _key_columns: dict[str, str] = field(default_factory=dict)
     _last_heartbeat: int = 0
     _closed: bool = False
 
     def __post_init__(self) -> None:
+        validate_group_id(self.group)  # now, not at the first commit after records were handed out
         if self.mode not in ("key", "chunks"):
             raise InvalidInput(reason=f"mode is 'key' or 'chunks', not {self.mode!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -106,8 +118,10 @@ class Consumer:
     def subscribe(self, table: str, partitions: list[int] | None = None) -> None:
         """Join the group for ``table`` (default: every partition); the group assigns hash ranges."""
         source = cols.qualified(table)
-        marks = LogTable.open(self.catalog, source).watermarks()
-        self._subscription[source] = sorted(marks) if partitions is None else sorted(partitions)
+        log_table = LogTable.open(self.catalog, source)
+        marks = log_table.watermarks()
+        self._remember_key_column(log_table, hashed=self.mode == "key")
+        self._subscription[source] = sorted(marks) if partitions is None else _known(log_table, partitions, marks)
         self._join()
 
     def assign(self, table: str, partitions: list[int], key_range: Range | None = None) -> None:
@@ -116,10 +130,19 @@ class Consumer:
         Commits are then manual ones (allowed while the group has no live member).
         """
         source = cols.qualified(table)
-        LogTable.open(self.catalog, source)
+        log_table = LogTable.open(self.catalog, source)
+        self._remember_key_column(log_table, hashed=self.mode == "key" and key_range is not None)
         hashes = [(0, membership.HASH_SPACE - 1)] if key_range is None else [tuple(key_range)]
-        self._manual = [_Assignment(source, p, hashes) for p in partitions]  # type: ignore[arg-type]
+        self._manual = [_Assignment(source, p, hashes) for p in _known(log_table, partitions, log_table.watermarks())]  # type: ignore[arg-type]
         self._assigned = list(self._manual)
+
+    def _remember_key_column(self, log_table: LogTable, hashed: bool) -> None:
+        """The column whose hash places ``log_table``'s records: the one its writers hash."""
+        table = log_table.table()
+        name = self.key_column or cols.declared_key_column(table.metadata.properties)
+        if hashed and name not in log_table.payload_schema(table).names:
+            raise InvalidInput(reason=f"{log_table.identifier} has no payload column {name!r} to hash for key ranges")
+        self._key_columns[log_table.identifier] = name
 
     def _join(self) -> None:
         record = group_action(
@@ -198,7 +221,7 @@ class Consumer:
             if gaps:
                 pruned = hashes if self.mode == "key" and hashes != [(0, membership.HASH_SPACE - 1)] else None
                 rows = log_table.read(a.partition, gaps[0][0], gaps[-1][1] + 1, key_ranges=pruned)
-                rows = self._select(rows, rs, in_flight, hashes)
+                rows = self._select(rows, rs, in_flight, hashes, self._key_columns[a.table])
                 if rows.num_rows:
                     rows = rows.slice(0, budget)
                     taken.append(rows)
@@ -213,7 +236,7 @@ class Consumer:
             return None
         return batch.replace_schema_metadata({b"icelog.table": a.table.encode()})
 
-    def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[Range]) -> pa.Table:
+    def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[Range], key_column: str) -> pa.Table:
         offsets = rows.column(cols.OFFSET).to_numpy()
         keep = np.ones(len(offsets), dtype=bool)
         for f, l in rs.ranges:
@@ -222,7 +245,7 @@ class Consumer:
             keep &= ~np.isin(offsets, np.fromiter(in_flight, dtype=np.int64))
         if hashes != [(0, membership.HASH_SPACE - 1)]:
             if self.mode == "key":
-                h = key_hashes(rows.column(self.key_column))
+                h = key_hashes(rows.column(key_column))
             else:
                 h = np.array([membership.chunk_slot(int(o) // self.chunk_size) for o in offsets], dtype=np.int32)
             inside = np.zeros(len(offsets), dtype=bool)

@@ -84,10 +84,15 @@ class GroupOffsetsState:
         return {int(p): o for p, o in self.offsets.get(group, {}).get(table, {}).items()}
 
 
-def validate_offsets(group: str, offsets: Mapping[tuple[str, int], int]) -> None:
-    """Check a group's offsets to commit: ``{(table, partition): next_offset}`` (I8)."""
+def validate_group_id(group: Any) -> None:
+    """A group id is non-blank text of at most 256 characters (I8)."""
     if not isinstance(group, str) or not group.strip() or len(group) > 256:
         raise InvalidInput(reason="a group id is a non-empty string of at most 256 characters")
+
+
+def validate_offsets(group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Check a group's offsets to commit: ``{(table, partition): next_offset}`` (I8)."""
+    validate_group_id(group)
     if not offsets:
         raise InvalidInput(reason="no offsets to commit")
     for key, offset in offsets.items():
@@ -340,8 +345,7 @@ class GroupAction(Request):
 
 def group_action(catalog: Catalog, request: GroupAction) -> dict[str, Any]:
     """Run a membership action; returns the group's membership record after it."""
-    if not isinstance(request.group, str) or not request.group.strip() or len(request.group) > 256:
-        raise InvalidInput(reason="a group id is a non-empty string of at most 256 characters")
+    validate_group_id(request.group)
     ensure_system_table(catalog, GROUPS_TABLE)
     return commit(catalog, GROUPS_TABLE, request).result
 

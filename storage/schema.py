@@ -144,8 +144,13 @@ def key_column(schema: Schema, properties: Mapping[str, str]) -> str | None:
     names = {f.name for f in schema.fields}
     if KEY_HASH not in names:
         return None
-    name = properties.get(KEY_COLUMN_PROPERTY, DEFAULT_KEY_COLUMN)
+    name = declared_key_column(properties)
     return name if name in names else None
+
+
+def declared_key_column(properties: Mapping[str, str]) -> str:
+    """The table's key column as its properties name it (``icelog.key-column``, default ``key``)."""
+    return properties.get(KEY_COLUMN_PROPERTY, DEFAULT_KEY_COLUMN)
 
 
 def log_partition_spec(schema: Schema) -> PartitionSpec:

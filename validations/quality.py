@@ -277,7 +277,7 @@ def _pandas_rows(table: Table, paths: list[str], predicate: str | None):
         return pd.DataFrame({f.name: [] for f in table.schema().fields} | {"log_timestamp_ms": []})
     where = f" WHERE {predicate}" if predicate else ""
     with duckdb.connect() as con:
-        return con.execute(f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM read_parquet($p, union_by_name=true){where}", {"p": paths}).df()
+        return con.execute(f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM read_parquet($p, union_by_name=true, hive_partitioning=false){where}", {"p": paths}).df()  # folder names are not columns
 
 
 def _spark_rows(spark: Any, table: Table, paths: list[str], predicate: str | None):

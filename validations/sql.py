@@ -146,7 +146,9 @@ def register_table(
     if paths:
         # Views cannot take prepared parameters: inline the paths as escaped literals.
         listing = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM read_parquet([{listing}])")
+        # No Hive partitioning: folder names of data files (Spark's ``…/p=N/`` staging) are not
+        # columns of the table; DuckDB would otherwise infer them.
+        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM read_parquet([{listing}], hive_partitioning = false)")
         return
     _register_empty(con, name, table)
 

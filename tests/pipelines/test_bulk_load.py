@@ -1,6 +1,7 @@
-"""Resumable bulk loads (``icelog produce --expected-offset K``): each line exactly once, at K + i.
+"""Bulk loads (``icelog produce --expected-offset K [--load-id L]``): each line exactly once, at K + i.
 
 Real processes: the loader is the ``icelog`` CLI, killed with SIGKILL at random points.
+Resuming rests on the load's commit ids, never on rows that merely look like the input.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner
 
+from pipelines.cli import cli
 from storage.log import LogTable
 
 LINES = 3000
@@ -28,7 +31,7 @@ def write_input(path, n: int = LINES) -> None:
 
 
 def loader(spec, path, log, batch: int = 50) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "pipelines.cli", "--output", "json", "produce", "db.bulk", "--partition", "1", "--expected-offset", str(K), "--input", str(path), "--batch-size", str(batch)]
+    argv = [sys.executable, "-m", "pipelines.cli", "--output", "json", "produce", "db.bulk", "--partition", "1", "--expected-offset", str(K), "--load-id", "big-load", "--input", str(path), "--batch-size", str(batch)]
     return subprocess.Popen(argv, env={**os.environ, **spec.env()}, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -105,3 +108,56 @@ def test_empty_or_tiny_inputs_resume_cleanly(sqlite_spec, tmp_path, lines):
         with open(tmp_path / "l.log", "w") as log:
             assert loader(sqlite_spec, source, log).wait(timeout=300) == 0, (tmp_path / "l.log").read_text()
     assert t.watermarks()[1].end == K + lines
+
+
+def produce(spec, *args: str, stdin: str, code: int) -> dict:
+    result = CliRunner().invoke(cli, ["--output", "json", "produce", "db.bulk", "--partition", "1", *args], input=stdin, env=spec.env(), catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def jsonl(*rows: tuple[str, str]) -> str:
+    return "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in rows)
+
+
+def test_i2_two_producers_expecting_the_same_offset_with_equal_lines_one_fails(sqlite_spec):
+    t = prepared(sqlite_spec)
+    deposit = jsonl(("a", "deposit 10"))
+    assert produce(sqlite_spec, "--expected-offset", str(K), stdin=deposit, code=0)["next_offset"] == K + 1
+    err = produce(sqlite_spec, "--expected-offset", str(K), stdin=deposit, code=3)
+    assert (err["error"], err["expected"], err["actual"]) == ("OffsetMismatch", K, K + 1)
+    assert t.read(1)["value"].to_pylist()[K:] == ["deposit 10"]
+
+
+def test_i2_equal_trailing_lines_are_not_proof_a_load_wrote_them_it_never_interleaves(sqlite_spec):
+    t = prepared(sqlite_spec)
+    produce(sqlite_spec, "--expected-offset", str(K), stdin=jsonl(("x", "A-0"), ("b", "2")), code=0)
+    before = t.read(1)["value"].to_pylist()
+    for lines in ([("c", "B-0"), ("b", "2")], [("c", "B-0"), ("b", "2"), ("d", "B-2")]):
+        err = produce(sqlite_spec, "--expected-offset", str(K), stdin=jsonl(*lines), code=3)
+        assert (err["error"], err["expected"], err["actual"]) == ("OffsetMismatch", K, K + 2)
+        # A load id it never used is no identity either: nothing of this input is in the log.
+        produce(sqlite_spec, "--expected-offset", str(K), "--load-id", "b", stdin=jsonl(*lines), code=3)
+    assert t.read(1)["value"].to_pylist() == before
+
+
+def test_i2_an_offset_mismatch_names_the_offset_the_user_typed(sqlite_spec):
+    prepared(sqlite_spec)
+    produce(sqlite_spec, stdin=jsonl(*[("k", f"v{i}") for i in range(20)]), code=0)
+    err = produce(sqlite_spec, "--expected-offset", "3", stdin=jsonl(("k", "late")), code=3)
+    assert (err["expected"], err["actual"]) == (3, K + 20)
+    assert f"expected offset 3 but the log end offset is {K + 20}" in err["message"]
+
+
+def test_i2_a_load_id_resumes_after_its_own_batches_only(sqlite_spec):
+    t = prepared(sqlite_spec)
+    first = [("k", f"line-{i}") for i in range(5)]
+    args = ("--expected-offset", str(K), "--load-id", "nightly", "--batch-size", "2")
+    assert produce(sqlite_spec, *args, stdin=jsonl(*first[:3]), code=0)["next_offset"] == K + 3
+    done = produce(sqlite_spec, *args, stdin=jsonl(*first), code=0)  # the re-run, with the whole input
+    assert (done["resumed_lines"], done["rows"], done["next_offset"]) == (3, 2, K + 5)
+    again = produce(sqlite_spec, *args, stdin=jsonl(*first), code=0)
+    assert (again["resumed_lines"], again["rows"]) == (5, 0)
+    assert t.read(1)["value"].to_pylist()[K:] == [v for _, v in first]
+    # The same load id at another offset is another load: the log does not end there.
+    produce(sqlite_spec, "--expected-offset", "0", "--load-id", "nightly", stdin=jsonl(*first), code=3)

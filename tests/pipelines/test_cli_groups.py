@@ -87,6 +87,22 @@ def test_consume_key_range_reads_only_its_hashes(run, events):
     run("consume", "db.events", "--group", "h", "--key-range", "9:3", code=2)
 
 
+def test_i10_consume_key_range_hashes_the_tables_key_column(run, sqlite_spec):
+    payload = [{"name": "tailnum", "type": "string"}, {"name": "dep_delay", "type": "double"}]
+    t = LogTable.create(sqlite_spec.open(), "demo.flights", 1, payload=payload, properties={"icelog.key-column": "tailnum"})
+    t.append({0: [{"tailnum": f"N{i % 7}", "dep_delay": float(i)} for i in range(40)]})
+    halves = ["0:32767", "32768:65535"]
+    seen = []
+    for half in halves:
+        out = run("consume", "demo.flights", "--group", "g", "--key-range", half, text=True)
+        rows = [json.loads(line) for line in out.splitlines()]
+        lo, hi = (int(x) for x in half.split(":"))
+        assert all(lo <= key_hash(r["tailnum"]) <= hi for r in rows)
+        seen += [r["log_offset"] for r in rows]
+    assert sorted(seen) == list(range(40))
+    assert _partition(run("groups", "describe", "g"))["committed_offset"] == 40
+
+
 def test_reset_to_earliest_and_latest(run, events):
     run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "3-4")
     run("groups", "reset", "db.events", "--group", "g", "--to", "latest", "--partition", "0")
@@ -94,3 +110,17 @@ def test_reset_to_earliest_and_latest(run, events):
     run("groups", "reset", "db.events", "--group", "g", "--to", "99", code=2)
     run("groups", "reset", "db.events", "--group", "g", "--to", "earliest")
     assert _partition(run("groups", "describe", "g"))["stable_offset"] == -1
+
+
+def test_i8_consume_of_a_partition_the_table_lacks_exits_2(run, events):
+    before = run("groups", "describe", "g")
+    err = run("consume", "db.events", "--group", "g", "--partition", "5", code=2)
+    assert (err["error"], err["partition"], err["partitions"]) == ("UnknownPartition", 5, 2)
+    assert run("groups", "describe", "g") == before
+
+
+@pytest.mark.parametrize("group", ["", "   ", "x" * 257])
+def test_i10_consume_with_a_bad_group_id_prints_nothing_and_exits_2(run, events, sqlite_spec, group):
+    result = CliRunner().invoke(cli, ["--output", "json", "consume", "db.events", "--group", group], env=sqlite_spec.env())
+    assert result.exit_code == 2, result.output
+    assert [json.loads(line)["error"] for line in result.stdout.strip().splitlines()] == ["InvalidInput"]  # no record printed

@@ -627,3 +627,39 @@ def test_every_command_prints_one_json_document(events, tmp_path):
         doc = one_document(result.stdout)
         assert isinstance(doc, dict), args
         assert ("error" in doc) == (code != 0), (args, doc)
+
+
+# --- small seams: typed errors before anything is read or written -------------------------------
+
+
+def test_i8_ingest_of_a_missing_source_exits_2_before_spark(events, tmp_path):
+    before = events.state()
+    for missing in (tmp_path / "no-such-folder", tmp_path / "landing" / "*.parquet"):
+        err = events("ingest", "db.events", str(missing), code=2)
+        assert err["error"] == "InvalidInput" and str(missing) in err["message"]
+    assert events.state() == before
+
+
+def _staged_like_spark(spec, table: str) -> None:
+    """Commit a data file that sits in a ``p=0`` folder, as the Spark ingest job leaves them."""
+    import pyarrow.parquet as pq
+
+    from storage import schema as cols
+    from storage.files import local_path, with_key_hash
+    from storage.log import with_system_columns
+
+    log_table = LogTable.create(spec.open(), table, 1)
+    iceberg = log_table.table()
+    rows = with_system_columns(log_table.conform({0: [{"key": "k", "value": "v"}]})[0], 0, 0, 0, None, None)
+    rows = with_key_hash(rows, cols.key_column(iceberg.schema(), iceberg.metadata.properties))
+    folder = Path(local_path(iceberg.location())) / "data" / "p=0"
+    folder.mkdir(parents=True)
+    pq.write_table(rows.cast(iceberg.schema().as_arrow()), folder / "part-0.parquet")
+    log_table.commit_files({0: [str(folder / "part-0.parquet")]}, {0: 0})
+
+
+def test_i8_sql_shows_the_tables_columns_not_folder_names(icelog, sqlite_spec):
+    _staged_like_spark(sqlite_spec, "db.staged")
+    out = icelog("sql", "select * from db.staged")
+    assert "p" not in out["columns"]
+    assert out["columns"] == [f.name for f in LogTable.open(sqlite_spec.open(), "db.staged").table().schema().fields]

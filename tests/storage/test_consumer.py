@@ -79,6 +79,42 @@ def test_i10_key_range_reads_split_the_partition_in_offset_order(sqlite_catalog)
     assert sorted(o for rs in seen.values() for o, _ in rs) == list(range(120))
 
 
+def _keyed_by(catalog, column, extra=(), rows=400):
+    payload = [{"name": n, "type": "string"} for n in (*extra, column, "value")]
+    t = LogTable.create(catalog, "db.keyed", 1, payload=payload, properties={"icelog.key-column": column})
+    t.append({0: [{**{n: f"{n}-{i}" for n in extra}, column: f"u{i % 37}", "value": str(i)} for i in range(rows)]})
+    return t
+
+
+@pytest.mark.parametrize("extra", [("key",), ()], ids=["beside-a-key-column", "no-key-column"])
+def test_i10_key_ranges_hash_the_tables_key_column(sqlite_catalog, extra):
+    _keyed_by(sqlite_catalog, "user", extra)
+    halves = [(0, 32767), (32768, 65535)]
+    seen = {}
+    for i, hashes in enumerate(halves):
+        c = Consumer(sqlite_catalog, f"g{i}")
+        c.assign("db.keyed", [0], key_range=hashes)
+        seen[hashes] = [(o, u) for b in _polled(c) for o, u in zip(b.column("log_offset").to_pylist(), b.column("user").to_pylist())]
+    for (lo, hi), records in seen.items():
+        assert all(lo <= key_hash(u) <= hi for _, u in records)  # the writers' placement: per-user order
+    assert sorted(o for rs in seen.values() for o, _ in rs) == list(range(400))
+    for i, records in enumerate(seen.values()):  # each group committed exactly what it delivered
+        entry = describe_group(sqlite_catalog, f"g{i}")["partitions"][0]
+        assert entry["committed_offset"] + sum(last - first + 1 for first, last in entry["ranges"]) == len(records)
+
+
+def test_i8_a_key_range_over_a_table_without_its_key_column_is_refused(sqlite_catalog):
+    _keyed_by(sqlite_catalog, "user", rows=3)
+    with pytest.raises(InvalidInput, match="'tailnum'"):
+        Consumer(sqlite_catalog, "g", key_column="tailnum").assign("db.keyed", [0], key_range=(0, 100))
+
+
+def _polled(consumer, step=50):
+    while batches := consumer.poll(step):
+        yield from batches
+        consumer.commit()
+
+
 def test_i10_fetch_skips_committed_ranges_and_in_flight(sqlite_catalog):
     _log(sqlite_catalog, rows=30)
     commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(3, 5), (10, 19)]})
