@@ -132,7 +132,7 @@ def _lines_landed(log_table: Any, prefix: str, partition: int, start_offset: int
     offset the log has passed and fails with ``OffsetMismatch``, never writing twice.
     """
     landed = 0
-    for commit_id, receipt, _ in recent_commits(log_table.table().metadata):
+    for commit_id, receipt, *_ in recent_commits(log_table.table().metadata):
         if commit_id.startswith(prefix) and receipt and str(partition) in receipt:
             landed = max(landed, receipt[str(partition)][1] - start_offset)
     return landed
