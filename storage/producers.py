@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.commit import Decision, Request, commit
+from storage.commit import Decision, Request, check_writable, commit
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -145,6 +145,7 @@ class LeaseProducerIds(Request):
     count: int
     commit_id: str = ""
     state_type = SystemState
+    writes_system = True
 
     def decide(self, state: LogState, table: Table) -> Decision:
         first = int(table.metadata.properties.get(NEXT_ID, "0"))
@@ -220,12 +221,16 @@ def init_producer(catalog: Catalog, table: str, client_id: str | None = None) ->
     Raises:
         InvalidInput: empty client id.
         UnknownTable: no such table.
+        ReadOnlyTable: a mirror target that was not promoted.
+        InvalidIdentifier: a system table (``icelog_system.*``).
     """
     from storage.log import LogTable
 
     if client_id is not None and (not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 256):
         raise InvalidInput(reason="a client id is a non-empty string of at most 256 characters")
     log_table = LogTable.open(catalog, table)
+    metadata = log_table.table().metadata
+    check_writable(log_table.identifier, metadata, InitProducer)  # before leasing an id for nothing
     fresh = lease_producer_ids(catalog, 1)[0]
     return commit(catalog, log_table.identifier, InitProducer(log_table.identifier, client_id, fresh)).result
 

@@ -26,10 +26,10 @@ from storage.errors import (
 )
 from storage.groups import commit_offsets, committed_offsets
 from storage.log import LogTable
-from storage.maintenance import Retention, live_files, referenced_files
+from storage.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
 from storage.commit import commit
 from storage.mirror import mirror, mirror_record, promote
-from storage.producers import ProducerBatch, init_producer
+from storage.producers import ProducerBatch, init_producer, rebuild
 from storage.replica import write_with_offsets
 from tests.catalogs import CatalogSpec
 
@@ -509,4 +509,33 @@ def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, targ
         src.append({0: rows(1, f"x{i}")})
     result = run_mirror(source, target)
     assert not result.incremental and result.ranges == {0: (2, 6)} and result.copied_files == 4
+    assert_parity(source, target)
+
+
+def test_i6_read_only_mirror_refuses_every_write_path(source, target):
+    """Until promoted, only the mirror writes its target: every other write is refused and
+    changes nothing, and the next step carries on in parity."""
+    src = LogTable.create(source, "orders", 2)
+    for i in range(3):
+        src.append({0: rows(2, f"a{i}"), 1: rows(1, f"b{i}")})
+    run_mirror(source, target)
+    dst = LogTable.open(target, "orders")
+    before = dst.table().metadata_location
+    writes: dict[str, Callable[[], Any]] = {
+        "producers init": lambda: init_producer(target, "logs.orders", "dr-app"),
+        "add-partitions": lambda: dst.add_partitions(4),
+        "retention": lambda: maintain(target, "logs.orders", retention_bytes=1),
+        "compaction": lambda: commit(target, "logs.orders", Compaction("logs.orders")),
+        "snapshot expiry": lambda: expire_snapshots(target, "logs.orders", keep=1),
+        "producers rebuild": lambda: rebuild(target, "logs.orders"),
+        "write with offsets": lambda: write_with_offsets(target, "orders", {0: offset_rows(0, [6])}, principal=PRINCIPAL),
+    }
+    for name, write in writes.items():
+        with pytest.raises(ReadOnlyTable):
+            write()
+        assert dst.table().metadata_location == before, f"{name} changed the mirror"
+    assert "retention" not in maintain(target, "logs.orders")  # orphan cleanup alone
+    assert dst.table().metadata_location == before
+    src.append({0: rows(1, "late")})
+    assert run_mirror(source, target).ranges == {0: (6, 7)}
     assert_parity(source, target)
