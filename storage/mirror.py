@@ -28,7 +28,8 @@ incremental, resumable step:
    the target's progress, group offsets and promotion are still the ones read in step 1
    (:class:`PlanOutdated` otherwise, and the step plans again): a slow step never moves a
    concurrent step's progress, producer state or group offsets back, and never lands on a
-   target promoted meanwhile.
+   target promoted meanwhile. Before it, the producer ids that state holds are reserved in
+   the target catalog, so no producer there ever gets a mirrored id (not even after promotion).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from storage.errors import (
 )
 from storage.files import data_files_from_parquet, file_offset_range, file_partition
 from storage.groups import GROUPS_TABLE, GroupOffsetsState
+from storage.producers import producer_id_floor, reserve_producer_ids_below
 from storage.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
 from storage.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
 from storage.system import ensure_system_table
@@ -225,6 +227,8 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         result.groups = len(group_changes)
     commit_id = f"mirror-{token}"
     try:
+        if request.producers is not None:  # before they land: see reserve_producer_ids_below
+            reserve_producer_ids_below(target_catalog, producer_id_floor(request.producers))
         outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup gets them if not)
@@ -526,8 +530,14 @@ class Promote(Request):
 def promote(catalog: Catalog, table: str) -> dict[str, Any]:
     """Promote a mirror target: it becomes an ordinary writable log table; mirroring stops.
 
+    Producer ids of the mirrored producer state are reserved in ``catalog`` first, so a new
+    producer here never takes over one of them (mirror steps reserve them too, as they land;
+    this covers targets mirrored by an older icelog).
+
     Raises:
         InvalidInput: the table is not a mirror target.
     """
     identifier = cols.qualified(table)
+    mirrored = LogState.from_metadata(load(catalog, identifier).metadata).producers
+    reserve_producer_ids_below(catalog, producer_id_floor(mirrored))
     return commit(catalog, identifier, Promote(identifier)).result

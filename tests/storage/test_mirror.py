@@ -22,6 +22,7 @@ from storage.errors import (
     MirrorGap,
     MirrorPromoted,
     MirrorSourceChanged,
+    ProducerFenced,
     ReadOnlyTable,
 )
 from storage.groups import commit_offsets, committed_offsets
@@ -29,7 +30,7 @@ from storage.log import LogTable
 from storage.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
 from storage.commit import commit
 from storage.mirror import mirror, mirror_record, promote
-from storage.producers import ProducerBatch, init_producer, rebuild
+from storage.producers import ProducerBatch, init_producer, lease_producer_ids, rebuild
 from storage.replica import write_with_offsets
 from tests.catalogs import CatalogSpec
 
@@ -510,6 +511,45 @@ def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, targ
     result = run_mirror(source, target)
     assert not result.incremental and result.ranges == {0: (2, 6)} and result.copied_files == 4
     assert_parity(source, target)
+
+
+def test_i4_new_producer_on_a_promoted_mirror_never_takes_a_mirrored_producer_id(source, target):
+    """Producer ids come from each catalog's allocator: the mirrored ids must be reserved in
+    the target's, or a new producer there takes over a mirrored producer (its epoch, its
+    sequences) after failover."""
+    src = LogTable.create(source, "orders", 1)
+    init_producer(source, "logs.orders", "orders")
+    orders = init_producer(source, "logs.orders", "orders")  # epoch bumped: epoch 0 is a zombie
+    b1 = src.append({0: rows(2, "b1")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 0}))
+    b2 = src.append({0: rows(2, "b2")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 2}))
+    run_mirror(source, target)
+    assert lease_producer_ids(target, 1)[0] > orders.producer_id  # reserved as the state landed
+    promote(target, "orders")
+    new = init_producer(target, "logs.orders", "dr-new-app")
+    assert new.producer_id != orders.producer_id
+    dst = LogTable.open(target, "orders")
+    with pytest.raises(ProducerFenced):  # the zombie stays fenced
+        dst.append({0: rows(2, "b1")}, producer=ProducerBatch(orders.producer_id, 0, {0: 0}))
+    again = dst.append({0: rows(2, "b2")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 2}))
+    assert again.duplicate and again.ranges == b2.ranges
+    assert dst.watermarks()[0].end == b1.ranges[0][1] + 2
+
+
+@pytest.mark.parametrize("older", ["mirror step", "mirror step and promote"])
+def test_i4_a_mirror_made_by_an_older_icelog_still_never_hands_out_a_mirrored_id(source, target, monkeypatch, older):
+    """A target mirrored (or also promoted) before ids were reserved: promotion, and failing
+    that the new producer's own lease, still go past every id the table holds."""
+    LogTable.create(source, "orders", 1)
+    mirrored = {init_producer(source, "logs.orders", f"app{i}").producer_id for i in range(3)}
+    with monkeypatch.context() as old:  # what an older icelog did: no reservation
+        old.setattr("storage.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
+        run_mirror(source, target)
+        if older == "mirror step and promote":
+            promote(target, "orders")
+    if older == "mirror step":
+        promote(target, "orders")
+    assert init_producer(target, "logs.orders", "dr-new-app").producer_id not in mirrored
+    assert LogTable.open(target, "orders").state().producers.find_client("app0") is not None
 
 
 def test_i6_read_only_mirror_refuses_every_write_path(source, target):
