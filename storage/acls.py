@@ -82,6 +82,7 @@ class ChangeAcl(Request):
     acl: Acl
     grant: bool
     state_type = AclState
+    writes_system = True
 
     def decide(self, state: AclState, table: Table) -> Decision:
         present = self.acl in state.acls

@@ -11,7 +11,10 @@ one-table case.
    are retained.
 2. Refuse to build on a foreign commit: ``icelog.head`` names the snapshot icelog's last
    commit left current; a different current snapshot was made by another writer
-   (:class:`ForeignCommit`, repaired by ``storage.repair``).
+   (:class:`ForeignCommit`, repaired by ``storage.repair``). Refuse, as well, what a request
+   may not write: a read-only mirror target (:class:`ReadOnlyTable`; only the mirror's own
+   writes and its promotion may), and a system table ``icelog_system.*`` (only icelog's own
+   state requests may: a forged journal record or producer-id lease would be believed).
 3. Decide, purely, from the base state: ``request.decide(state, table)`` -> :class:`Decision`.
    Each request names its state type (log table or system table).
 4. Write data files (reused across attempts while the decision's offsets stay the same).
@@ -72,7 +75,9 @@ from storage.errors import (
     CommitIdForgotten,
     CommitOutcomeUnknown,
     ForeignCommit,
+    InvalidIdentifier,
     InvalidInput,
+    ReadOnlyTable,
     StorageUnavailable,
     UnknownTable,
 )
@@ -94,6 +99,9 @@ COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-i
 CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
 LEASE_TTL_S = 10.0
+# Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
+READ_ONLY = "icelog.read-only"
+SYSTEM_NAMESPACE = "icelog_system"
 EXCLUSIVE_AFTER = 3
 _NOT_FOUND = object()
 
@@ -162,11 +170,15 @@ class Request:
     ``receipt(result)`` is what the commit-id registry remembers (small JSON); after an
     unknown outcome, ``from_receipt`` turns it back into the caller's result.
     ``allow_foreign`` is for repair alone; ``exclusive`` may take the table's lease (step 7).
+    ``writes_read_only`` is for the mirror's own writes and its promotion; ``writes_system``
+    for the requests that keep icelog's own state in ``icelog_system.*`` (step 2).
     """
 
     state_type: ClassVar[type[TableState]] = LogState
     allow_foreign: ClassVar[bool] = False
     exclusive: ClassVar[bool] = False
+    writes_read_only: ClassVar[bool] = False
+    writes_system: ClassVar[bool] = False
 
     def receipt(self, result: Any) -> Any:
         return None
@@ -276,6 +288,30 @@ def check_head(identifier: str, metadata: TableMetadata) -> None:
         raise ForeignCommit(table=identifier, snapshot_id=current, icelog_snapshot_id=None)
     if head != current:
         raise ForeignCommit(table=identifier, snapshot_id=current, icelog_snapshot_id=head)
+
+
+def refuse_read_only(identifier: str, metadata: TableMetadata) -> None:
+    """Raise :class:`ReadOnlyTable` on a mirror target that was not promoted."""
+    if metadata.properties.get(READ_ONLY):
+        raise ReadOnlyTable(table=identifier, source=metadata.properties[READ_ONLY])
+
+
+def is_system_table(identifier: str) -> bool:
+    return identifier.split(".")[0].lower() == SYSTEM_NAMESPACE
+
+
+def refuse_system_table(identifier: str) -> None:
+    """Raise :class:`InvalidIdentifier` for ``icelog_system.*``: icelog alone writes its state there."""
+    if is_system_table(identifier):
+        raise InvalidIdentifier(identifier=identifier, reason=f"{SYSTEM_NAMESPACE}.* holds icelog's own state and is written only by icelog")
+
+
+def check_writable(identifier: str, metadata: TableMetadata, request: Any) -> None:
+    """Step 2: refuse a request on a table it may not write (a system table, a read-only mirror)."""
+    if not getattr(request, "writes_system", False):
+        refuse_system_table(identifier)
+    if not getattr(request, "writes_read_only", False):
+        refuse_read_only(identifier, metadata)
 
 
 def load(catalog: Catalog, identifier: str, attempts: int = 8) -> Table:
@@ -428,6 +464,7 @@ def commit_tables(
                     table = tables[ident]
                     if not getattr(request, "allow_foreign", False):
                         check_head(ident, table.metadata)
+                    check_writable(ident, table.metadata, request)
                     state = request.state_type.from_metadata(table.metadata)
                     settings[ident] = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
                     # A decision may write files itself (compaction's merged files): inside the try.

@@ -111,6 +111,7 @@ class CommitGroupOffsets(Request):
     log_ends: Mapping[tuple[str, int], int]
     commit_id: str = ""
     state_type = GroupOffsetsState
+    writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         updates: dict[tuple[str, int], RangeState] = {}
@@ -216,6 +217,7 @@ class CommitRanges(Request):
     generation: int | None = None
     now_ms: int | None = None
     state_type = GroupOffsetsState
+    writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         now = self.now_ms if self.now_ms is not None else _now_ms()
@@ -323,6 +325,7 @@ class GroupAction(Request):
     session_ms: int = 10_000
     now_ms: int | None = None
     state_type = GroupOffsetsState
+    writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         now = self.now_ms if self.now_ms is not None else _now_ms()
@@ -426,6 +429,7 @@ class ResetGroup(Request):
     positions: Mapping[tuple[str, int], int]  # Kafka committed offset: next to read
     now_ms: int | None = None
     state_type = GroupOffsetsState
+    writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         record = _group_copy(state, self.group)

@@ -247,6 +247,7 @@ class LedgerAppend(Request):
     files: tuple[DataFile, ...]
     entries: int
     state_type = SystemState
+    writes_system = True
 
     def decide(self, state: SystemState, table: Table) -> Decision:
         return Decision(state=state, result={"ledger_entries": self.entries}, add_files=self.files)

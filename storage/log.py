@@ -22,7 +22,7 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from storage import properties as icelog_properties
 from storage import schema as cols
 from storage.catalog import ensure_namespace
-from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load
+from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load, refuse_system_table
 from storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
@@ -30,7 +30,6 @@ from storage.errors import (
     InvalidOffset,
     NotALogTable,
     OffsetMismatch,
-    ReadOnlyTable,
     TableAlreadyExists,
     UnknownPartition,
     UnknownTable,
@@ -71,8 +70,6 @@ class AppendResult:
 
 
 CHECK_EXPECTED_OFFSETS = "icelog.check-expected-offsets"
-# Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
-READ_ONLY = "icelog.read-only"
 
 
 @dataclass
@@ -97,7 +94,6 @@ class AppendRequest(Request):
         return {p: rows.num_rows for p, rows in self.payload.items()}
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        refuse_read_only(self.table, table.metadata)
         counts = self.counts()
         for p in counts:
             if p >= state.partitions:
@@ -141,12 +137,6 @@ class AppendRequest(Request):
         return AppendResult(self.table, ranges, self.commit_id, None, True)
 
 
-def refuse_read_only(identifier: str, metadata: Any) -> None:
-    """Raise :class:`ReadOnlyTable` on a mirror target that was not promoted (every append path)."""
-    if metadata.properties.get(READ_ONLY):
-        raise ReadOnlyTable(table=identifier, source=metadata.properties[READ_ONLY])
-
-
 def with_system_columns(
     payload: pa.Table, partition: int, base: int, now_us: int, producer: Any, first_seq: int | None
 ) -> pa.Table:
@@ -185,6 +175,8 @@ class LogTable:
         partitions: int,
         payload: list[dict] | None = None,
         properties: Mapping[str, str] | None = None,
+        *,
+        system: bool = False,
     ) -> LogTable:
         """Create a log table.
 
@@ -195,13 +187,17 @@ class LogTable:
             payload: Payload columns ``[{"name", "type", "required"?}]``; default key/value strings.
             properties: Extra Iceberg table properties. ``icelog.key-column`` names the payload
                 column whose hash fills ``log_key_hash`` (default ``key``, when there is one).
+            system: icelog's own system tables only (the coordinator journal).
 
         Raises:
-            InvalidIdentifier, InvalidInput: bad name, partition count or payload schema.
+            InvalidIdentifier, InvalidInput: bad name (``icelog_system.*`` is reserved),
+                partition count or payload schema.
             InvalidProperty: a malformed ``icelog.*`` property (``storage.properties``).
             TableAlreadyExists: the table exists.
         """
         namespace, name = cols.parse_identifier(identifier)
+        if not system:
+            refuse_system_table(f"{namespace}.{name}")
         icelog_properties.validate(properties or {}, f"{namespace}.{name}")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")

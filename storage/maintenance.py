@@ -22,7 +22,7 @@ from pyiceberg.types import TimestamptzType
 
 from storage import metadata_files, properties
 from storage import schema as cols
-from storage.commit import Decision, Request, commit, load
+from storage.commit import READ_ONLY, Decision, Request, commit, load, refuse_read_only
 from storage.errors import InvalidInput
 from storage.files import file_offset_range, file_partition, local_path, write_log_files
 from storage.state import LogState
@@ -121,6 +121,7 @@ class Compaction(Request):
     """
 
     exclusive: ClassVar[bool] = True
+    writes_system: ClassVar[bool] = True  # it keeps every record as it is: a system table may be compacted
     table: str
     target_rows: int = 5_000_000
     commit_id: str = ""
@@ -189,6 +190,8 @@ def expire_snapshots(catalog: Catalog, identifier: str, keep: int = 1, older_tha
 
 @dataclass
 class _ExpireSnapshots(Request):
+    writes_system: ClassVar[bool] = True  # no record changes
+
     table: str
     keep: int
     older_than_ms: int | None
@@ -277,16 +280,29 @@ def maintain(
     """Run retention, compaction, snapshot expiry, orphan and superseded-metadata cleanup, in that order.
 
     Retention limits default to the table properties ``icelog.retention.ms`` / ``.bytes``.
+    A read-only mirror target gets orphan cleanup alone (a killed mirror step's copies): its
+    content follows its source, retention included.
+
+    Raises:
+        ReadOnlyTable: explicit retention limits for a read-only mirror target.
+        InvalidIdentifier: retention for a system table (``icelog_system.*``).
     """
     _check_positive(retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots)
     if not isinstance(orphan_age_s, (int, float)) or isinstance(orphan_age_s, bool) or not 0 <= orphan_age_s < float("inf"):
         raise InvalidInput(reason=f"orphan_age_s must be a finite number >= 0, not {orphan_age_s!r}")
+    explicit = retention_ms is not None or retention_bytes is not None
     table = load(catalog, identifier)
     props = table.metadata.properties
     retention_ms = retention_ms if retention_ms is not None else _opt_int(RETENTION_MS, props.get(RETENTION_MS))
     retention_bytes = retention_bytes if retention_bytes is not None else _opt_int(RETENTION_BYTES, props.get(RETENTION_BYTES))
     _check_positive(**{RETENTION_MS: retention_ms, RETENTION_BYTES: retention_bytes})  # the properties too
     report: dict[str, Any] = {"table": identifier, "started": datetime.now(timezone.utc).isoformat()}
+    if props.get(READ_ONLY):
+        if explicit:
+            refuse_read_only(identifier, table.metadata)
+        report["read_only"] = props[READ_ONLY]
+        report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
+        return report
     if retention_ms is not None or retention_bytes is not None:
         report["retention"] = commit(catalog, identifier, Retention(identifier, retention_ms, retention_bytes)).result
     if compact:

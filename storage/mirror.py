@@ -21,14 +21,15 @@ incremental, resumable step:
    a new name (so concurrent steps never write over each other's or a committed file). A
    step that fails deletes its copies; one killed leaves them to orphan cleanup. A file that
    straddles the target's log end (the source compacted across it) is sliced.
-6. Commit one :class:`OffsetWriteRequest` (plus the group offsets, in the same atomic
+6. Commit one :class:`MirrorWrite` (plus the group offsets, in the same atomic
    multi-table commit) through the commit core. The progress (source snapshot, UUID and
    state version) is a table property set in that same commit, so a crash at any point
    resumes from exactly what the target holds: no gap, no duplicate. The commit lands only if
    the target's progress, group offsets and promotion are still the ones read in step 1
    (:class:`PlanOutdated` otherwise, and the step plans again): a slow step never moves a
    concurrent step's progress, producer state or group offsets back, and never lands on a
-   target promoted meanwhile.
+   target promoted meanwhile. Before it, the producer ids that state holds are reserved in
+   the target catalog, so no producer there ever gets a mirrored id (not even after promotion).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from pyiceberg.table.metadata import TableMetadata
 from storage import schema as cols
 from storage.acls import REPLICATOR_WRITE, authorize
 from storage.catalog import ensure_namespace
-from storage.commit import COMMITS, HEAD, VERSION, Decision, Request, commit, commit_tables, load
+from storage.commit import COMMITS, HEAD, READ_ONLY, VERSION, Decision, Request, commit, commit_tables, load, refuse_system_table
 from storage.commit import _discard as discard_files
 from storage.errors import (
     CatalogUnavailable,
@@ -73,7 +74,7 @@ from storage.errors import (
 )
 from storage.files import data_files_from_parquet, file_offset_range, file_partition
 from storage.groups import GROUPS_TABLE, GroupOffsetsState
-from storage.log import READ_ONLY
+from storage.producers import producer_id_floor, reserve_producer_ids_below
 from storage.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
 from storage.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
 from storage.system import ensure_system_table
@@ -157,6 +158,7 @@ def mirror(
     """
     source_id = cols.qualified(source_table)
     target_id = cols.qualified(target_table or source_id)
+    refuse_system_table(target_id)  # before the target is created there
     if source_catalog.name == target_catalog.name and source_id == target_id:
         raise InvalidInput(reason=f"a table cannot mirror itself ({source_id} in {source_catalog.name})")
     authorize(target_catalog, principal, REPLICATOR_WRITE, target_id)
@@ -225,6 +227,8 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         result.groups = len(group_changes)
     commit_id = f"mirror-{token}"
     try:
+        if request.producers is not None:  # before they land: see reserve_producer_ids_below
+            reserve_producer_ids_below(target_catalog, producer_id_floor(request.producers))
         outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup gets them if not)
@@ -243,9 +247,15 @@ def _missing_columns(source: Table, target: Table) -> list[str]:
     return [f.name for f in source.schema().fields if f.name not in names]
 
 
+class MirrorWrite(OffsetWriteRequest):
+    """A mirror step's write: the one write a read-only target takes (besides promotion)."""
+
+    writes_read_only = True
+
+
 def _plan(
     source: Table, target: Table, record: Mapping[str, Any], progress: Mapping[str, Any], result: MirrorResult, copier: Copier, token: str
-) -> OffsetWriteRequest:
+) -> MirrorWrite:
     """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
     src = LogState.from_metadata(source.metadata)
     dst = LogState.from_metadata(target.metadata).with_partitions(max(src.partitions, 0))
@@ -279,7 +289,7 @@ def _plan(
             raise InvalidInput(reason=f"{result.source} partition {p}: source files cover {spans.get(p)}, not {need} (run `icelog validate` on the source)")
     result.ranges = dict(spans)
     lineage = {SOURCE_SNAPSHOT: str(progress["snapshot"]), "icelog.mirror-source": f"{record['catalog']}/{record['table']}"}
-    return OffsetWriteRequest(
+    return MirrorWrite(
         result.target,
         spans,
         rows=rows,
@@ -477,6 +487,7 @@ class MirrorGroupOffsets(Request):
     groups: Mapping[str, Mapping[str, Any]]
     expected: Mapping[str, Mapping[str, Any]] | None = None  # the target's groups the step planned from
     state_type = GroupOffsetsState
+    writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
         from dataclasses import replace
@@ -502,6 +513,7 @@ class Promote(Request):
 
     table: str
     commit_id: str = ""
+    writes_read_only = True
 
     def decide(self, state: LogState, table: Table) -> Decision:
         props = table.metadata.properties
@@ -518,8 +530,14 @@ class Promote(Request):
 def promote(catalog: Catalog, table: str) -> dict[str, Any]:
     """Promote a mirror target: it becomes an ordinary writable log table; mirroring stops.
 
+    Producer ids of the mirrored producer state are reserved in ``catalog`` first, so a new
+    producer here never takes over one of them (mirror steps reserve them too, as they land;
+    this covers targets mirrored by an older icelog).
+
     Raises:
         InvalidInput: the table is not a mirror target.
     """
     identifier = cols.qualified(table)
+    mirrored = LogState.from_metadata(load(catalog, identifier).metadata).producers
+    reserve_producer_ids_below(catalog, producer_id_floor(mirrored))
     return commit(catalog, identifier, Promote(identifier)).result

@@ -26,12 +26,13 @@ from typing import Any, Mapping
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.commit import Decision, Request, commit
+from storage.commit import Decision, Request, check_writable, commit
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
     InvalidProducerEpoch,
     OutOfOrderSequence,
+    PlanOutdated,
     ProducerFenced,
     UnknownProducer,
 )
@@ -142,13 +143,19 @@ def admit(
 
 @dataclass
 class LeaseProducerIds(Request):
+    """Lease ``count`` ids, none below ``floor`` (``count=0``: only raise the floor)."""
+
     count: int
     commit_id: str = ""
+    floor: int = 0
     state_type = SystemState
+    writes_system = True
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        first = int(table.metadata.properties.get(NEXT_ID, "0"))
-        return Decision(state=state, result=range(first, first + self.count), properties={NEXT_ID: str(first + self.count)})
+        allocated = int(table.metadata.properties.get(NEXT_ID, "0"))
+        first = max(allocated, self.floor)
+        nxt = first + self.count
+        return Decision(state=state, result=range(first, nxt), properties={NEXT_ID: str(nxt)}, write=nxt != allocated)
 
     def receipt(self, result: range) -> list[int]:
         return [result.start, result.stop]
@@ -158,12 +165,31 @@ class LeaseProducerIds(Request):
 
 
 
-def lease_producer_ids(catalog: Catalog, count: int = 1) -> range:
-    """Lease ``count`` producer ids, unique in the catalog and never reused."""
+def lease_producer_ids(catalog: Catalog, count: int = 1, floor: int = 0) -> range:
+    """Lease ``count`` producer ids, unique in the catalog and never reused, none below ``floor``."""
     if not isinstance(count, int) or count < 1:
         raise InvalidInput(reason=f"lease at least one producer id, not {count!r}")
     ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_ID: "0"})
-    return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count)).result
+    return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count, floor=floor)).result
+
+
+def producer_id_floor(producers: Mapping[str, Any]) -> int:
+    """The lowest id above every producer id in ``producers`` (0 for none)."""
+    return max((int(pid) for pid in producers), default=-1) + 1
+
+
+def reserve_producer_ids_below(catalog: Catalog, floor: int) -> None:
+    """Never lease an id below ``floor`` in this catalog from now on.
+
+    Producer ids come from each catalog's own allocator, so producer state that arrives from
+    another catalog (a mirror) brings ids this catalog's allocator never handed out: reserve
+    them before that state lands, or a new producer here would take over a mirrored one.
+    A no-op (nothing committed) when the allocator is past ``floor`` already.
+    """
+    if floor <= 0:
+        return
+    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_ID: "0"})
+    commit(catalog, SYSTEM_TABLE, LeaseProducerIds(0, floor=floor))
 
 
 # --- init (epochs) ------------------------------------------------------------------------------
@@ -199,6 +225,8 @@ class InitProducer(Request):
                 raise InvalidInput(reason=f"producer {pid} exhausted its epochs; use a new client id")
         else:
             pid, epoch = str(self.fresh_id), 0
+            if pid in producers:  # never take over another producer's id, its epoch and sequences
+                raise PlanOutdated(table=self.table, what=f"the producer ids (id {pid} is taken here)")
         # A new epoch starts its sequences at 0, as in Kafka; older epochs are fenced from now on.
         producers = producers.with_entry(pid, {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}})
         return Decision(state=replace(state, producers=producers), result=ProducerIdentity(int(pid), epoch, self.client_id))
@@ -220,13 +248,20 @@ def init_producer(catalog: Catalog, table: str, client_id: str | None = None) ->
     Raises:
         InvalidInput: empty client id.
         UnknownTable: no such table.
+        ReadOnlyTable: a mirror target that was not promoted.
+        InvalidIdentifier: a system table (``icelog_system.*``).
     """
     from storage.log import LogTable
 
     if client_id is not None and (not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 256):
         raise InvalidInput(reason="a client id is a non-empty string of at most 256 characters")
     log_table = LogTable.open(catalog, table)
-    fresh = lease_producer_ids(catalog, 1)[0]
+    metadata = log_table.table().metadata
+    check_writable(log_table.identifier, metadata, InitProducer)  # before leasing an id for nothing
+    # Above every id the table holds: ids mirrored from another catalog (a promoted mirror) were
+    # never leased here.
+    floor = producer_id_floor(LogState.from_metadata(metadata).producers)
+    fresh = lease_producer_ids(catalog, 1, floor)[0]
     return commit(catalog, log_table.identifier, InitProducer(log_table.identifier, client_id, fresh)).result
 
 

@@ -53,7 +53,7 @@ from pyiceberg.table.metadata import TableMetadata
 from storage import faults
 from storage import schema as cols
 from storage.catalog import database_clock
-from storage.commit import Decision, Request, commit, commit_tables
+from storage.commit import Decision, Request, commit, commit_tables, refuse_read_only, refuse_system_table
 from storage.errors import (
     AbortableError,
     ExpectedOffsetRequired,
@@ -70,7 +70,7 @@ from storage.errors import (
     UnknownTable,
 )
 from storage.files import write_log_files
-from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, refuse_read_only, with_system_columns
+from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, with_system_columns
 from storage.state import LogState
 from storage.swap import check_atomic
 
@@ -146,7 +146,7 @@ class JournalState(LogState):
 
 def ensure_journal(catalog: Catalog) -> LogTable:
     try:
-        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"})
+        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True)
     except TableAlreadyExists:
         return LogTable.open(catalog, JOURNAL)
 
@@ -183,6 +183,7 @@ class JournalStep(Request):
     commit_id: str = ""
     begins: bool = True  # register: the producer has registered nothing in this transaction yet
     state_type = JournalState
+    writes_system = True
 
     def decide(self, state: JournalState, table: Table) -> Decision:
         now = self.clock()
@@ -362,7 +363,6 @@ class TxnAppend(Request):
     _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        refuse_read_only(self.table, table.metadata)
         ranges: dict[int, tuple[int, int]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
         for send in self.sends:
@@ -695,7 +695,8 @@ class TransactionalProducer:
     def _table(self, table: str) -> LogTable:
         if table not in self._tables:
             log_table = LogTable.open(self.catalog, table)
-            refuse_read_only(log_table.identifier, log_table.table().metadata)  # fail at send, before staging
+            refuse_system_table(log_table.identifier)  # fail at send, before staging
+            refuse_read_only(log_table.identifier, log_table.table().metadata)
             self._tables[table] = log_table
         return self._tables[table]
 

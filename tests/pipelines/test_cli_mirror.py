@@ -44,6 +44,26 @@ def test_i6_mirror_cli_acls_mirror_validate_promote(icelog, sqlite_spec, target_
     assert icelog("--catalog", "drcat", "acls", "list") == {"acls": []}
 
 
+def test_i6_read_only_mirror_refuses_the_cli_writes_and_the_next_step_stays_in_parity(icelog, sqlite_spec, target_spec):
+    source = LogTable.create(sqlite_spec.open(), "orders", 2)
+    source.append({0: [{"key": "a"}, {"key": "b"}], 1: [{"key": "c"}]})
+    icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.*")
+    icelog.env["ICELOG_PRINCIPAL"] = "bot"
+    icelog("mirror", "orders", "--target-catalog", "drcat")
+    before = icelog("--catalog", "drcat", "topics", "describe", "orders")
+    for write in (
+        ("producers", "init", "orders", "--client-id", "dr-app"),
+        ("topics", "add-partitions", "orders", "--count", "4"),
+        ("maintain", "orders", "--retention-bytes", "1"),
+        ("producers", "rebuild", "orders"),
+    ):
+        assert icelog("--catalog", "drcat", *write, code=2)["error"] == "ReadOnlyTable", write
+    assert icelog("--catalog", "drcat", "topics", "describe", "orders") == before
+    source.append({0: [{"key": "d"}]})
+    assert icelog("mirror", "orders", "--target-catalog", "drcat")["ranges"] == {"0": [2, 3]}
+    assert icelog("--catalog", "drcat", "validate", "orders", "--check", "mirror-parity")["ok"] is True
+
+
 def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
     LogTable.create(sqlite_spec.open(), "orders", 1).append({0: [{"key": "a"}]})
     icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.orders")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from storage.log import LogTable
@@ -35,6 +37,22 @@ def test_i5_transactions_list_describe_abort_recover(icelog, sqlite_spec):
     assert icelog("validate", "db.a", "--check", "transactions")["ok"] is True
     assert icelog("sql", "select count(*) from db.a")["rows"] == [[1]]
     assert icelog("sql", "--no-consistent", "select count(*) from db.a")["rows"] == [[1]]
+
+
+def test_i8_produce_to_a_system_table_is_refused_and_the_journal_stays_true(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    LogTable.create(catalog, "db.a", 1)
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "x"}])
+    committed = icelog("sql", "select txn_id, transactional_id, txn_producer_id, txn_epoch from icelog_system.transactions where txn_state = 'COMMITTED'")["rows"][0]
+    forged = json.dumps(dict(zip(("txn_id", "transactional_id", "txn_producer_id", "txn_epoch"), committed)) | {"txn_state": "ABORTED", "detail": "{}"})
+    refused = icelog("produce", "icelog_system.transactions", "--partition", "0", input=forged + "\n", code=2)
+    assert refused["error"] == "InvalidIdentifier"
+    assert icelog("topics", "create", "icelog_system.mine", "--partitions", "1", code=2)["error"] == "InvalidIdentifier"
+    assert icelog("sql", "select count(*) from icelog_system.transactions where txn_state = 'ABORTED'")["rows"] == [[0]]
+    assert icelog("validate", "db.a", "--check", "transactions")["ok"] is True
 
 
 def test_i1_repair_from_the_cli(icelog, sqlite_spec):

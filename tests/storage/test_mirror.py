@@ -22,14 +22,15 @@ from storage.errors import (
     MirrorGap,
     MirrorPromoted,
     MirrorSourceChanged,
+    ProducerFenced,
     ReadOnlyTable,
 )
 from storage.groups import commit_offsets, committed_offsets
 from storage.log import LogTable
-from storage.maintenance import Retention, live_files, referenced_files
+from storage.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
 from storage.commit import commit
 from storage.mirror import mirror, mirror_record, promote
-from storage.producers import ProducerBatch, init_producer
+from storage.producers import ProducerBatch, init_producer, lease_producer_ids, rebuild
 from storage.replica import write_with_offsets
 from tests.catalogs import CatalogSpec
 
@@ -509,4 +510,72 @@ def test_i6_last_mirrored_snapshot_expired_falls_back_to_live_files(source, targ
         src.append({0: rows(1, f"x{i}")})
     result = run_mirror(source, target)
     assert not result.incremental and result.ranges == {0: (2, 6)} and result.copied_files == 4
+    assert_parity(source, target)
+
+
+def test_i4_new_producer_on_a_promoted_mirror_never_takes_a_mirrored_producer_id(source, target):
+    """Producer ids come from each catalog's allocator: the mirrored ids must be reserved in
+    the target's, or a new producer there takes over a mirrored producer (its epoch, its
+    sequences) after failover."""
+    src = LogTable.create(source, "orders", 1)
+    init_producer(source, "logs.orders", "orders")
+    orders = init_producer(source, "logs.orders", "orders")  # epoch bumped: epoch 0 is a zombie
+    b1 = src.append({0: rows(2, "b1")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 0}))
+    b2 = src.append({0: rows(2, "b2")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 2}))
+    run_mirror(source, target)
+    assert lease_producer_ids(target, 1)[0] > orders.producer_id  # reserved as the state landed
+    promote(target, "orders")
+    new = init_producer(target, "logs.orders", "dr-new-app")
+    assert new.producer_id != orders.producer_id
+    dst = LogTable.open(target, "orders")
+    with pytest.raises(ProducerFenced):  # the zombie stays fenced
+        dst.append({0: rows(2, "b1")}, producer=ProducerBatch(orders.producer_id, 0, {0: 0}))
+    again = dst.append({0: rows(2, "b2")}, producer=ProducerBatch(orders.producer_id, orders.epoch, {0: 2}))
+    assert again.duplicate and again.ranges == b2.ranges
+    assert dst.watermarks()[0].end == b1.ranges[0][1] + 2
+
+
+@pytest.mark.parametrize("older", ["mirror step", "mirror step and promote"])
+def test_i4_a_mirror_made_by_an_older_icelog_still_never_hands_out_a_mirrored_id(source, target, monkeypatch, older):
+    """A target mirrored (or also promoted) before ids were reserved: promotion, and failing
+    that the new producer's own lease, still go past every id the table holds."""
+    LogTable.create(source, "orders", 1)
+    mirrored = {init_producer(source, "logs.orders", f"app{i}").producer_id for i in range(3)}
+    with monkeypatch.context() as old:  # what an older icelog did: no reservation
+        old.setattr("storage.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
+        run_mirror(source, target)
+        if older == "mirror step and promote":
+            promote(target, "orders")
+    if older == "mirror step":
+        promote(target, "orders")
+    assert init_producer(target, "logs.orders", "dr-new-app").producer_id not in mirrored
+    assert LogTable.open(target, "orders").state().producers.find_client("app0") is not None
+
+
+def test_i6_read_only_mirror_refuses_every_write_path(source, target):
+    """Until promoted, only the mirror writes its target: every other write is refused and
+    changes nothing, and the next step carries on in parity."""
+    src = LogTable.create(source, "orders", 2)
+    for i in range(3):
+        src.append({0: rows(2, f"a{i}"), 1: rows(1, f"b{i}")})
+    run_mirror(source, target)
+    dst = LogTable.open(target, "orders")
+    before = dst.table().metadata_location
+    writes: dict[str, Callable[[], Any]] = {
+        "producers init": lambda: init_producer(target, "logs.orders", "dr-app"),
+        "add-partitions": lambda: dst.add_partitions(4),
+        "retention": lambda: maintain(target, "logs.orders", retention_bytes=1),
+        "compaction": lambda: commit(target, "logs.orders", Compaction("logs.orders")),
+        "snapshot expiry": lambda: expire_snapshots(target, "logs.orders", keep=1),
+        "producers rebuild": lambda: rebuild(target, "logs.orders"),
+        "write with offsets": lambda: write_with_offsets(target, "orders", {0: offset_rows(0, [6])}, principal=PRINCIPAL),
+    }
+    for name, write in writes.items():
+        with pytest.raises(ReadOnlyTable):
+            write()
+        assert dst.table().metadata_location == before, f"{name} changed the mirror"
+    assert "retention" not in maintain(target, "logs.orders")  # orphan cleanup alone
+    assert dst.table().metadata_location == before
+    src.append({0: rows(1, "late")})
+    assert run_mirror(source, target).ranges == {0: (6, 7)}
     assert_parity(source, target)

@@ -754,3 +754,44 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
     tx.recover(sqlite_catalog, clock=past_timeout())
     assert {t.identifier: t.table().metadata_location for t in (a, b)} == before, "a refused transaction became visible"
     assert staged_files(a) == staged_files(b) == []
+
+
+def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
+    """The journal is believed by the coordinator and the transactions check: a forged record
+    (an ABORTED for a committed transaction) must not get in through any user path."""
+    from storage.acls import add_acl
+    from storage.errors import InvalidIdentifier
+    from storage.maintenance import maintain
+    from storage.producers import init_producer
+    from storage.replica import write_with_offsets
+
+    LogTable.create(catalog, "db.a", 1)
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "x"}])
+    journal = LogTable.open(catalog, tx.JOURNAL)
+    end = journal.watermarks()[0].end
+    record = journal.read(0, 0, end).to_pylist()[-1] | {"txn_state": tx.ABORTED, "log_offset": end}  # COMMITTED, forged
+    forged = {k: v for k, v in record.items() if k in journal.payload_schema().names}
+    add_acl(catalog, "replicator", "*")  # a replicator granted every table
+    writes = {
+        "append": lambda: journal.append({0: [forged]}),
+        "producers init": lambda: init_producer(catalog, tx.JOURNAL, "forger"),
+        "add-partitions": lambda: journal.add_partitions(2),
+        "retention": lambda: maintain(catalog, tx.JOURNAL, retention_bytes=1),
+        "write with offsets": lambda: write_with_offsets(catalog, tx.JOURNAL, {0: [record]}, principal="replicator"),
+    }
+    for name, write in writes.items():
+        with unchanged(journal), pytest.raises(InvalidIdentifier, match="icelog_system"):
+            write()
+    forger = TransactionalProducer(catalog, "forger")
+    forger.init_transactions()
+    with unchanged(journal):
+        forger.begin_transaction()
+        with pytest.raises(InvalidIdentifier):
+            forger.send(tx.JOURNAL, 0, [forged])
+        forger.abort_transaction()
+    with unchanged(catalog=catalog), pytest.raises(InvalidIdentifier):
+        LogTable.create(catalog, "icelog_system.mine", 1)
+    assert run_checks(LogTable.open(catalog, "db.a").table(), ["transactions"]).ok
