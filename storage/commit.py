@@ -572,6 +572,8 @@ def _stage(
     if decision.set_main is not None:
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
         head = decision.set_main
+    if head in decision.expire:  # a rollback to the empty table expires main's snapshot: no head
+        head = None
     registry = [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head]]
     keep = int(metadata.properties.get(KEEP_COMMIT_IDS, KEEP_COMMIT_IDS_DEFAULT))
     properties = {
