@@ -860,7 +860,8 @@ def repair(ctx: Context, table: str, mode: str) -> None:
         elif d["action"] == "adopted":
             click.echo(f"{d['table']}: adopted {len(d['foreign_snapshots'])} foreign snapshots, rows per partition {d['rows']}")
         else:
-            click.echo(f"{d['table']}: rolled back to snapshot {d['icelog_snapshot_id']}, dropped {d['dropped_rows']} rows in {d['dropped_files']} files ({d['reason']})")
+            to = f"snapshot {d['icelog_snapshot_id']}" if d["icelog_snapshot_id"] is not None else "the empty table"
+            click.echo(f"{d['table']}: rolled back to {to}, dropped {d['dropped_rows']} rows, restored {d['restored_rows']} rows ({d['reason']})")
 
     ctx.emit(report, text)
 

@@ -44,7 +44,7 @@ import json
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
 import structlog
@@ -498,7 +498,7 @@ def commit_tables(
                     _discard(tables[ident], files)
                 raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
             try:
-                responses = swap(catalog, [s[3] for s in staged])
+                responses = swap(catalog, _one_instant([s[3] for s in staged]))
             except CommitFailedException as e:
                 bound.debug("commit lost the race", attempt=attempt, reason=str(e))
                 unknown = None
@@ -658,6 +658,8 @@ def _stage(
     if decision.set_main is not None:
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))
         head = decision.set_main
+    if head in decision.expire:  # a rollback to the empty table expires main's snapshot: no head
+        head = None
     now_ms = int(time.time() * 1000)
     registry, forgotten_ms = _trim_registry(
         [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head, now_ms]], settings, now_ms
@@ -683,6 +685,27 @@ def _stage(
         AssertStateVersion(version=_version(metadata)),
     )
     return TableSwap(table, requirements, tuple(updates))
+
+
+def _one_instant(swaps: list[TableSwap]) -> list[TableSwap]:
+    """Give every snapshot of one atomic commit the same timestamp, the latest of them.
+
+    pyiceberg stamps each snapshot as it is staged, table after table, milliseconds apart; a
+    time-travel read (``as of T``) resolves each table by its own snapshot log, so a T between
+    two stamps would show one table's part of the commit and not the other's (I5). The
+    latest stamp is no earlier than any table's own, so each table's log stays in order.
+    """
+    added = [u.snapshot.timestamp_ms for s in swaps for u in s.updates if isinstance(u, AddSnapshotUpdate)]
+    if len(added) < 2:
+        return swaps
+    instant = max(added)
+
+    def stamped(update: Any) -> Any:
+        if not isinstance(update, AddSnapshotUpdate):
+            return update
+        return update.model_copy(update={"snapshot": update.snapshot.model_copy(update={"timestamp_ms": instant})})
+
+    return [replace(s, updates=tuple(stamped(u) for u in s.updates)) for s in swaps]
 
 
 def _evaluator_per_manifest(overwrite: Any) -> None:

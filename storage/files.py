@@ -15,8 +15,9 @@ with) are the same. Smaller files stay in offset order (a key-range read opens t
 from __future__ import annotations
 
 import itertools
+import posixpath
 import uuid
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 from urllib.parse import urlparse
 
 import numpy as np
@@ -28,6 +29,7 @@ from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import Table, TableProperties, WriteTask
 
 from storage import schema as cols
+from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, UnknownPartition
 from storage.keys import HASH_SPACE
 
 
@@ -155,6 +157,88 @@ def _data_file(table: Table, path: str) -> DataFile:
         key_metadata=None,
         **statistics.to_serialized_dict(),
     )
+
+
+def prewritten_files(
+    table: Table, identifier: str, partitions: int, files: Mapping[int, Sequence[str]], expected_offsets: Mapping[int, int]
+) -> dict[int, list[DataFile]]:
+    """Describe Parquet files written elsewhere, checked to extend each partition exactly.
+
+    Per partition, the files must tile ``[expected, expected + rows)``: each holds rows of
+    that partition only, with exactly the offsets ``first..first + rows - 1``. Bounds and
+    record counts alone would pass ``[0, 0, 2]`` (a duplicate plus a gap), so the offsets
+    themselves are read. Files must lie inside the table's location: maintenance and
+    aborts clean up only there, and a table must not reference files it does not own.
+
+    Returns:
+        The data files per partition, in offset order (empty files left out).
+
+    Raises:
+        InvalidInput: no files, an expected offset missing, or a file outside the location.
+        UnknownPartition: a partition the table does not have.
+        SchemaMismatch: a file does not match the table's schema.
+        CorruptBatch: a file's offsets or partition break the rules above.
+    """
+    if set(expected_offsets) != set(files) or not files:
+        raise InvalidInput(reason="pre-written files need an expected offset for each of their partitions")
+    offset_id = table.schema().find_field(cols.OFFSET).field_id
+    described: dict[int, list[DataFile]] = {}
+    for p, paths in sorted(files.items()):
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < partitions:
+            raise UnknownPartition(table=identifier, partition=p, partitions=partitions)
+        for path in paths:
+            if not in_location(table.metadata.location, path):
+                raise InvalidInput(reason=f"{path} is outside the location of {identifier} ({table.metadata.location})")
+        try:
+            data_files = data_files_from_parquet(table, paths)
+        except (ValueError, TypeError, KeyError) as e:
+            raise SchemaMismatch(table=identifier, reason=str(e)) from e
+        spans = sorted(((*file_offset_range(f, offset_id), f) for f in data_files if f.record_count), key=lambda s: s[:2])
+        cursor = expected_offsets[p]
+        for first, nxt, data_file in spans:
+            if file_partition(data_file) != p or first != cursor or nxt - first != data_file.record_count:
+                raise CorruptBatch(table=identifier, partition=p, reason=f"{data_file.file_path}: not offsets {cursor}.. of partition {p} in consecutive order")
+            _check_exact_offsets(table, identifier, p, data_file, first)
+            cursor = nxt
+        described[p] = [f for *_, f in spans]
+    return described
+
+
+def _check_exact_offsets(table: Table, identifier: str, partition: int, data_file: DataFile, first: int) -> None:
+    """Read one file's offsets and partitions: exactly ``first..first + rows - 1`` of ``partition``,
+    in any row order (a clustered file is sorted by key hash)."""
+    import pyarrow.parquet as pq
+
+    with table.io.new_input(data_file.file_path).open() as stream:
+        rows = pq.read_table(stream, columns=[cols.OFFSET, cols.PARTITION])
+    offsets, parts = rows.column(cols.OFFSET), rows.column(cols.PARTITION)
+    count = data_file.record_count
+    if rows.num_rows != count or offsets.null_count or parts.null_count:
+        raise CorruptBatch(table=identifier, partition=partition, reason=f"{data_file.file_path}: null offsets or partitions, or not {count} rows")
+    if not pc.all(pc.equal(parts, partition)).as_py():
+        raise CorruptBatch(table=identifier, partition=partition, reason=f"{data_file.file_path}: rows of another partition")
+    index = offsets.to_numpy() - first
+    seen = np.zeros(count, dtype=bool)
+    inside = (index >= 0) & (index < count)
+    seen[index[inside]] = True
+    if not inside.all() or not seen.all():  # count values in a range of count, all distinct: exactly the range
+        missing = first + int(np.argmin(seen)) if not seen.all() else None
+        raise CorruptBatch(
+            table=identifier, partition=partition,
+            reason=f"{data_file.file_path}: offsets are not exactly {first}..{first + count - 1}" + (f" (offset {missing} is missing)" if missing is not None else ""),
+        )
+
+
+def in_location(location: str, path: str) -> bool:
+    """Whether ``path`` lies under the table ``location`` (``..`` resolved; a bare path is a local file)."""
+
+    def parts(uri: str) -> tuple[str, str, str]:
+        parsed = urlparse(uri)
+        scheme = "file" if parsed.scheme in ("", "file") else parsed.scheme
+        return scheme, parsed.netloc, posixpath.normpath(parsed.path) if parsed.path else ""
+
+    root, target = parts(location), parts(path)
+    return root[:2] == target[:2] and target[2].startswith(root[2].rstrip("/") + "/")
 
 
 def local_path(uri: str) -> str:

@@ -314,14 +314,15 @@ class LogTable:
         checked from the files' statistics before anything is committed.
 
         Args:
-            files: Parquet file paths per partition (inside the table's location).
+            files: Parquet file paths per partition, inside the table's location.
             expected_offsets: The log end offset each partition had when the offsets were
                 assigned; required for every partition in ``files``.
             producer: Optional idempotent-producer batch.
             commit_id: Idempotency key.
 
         Raises:
-            InvalidInput: a file breaks the rules above; nothing is committed.
+            InvalidInput: a file breaks the rules above (``CorruptBatch`` when its offsets or
+                partition do, read from its rows); nothing is committed.
             OffsetMismatch: the log moved since the offsets were assigned.
         """
         return self._commit(self.files_request(files, expected_offsets, producer=producer, commit_id=commit_id)).result
@@ -337,28 +338,11 @@ class LogTable:
         """The checked request of :meth:`commit_files`, to run alone or in a multi-table commit."""
         import uuid
 
-        from storage.files import data_files_from_parquet, file_offset_range, file_partition
+        from storage.files import prewritten_files
 
         table = self.table()
         state = LogState.from_metadata(table.metadata)
-        if set(expected_offsets) != set(files) or not files:
-            raise InvalidInput(reason="pre-written files need an expected offset for each of their partitions")
-        offset_id = table.schema().find_field(cols.OFFSET).field_id
-        described: dict[int, list[DataFile]] = {}
-        for p, paths in files.items():
-            if not 0 <= p < state.partitions:
-                raise UnknownPartition(table=self.identifier, partition=p, partitions=state.partitions)
-            try:
-                data_files = data_files_from_parquet(table, paths)
-            except (ValueError, TypeError, KeyError) as e:
-                raise cols.SchemaMismatch(table=self.identifier, reason=str(e)) from e
-            spans = sorted((*file_offset_range(f, offset_id), f) for f in data_files if f.record_count)
-            cursor = expected_offsets[p]
-            for first, nxt, f in spans:
-                if file_partition(f) != p or first != cursor or nxt - first != f.record_count:
-                    raise InvalidInput(reason=f"{f.file_path}: not partition {p} offsets {cursor}.. in consecutive order")
-                cursor = nxt
-            described[p] = [s[2] for s in spans]
+        described = prewritten_files(table, self.identifier, state.partitions, files, expected_offsets)
         if producer is not None:
             producer.validate({p: sum(f.record_count for f in fs) for p, fs in described.items()})
         return AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)

@@ -8,14 +8,19 @@ Any Iceberg engine can append to a log table; icelog then refuses to build on it
   with consecutive offsets in row order (and ``log_key_hash``, where filled, is its key's
   hash), and per partition they extend the log exactly from its log end: the watermarks move
   to cover them, no data changes;
-* otherwise **roll back**: ``main`` points at icelog's last snapshot again, and the report
-  lists the snapshots and rows dropped (the files stay until maintenance removes them).
+* otherwise **roll back**: ``main`` points at icelog's last snapshot again (the files stay
+  until maintenance removes them). When icelog never committed a snapshot, the rollback is to
+  the empty table: the foreign snapshots are expired in the same commit, so ``main`` points
+  at none and no time travel shows their rows as current. The report lists the snapshots,
+  and the rows by (partition, offset) that the rollback drops and restores: a foreign
+  ``delete`` that rewrote a file drops no row, it only restores the deleted ones.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -94,6 +99,22 @@ def _adoptable(table: Table, state: LogState, added: list[DataFile], removed: in
     return ends, ""
 
 
+def _row_changes(table: Table, added: list[DataFile], removed: list[DataFile]) -> tuple[int, int]:
+    """``(dropped, restored)``: rows, by (partition, offset), that rolling back removes from the
+    current snapshot and brings back. Only the files that differ are read; the others stay."""
+    now, then = _row_keys(table, added), _row_keys(table, removed)
+    return sum((now - then).values()), sum((then - now).values())
+
+
+def _row_keys(table: Table, files: Iterable[DataFile]) -> Counter:
+    keys: Counter = Counter()
+    for data_file in files:
+        with table.io.new_input(data_file.file_path).open() as f:
+            rows = pq.read_table(f, columns=[cols.PARTITION, cols.OFFSET])
+        keys.update(zip(rows[cols.PARTITION].to_pylist(), rows[cols.OFFSET].to_pylist()))
+    return keys
+
+
 def _wrong_hashes(rows: Any, key: str) -> bool:
     from storage.keys import key_hashes
 
@@ -118,7 +139,6 @@ class Repair(Request):
         before, after = _files(table, head), _files(table, current)
         added = [f for path, f in after.items() if path not in before]
         removed = [f for path, f in before.items() if path not in after]
-        foreign_rows = sum(f.record_count for f in added)
         report: dict[str, Any] = {"table": self.table, "foreign_snapshots": chain, "icelog_snapshot_id": head}
         ends, why = _adoptable(table, state, added, len(removed)) if self.mode != "rollback" else ({}, "rollback requested")
         if ends or (not why and self.mode != "rollback"):
@@ -126,9 +146,13 @@ class Repair(Request):
             return Decision(state=state.with_ends(ends), result=report)
         if self.mode == "adopt":
             raise RepairImpossible(table=self.table, reason=f"foreign rows do not extend the log exactly: {why}")
-        if head is None:
-            raise RepairImpossible(table=self.table, reason="icelog never committed a snapshot to roll back to")
-        report.update(action="rolled_back", reason=why, dropped_rows=foreign_rows, dropped_files=len(added), restored_files=len(removed))
+        dropped, restored = _row_changes(table, added, removed)
+        report.update(
+            action="rolled_back", reason=why, dropped_rows=dropped, restored_rows=restored,
+            dropped_files=len(added), restored_files=len(removed),
+        )
+        if head is None:  # icelog never committed a snapshot: back to the empty table
+            return Decision(state=state, result=report, expire=tuple(chain))
         return Decision(state=state, result=report, set_main=head)
 
 

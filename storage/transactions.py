@@ -561,24 +561,21 @@ class TransactionalProducer:
         deleted if the transaction aborts, and commit as they are; if a partition's log end
         is no longer ``expected`` at commit, the transaction aborts with ``OffsetMismatch``.
         """
-        from storage.files import data_files_from_parquet, file_offset_range, file_partition
+        from storage.files import prewritten_files
 
         self._require_open(sending=True)
         log_table = self._table(table)
         current = log_table.table()
         name = log_table.identifier
-        if set(files) != set(expected_offsets):
-            raise InvalidInput(reason="pre-written files need an expected offset for each of their partitions")
-        offset_id = current.schema().find_field(cols.OFFSET).field_id
+        if not files and not expected_offsets:
+            return 0
+        partitions = LogState.from_metadata(current.metadata).partitions
         staged: list[StagedSend] = []
-        for p, paths in sorted(files.items()):
-            spans = sorted((*file_offset_range(f, offset_id), f) for f in data_files_from_parquet(current, paths) if f.record_count)
+        for p, data_files in prewritten_files(current, name, partitions, files, expected_offsets).items():
             cursor = expected_offsets[p]
-            for first, nxt, f in spans:
-                if file_partition(f) != p or first != cursor or nxt - first != f.record_count:
-                    raise InvalidInput(reason=f"{f.file_path}: not partition {p} offsets {cursor}.. in consecutive order")
+            for f in data_files:
                 staged.append(StagedSend(p, cursor, f.file_path, f.record_count, prewritten=True))
-                cursor = nxt
+                cursor += f.record_count
         new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
         if new:
             self._journal("register", partitions={name: new})

@@ -27,6 +27,7 @@ from storage.commit import load
 from storage.ledger import LEDGER_TABLE
 from storage.log import LogTable, list_log_tables
 from storage.swap import load_tables
+from storage.system import NAMESPACE as SYSTEM_NAMESPACE
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
@@ -179,7 +180,11 @@ def connect(
     Args:
         catalog: The catalog whose log tables to expose.
         snapshot_id: Time travel for ``only`` (a snapshot id belongs to one table).
-        as_of_ms: Time travel for every table: the snapshot current at this time.
+        as_of_ms: Time travel for every table: the snapshot current at this time. System
+            tables (``icelog_system.*``, the ingest ledger included) are left out of a
+            catalog-wide cut: they hold state whose history is compacted (the transaction
+            journal keeps 10 snapshots), so they would only ever answer ``HistoryExpired``.
+            Name one with ``only`` to travel in it alone.
         only: Expose just this table (``namespace.table``; a bare name is in ``logs``).
         consistent: Resolve every table's snapshot at one catalog instant (one database read
             on a SQL catalog), so a transaction is seen whole or not at all. False loads the
@@ -204,6 +209,8 @@ def connect(
         names = list_log_tables(catalog)
         if catalog.table_exists(LEDGER_TABLE):  # which source files were loaded where, queryable too
             names.append(LEDGER_TABLE)
+        if as_of_ms is not None:  # system tables keep current state, their history bounded: no cut
+            names = [n for n in names if n.split(".")[0] != SYSTEM_NAMESPACE]
         if consistent:  # one catalog instant: never half of a multi-table commit (I5)
             tables = list(load_tables(catalog, names).items()) if names else []
         else:

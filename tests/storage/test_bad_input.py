@@ -95,3 +95,56 @@ def test_i8_a_malformed_icelog_property_set_by_another_tool_refuses_the_commit_b
     with pytest.raises(InvalidProperty, match=key):
         table.append({0: [{"key": "x"}]}, commit_id="once")
     assert fingerprint(table) == before
+
+
+# --- pre-written files (commit_files, send_files): the rows are read, not only their statistics ---
+
+
+def _prewritten(catalog, target: LogTable, offsets: list[int]) -> list[str]:
+    """Data files in ``target``'s location holding rows whose offsets are ``offsets``."""
+    import uuid
+
+    import pyarrow as pa
+
+    from storage.files import write_log_files
+
+    source = LogTable.create(catalog, f"db.source_{uuid.uuid4().hex[:8]}", 1)
+    source.append({0: [{"key": str(i)} for i in range(len(offsets))]})
+    rows = source.table().scan().to_arrow().sort_by("log_offset")
+    rows = rows.set_column(rows.column_names.index("log_offset"), "log_offset", pa.array(offsets, pa.int64()))
+    return [f.file_path for f in write_log_files(target.table(), {0: rows})]
+
+
+def test_i1_prewritten_files_with_a_duplicate_and_a_gap_are_refused(sqlite_catalog, unchanged):
+    from storage.errors import CorruptBatch
+    from storage.transactions import TransactionalProducer
+
+    target = LogTable.create(sqlite_catalog, "db.target", 1)
+    paths = _prewritten(sqlite_catalog, target, [0, 0, 2])  # min 0, max 2, count 3: the statistics agree
+    with unchanged(target):
+        with pytest.raises(CorruptBatch, match="offset 1 is missing"):
+            target.commit_files({0: paths}, {0: 0})
+        producer = TransactionalProducer(sqlite_catalog, "prewritten")
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(CorruptBatch, match="offset 1 is missing"):
+            producer.send_files(target.identifier, {0: paths}, {0: 0})
+        producer.abort_transaction()
+    good = _prewritten(sqlite_catalog, target, [0, 1, 2])
+    assert target.commit_files({0: good}, {0: 0}).ranges == {0: (0, 3)}
+
+
+def test_i8_prewritten_files_outside_the_table_location_are_refused(sqlite_catalog, unchanged, tmp_path):
+    import pyarrow.parquet as pq
+
+    target = LogTable.create(sqlite_catalog, "db.target", 1)
+    inside = _prewritten(sqlite_catalog, target, [0, 1, 2])[0]
+    location = target.table().metadata.location.removeprefix("file://")
+    outside = tmp_path / "elsewhere.parquet"
+    pq.write_table(pq.read_table(inside.removeprefix("file://")), outside)
+    sibling = f"{location}-evil/data/x.parquet"  # a prefix of the location is not inside it
+    escaping = f"{location}/data/../../{outside.name}"
+    with unchanged(target):
+        for path in (str(outside), f"file://{outside}", sibling, escaping):
+            with pytest.raises(InvalidInput, match="outside the location"):
+                target.commit_files({0: [path]}, {0: 0})

@@ -106,3 +106,31 @@ def test_i1_repair_rolls_back_a_foreign_delete(sqlite_catalog):
     report = repair(sqlite_catalog, t.identifier)
     assert report["action"] == "rolled_back" and report["restored_files"] >= 1
     assert t.read(0).column(cols.OFFSET).to_pylist() == list(range(6))
+
+
+def test_i1_repair_rolls_a_foreign_first_snapshot_back_to_the_empty_table(sqlite_catalog):
+    t = LogTable.create(sqlite_catalog, "db.first", 1)
+    plant(sqlite_catalog, t, 0, [1, 2])  # not from offset 0: cannot be adopted
+    with pytest.raises(ForeignCommit):
+        t.append({0: rows("a")})
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "rolled_back" and report["icelog_snapshot_id"] is None
+    assert report["dropped_rows"] == 2 and report["restored_rows"] == 0
+    table = t.table()
+    assert table.metadata.current_snapshot_id is None and not table.metadata.snapshot_log
+    assert t.read(0).num_rows == 0
+    assert repair(sqlite_catalog, t.identifier)["action"] == "none"
+    assert t.append({0: rows("a")}, {0: 0}).ranges == {0: (0, 1)}
+    assert run_checks(t.table(), ["contiguity-deep"]).ok
+
+
+def test_i1_repair_of_a_foreign_delete_reports_the_rows_it_restores(sqlite_catalog):
+    from pyiceberg.expressions import EqualTo
+
+    t = LogTable.create(sqlite_catalog, "db.rewritten", 1)
+    t.append({0: rows("a", 3)})
+    sqlite_catalog.load_table(t.identifier).delete(EqualTo(cols.OFFSET, 1))  # rewrites the file: 2 rows
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "rolled_back"
+    assert (report["dropped_rows"], report["restored_rows"]) == (0, 1)
+    assert t.read(0).column(cols.OFFSET).to_pylist() == [0, 1, 2]

@@ -126,3 +126,16 @@ def test_i5_catalog_without_atomic_multi_table_commit_is_refused_and_nothing_cha
     assert (fingerprint(a), fingerprint(b)) == before
     # One table alone is fine on such a catalog.
     assert commit_tables(proxy, [(a.identifier, AppendRequest(a.identifier, {0: payload("y")}, {}, "one"))])[0].result.ranges == {0: (0, 1)}
+
+
+def test_i5_every_table_of_one_commit_shares_one_snapshot_timestamp(sqlite_catalog):
+    tables = [LogTable.create(sqlite_catalog, f"db.t{i}", 1) for i in range(3)]
+    parts = [(t.identifier, AppendRequest(t.identifier, {0: payload("x")}, {}, "txn-ts")) for t in tables]
+    outcomes = commit_tables(sqlite_catalog, parts, commit_id="txn-ts")
+    stamps = set()
+    for t, outcome in zip(tables, outcomes):
+        metadata = t.table().metadata
+        snapshot = metadata.snapshot_by_id(outcome.snapshot_id)
+        assert metadata.snapshot_log[-1].snapshot_id == snapshot.snapshot_id
+        stamps |= {snapshot.timestamp_ms, metadata.snapshot_log[-1].timestamp_ms}
+    assert len(stamps) == 1  # an as-of cut at any millisecond sees all three or none
