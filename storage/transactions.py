@@ -900,6 +900,10 @@ def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any
 
 
 def describe(catalog: Catalog) -> dict[str, Any]:
-    """The coordinator state: every transactional id, its producer, epoch and open transaction."""
-    ensure_journal(catalog)
+    """The coordinator state: every transactional id, its producer, epoch and open transaction.
+
+    A read creates nothing: a catalog without a journal has no transactional ids.
+    """
+    if not catalog.table_exists(JOURNAL):
+        return {}
     return dict(JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions)

@@ -16,6 +16,13 @@ def icelog(sqlite_spec) -> Cli:
     return Cli(sqlite_spec)
 
 
+def test_transactions_list_on_a_catalog_without_a_journal_creates_nothing(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    LogTable.create(catalog, "db.a", 1)
+    assert icelog("transactions", "list") == {"transactional_ids": []}
+    assert not catalog.table_exists("icelog_system.transactions")
+
+
 def test_i5_transactions_list_describe_abort_recover(icelog, sqlite_spec):
     catalog = sqlite_spec.open()
     LogTable.create(catalog, "db.a", 2)
