@@ -142,11 +142,11 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
     armed = os.environ.pop("ICELOG_PAUSE_AT", None)
     lease = producers.lease_producer_ids
 
-    def staged_lease(catalog, count=1):
+    def staged_lease(catalog, count=1, floor=0):
         if stage == "lease" and armed:
             os.environ["ICELOG_PAUSE_AT"] = armed
         try:
-            return lease(catalog, count)
+            return lease(catalog, count, floor)
         finally:
             os.environ.pop("ICELOG_PAUSE_AT", None)
             if stage == "register" and armed:
