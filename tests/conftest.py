@@ -79,7 +79,8 @@ def catalog_spec(request, tmp_path) -> CatalogSpec:
 def heavy_spec(request, tmp_path) -> CatalogSpec:
     """``catalog_spec`` for the longest multi-process tests: their SQLite run is the short
     version in ``make test``, their PostgreSQL run is ``slow`` (the suite's time budget). The
-    exactly-one-winner race and the kill -9 tests run on both catalogs in ``make test``."""
+    exactly-one-winner race and the kill -9 mid-commit and producer tests run on both catalogs in
+    ``make test``; retention's and compaction's kill -9 tests on PostgreSQL are ``slow``."""
     return _spec(request.param, tmp_path, request)
 
 

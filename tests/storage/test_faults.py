@@ -255,7 +255,8 @@ def fill(t: LogTable, partition: int, batches: int, size: int) -> None:
 
 
 @pytest.mark.parametrize("point", faults.POINTS)
-def test_i1_i7_kill_9_mid_retention_then_a_rerun_converges(catalog_spec, tmp_path, point):
+def test_i1_i7_kill_9_mid_retention_then_a_rerun_converges(heavy_spec, tmp_path, point):
+    catalog_spec = heavy_spec  # PostgreSQL's run in make test-slow: the kill -9 mid-commit test covers its swap
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.r", partitions=2)
     fill(t, 0, 5, 3)
@@ -283,7 +284,8 @@ def test_i1_i7_kill_9_mid_retention_then_a_rerun_converges(catalog_spec, tmp_pat
 
 
 @pytest.mark.parametrize("point", faults.POINTS)
-def test_i1_i7_kill_9_mid_compaction_then_a_rerun_converges(catalog_spec, tmp_path, point):
+def test_i1_i7_kill_9_mid_compaction_then_a_rerun_converges(heavy_spec, tmp_path, point):
+    catalog_spec = heavy_spec  # PostgreSQL's run in make test-slow: the kill -9 mid-commit test covers its swap
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.c", partitions=1)
     fill(t, 0, 9, 2)

@@ -210,7 +210,8 @@ def test_i4_unknown_outcome_kill_9_after_swap_then_resend_lands_once(catalog_spe
     assert check_producers(t.table()).ok
 
 
-def test_i4_retry_storm_each_batch_lands_once_in_order(catalog_spec):
+def test_i4_retry_storm_each_batch_lands_once_in_order(heavy_spec):
+    catalog_spec = heavy_spec  # PostgreSQL's run in make test-slow
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.p", partitions=1)
     me = init_producer(catalog, "db.p", "storm")
