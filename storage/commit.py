@@ -225,8 +225,18 @@ def commit_id_created_ms(commit_id: str) -> int | None:
     return parsed.int >> 80 if parsed.version == 7 else None
 
 
-def _committed_ms(entry: list[Any], now_ms: int) -> int:
-    return entry[3] if len(entry) > 3 and isinstance(entry[3], int) else now_ms  # unknown: as if just now
+def _committed_times(registry: list[list[Any]], now_ms: int) -> list[int]:
+    """Each entry's commit time. An entry an older icelog wrote has none: it landed before the
+    next entry that has one (the registry is in commit order), so that time bounds it (``now_ms``
+    when none follows). "Now" for every such entry would mark each fresh id made before the
+    commit that drops one as possibly forgotten: refused on its first send."""
+    times, later = [now_ms] * len(registry), now_ms
+    for i in range(len(registry) - 1, -1, -1):
+        entry = registry[i]
+        if len(entry) > 3 and isinstance(entry[3], int) and not isinstance(entry[3], bool):
+            later = entry[3]
+        times[i] = later
+    return times
 
 
 def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, now_ms: int) -> tuple[list[list[Any]], int | None]:
@@ -234,11 +244,11 @@ def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, no
     (``COMMIT_IDS_MAX`` in all at most); returns them and the newest commit time dropped, if any."""
     cap = max(settings.commit_ids_keep, COMMIT_IDS_MAX)
     floor_ms = now_ms - settings.commit_ids_min_retention_ms
+    times = _committed_times(registry, now_ms)
     start = max(0, len(registry) - settings.commit_ids_keep)
-    while start > 0 and len(registry) - start < cap and _committed_ms(registry[start - 1], now_ms) > floor_ms:
+    while start > 0 and len(registry) - start < cap and times[start - 1] > floor_ms:
         start -= 1
-    dropped = registry[:start]
-    return registry[start:], max((_committed_ms(e, now_ms) for e in dropped), default=None)
+    return registry[start:], max(times[:start], default=None)
 
 
 def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str) -> None:

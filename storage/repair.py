@@ -29,7 +29,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from storage import schema as cols
-from storage.commit import Decision, Request, commit, icelog_head
+from storage.commit import READ_ONLY, Decision, Request, commit, icelog_head, is_system_table
 from storage.errors import InvalidInput, TerminalError
 from storage.state import LogState
 
@@ -129,22 +129,33 @@ class Repair(Request):
     mode: Mode = "auto"
     commit_id: str = ""
     allow_foreign = True
+    # A foreign commit wedges a system table or a read-only mirror target as well; rolling it
+    # back restores icelog's own state there (adopting foreign rows is refused: see decide).
+    writes_system = True
+    writes_read_only = True
 
     def decide(self, state: LogState, table: Table) -> Decision:
         head = icelog_head(table.metadata)
         current = table.metadata.current_snapshot_id
         if head == "unknown" or head == current:
             return Decision(state=state, result={"table": self.table, "action": "none", "snapshot_id": current}, write=False)
+        mode = self.mode
+        if is_system_table(self.table) or table.metadata.properties.get(READ_ONLY):
+            # icelog_system.* is written only by icelog, a mirror target only by its mirror: a
+            # foreign record there is a forgery or a divergence, never adopted.
+            if mode == "adopt":
+                raise RepairImpossible(table=self.table, reason="foreign rows are never adopted into a system table or a read-only mirror target; use rollback")
+            mode = "rollback"
         chain = _foreign_chain(table, head)
         before, after = _files(table, head), _files(table, current)
         added = [f for path, f in after.items() if path not in before]
         removed = [f for path, f in before.items() if path not in after]
         report: dict[str, Any] = {"table": self.table, "foreign_snapshots": chain, "icelog_snapshot_id": head}
-        ends, why = _adoptable(table, state, added, len(removed)) if self.mode != "rollback" else ({}, "rollback requested")
-        if ends or (not why and self.mode != "rollback"):
+        ends, why = _adoptable(table, state, added, len(removed)) if mode != "rollback" else ({}, "rollback requested")
+        if ends or (not why and mode != "rollback"):
             report.update(action="adopted", rows={str(p): e - state.end(p) for p, e in ends.items()})
             return Decision(state=state.with_ends(ends), result=report)
-        if self.mode == "adopt":
+        if mode == "adopt":
             raise RepairImpossible(table=self.table, reason=f"foreign rows do not extend the log exactly: {why}")
         dropped, restored = _row_changes(table, added, removed)
         report.update(

@@ -136,3 +136,27 @@ def test_i4_a_commit_id_made_after_the_forgotten_commits_is_proven_new(sqlite_ca
     fresh = new_commit_id()
     assert t.append({0: rows("fresh")}, commit_id=fresh).ranges == {0: (4, 5)}
     assert t.append({0: rows("fresh")}, commit_id=fresh).duplicate  # still in the window: its result
+
+
+def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_id(sqlite_catalog, monkeypatch):
+    """Entries without a commit time (an older icelog's) landed before the first entry with
+    one: dropping them must not mark every id made before that drop as possibly forgotten."""
+    import json
+
+    from storage import commit as core
+
+    monkeypatch.setattr(core, "COMMIT_IDS_MAX", 4)
+    t = LogTable.create(sqlite_catalog, "db.upgraded", 1, properties={KEEP_COMMIT_IDS: "2"})
+    for i in range(3):
+        t.append({0: rows(f"old{i}")}, commit_id=f"old{i}")
+    legacy = [entry[:3] for entry in recent_commits(t.table().metadata)]  # as an older icelog wrote them
+    sqlite_catalog.load_table(t.identifier).transaction().set_properties({COMMITS: json.dumps(legacy)}).commit_transaction()
+    time.sleep(1.1)
+    t.append({0: rows("after-upgrade")})
+    time.sleep(1.1)  # past the clock-skew margin
+    fresh = new_commit_id()  # made after every commit the registry will drop
+    t.append({0: rows("busy")})  # drops the oldest legacy entry
+    assert len(recent_commits(t.table().metadata)) == 4
+    assert t.append({0: rows("fresh")}, commit_id=fresh).ranges == {0: (5, 6)}  # its first send
+    with pytest.raises(CommitIdForgotten):  # an id made before the dropped commits still is refused
+        t.append({0: rows("old0")}, commit_id="0" * 12 + "7000" + "8" + "0" * 15)

@@ -134,3 +134,32 @@ def test_i1_repair_of_a_foreign_delete_reports_the_rows_it_restores(sqlite_catal
     assert report["action"] == "rolled_back"
     assert (report["dropped_rows"], report["restored_rows"]) == (0, 1)
     assert t.read(0).column(cols.OFFSET).to_pylist() == [0, 1, 2]
+
+
+def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlite_catalog):
+    """A foreign engine's commit wedges icelog_system.transactions (every journal step raises
+    ForeignCommit, which says: run repair); repair must roll it back, and must never adopt a
+    forged record even when it extends the journal exactly."""
+    from storage.transactions import JOURNAL, TransactionalProducer, ensure_journal
+
+    catalog = sqlite_catalog
+    LogTable.create(catalog, "db.t", 1)
+    producer = TransactionalProducer(catalog, "tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("db.t", 0, rows("a"))
+    producer.commit_transaction()  # journal records to forge from
+    journal = ensure_journal(catalog)
+    end = journal.watermarks()[0].end
+    table = catalog.load_table(JOURNAL)
+    forged = table.scan().to_arrow().slice(0, 1)
+    forged = forged.set_column(forged.schema.get_field_index(cols.OFFSET), forged.schema.field(cols.OFFSET), pa.array([end], pa.int64()))
+    table.append(forged)  # exactly the next offset: adoptable, were it a user table
+    with pytest.raises(ForeignCommit):
+        producer.init_transactions()
+    with pytest.raises(RepairImpossible):
+        repair(catalog, JOURNAL, mode="adopt")
+    report = repair(catalog, JOURNAL)
+    assert report["action"] == "rolled_back" and report["dropped_rows"] == 1
+    assert journal.watermarks()[0].end == end
+    producer.init_transactions()  # the coordinator works again

@@ -579,3 +579,28 @@ def test_i6_read_only_mirror_refuses_every_write_path(source, target):
     src.append({0: rows(1, "late")})
     assert run_mirror(source, target).ranges == {0: (6, 7)}
     assert_parity(source, target)
+
+
+def test_i6_a_foreign_commit_on_a_read_only_mirror_is_rolled_back_and_mirroring_resumes(source, target):
+    """A foreign engine's commit on a mirror target stops the mirror (ForeignCommit: run
+    repair); repair rolls it back (never adopts it: the target follows its source) and the
+    next step continues in parity."""
+    from storage.errors import ForeignCommit
+    from storage.repair import RepairImpossible, repair
+
+    src = LogTable.create(source, "orders", 1)
+    src.append({0: rows(2)})
+    run_mirror(source, target)
+    table = LogTable.open(target, "orders")
+    iceberg = target.load_table(table.identifier)
+    foreign = iceberg.scan().to_arrow().slice(0, 1)
+    foreign = foreign.set_column(foreign.schema.get_field_index(cols.OFFSET), foreign.schema.field(cols.OFFSET), pa.array([2], pa.int64()))
+    iceberg.append(foreign)  # exactly the next offset, but not the source's record
+    src.append({0: rows(1, "new")})
+    with pytest.raises(ForeignCommit):
+        run_mirror(source, target)
+    with pytest.raises(RepairImpossible):
+        repair(target, table.identifier, mode="adopt")
+    assert repair(target, table.identifier)["action"] == "rolled_back"
+    run_mirror(source, target)
+    assert_parity(source, target)
