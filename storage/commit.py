@@ -682,8 +682,9 @@ def _stage(
         HEAD: "" if head is None else str(head),
         COMMITS: json.dumps(registry, separators=(",", ":")),
     }
-    if forgotten_ms is not None:
-        properties[FORGOTTEN] = str(max(forgotten_ms, int(metadata.properties.get(FORGOTTEN, "0") or 0)))
+    if forgotten_ms is not None or FORGOTTEN in decision.properties:  # it only ever moves forward
+        known = (forgotten_ms, decision.properties.get(FORGOTTEN), metadata.properties.get(FORGOTTEN))
+        properties[FORGOTTEN] = str(max(int(v or 0) for v in known))
     updates.append(SetPropertiesUpdate(updates=properties))
     adding = 1 if files or decision.drop_files else 0
     expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main))

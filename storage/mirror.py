@@ -58,7 +58,7 @@ from pyiceberg.table.metadata import TableMetadata
 from storage import schema as cols
 from storage.acls import REPLICATOR_WRITE, authorize
 from storage.catalog import ensure_namespace
-from storage.commit import COMMITS, HEAD, READ_ONLY, VERSION, Decision, Request, commit, commit_tables, load, refuse_system_table
+from storage.commit import COMMITS, FORGOTTEN, HEAD, READ_ONLY, VERSION, Decision, Request, commit, commit_tables, load, refuse_system_table
 from storage.commit import _discard as discard_files
 from storage.errors import (
     CatalogUnavailable,
@@ -521,7 +521,11 @@ class Promote(Request):
             raise InvalidInput(reason=f"{self.table} is not a mirror target")
         done = props.get(PROMOTED) == "true"
         result = {"table": self.table, "promoted": True, "source": mirror_record(table.metadata)}
-        return Decision(state=state, result=result, properties={READ_ONLY: "", PROMOTED: "true"}, write=not done)
+        # The source's commits reached this table under the mirror's commit ids: its registry
+        # cannot prove that a commit id made before now never landed (on the source). A
+        # producer that fails over and re-sends one gets CommitIdForgotten, not a second copy.
+        forgotten = {FORGOTTEN: str(int(time.time() * 1000))}
+        return Decision(state=state, result=result, properties={READ_ONLY: "", PROMOTED: "true", **forgotten}, write=not done)
 
     def receipt(self, result: Any) -> Any:
         return result

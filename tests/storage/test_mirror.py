@@ -604,3 +604,26 @@ def test_i6_a_foreign_commit_on_a_read_only_mirror_is_rolled_back_and_mirroring_
     assert repair(target, table.identifier)["action"] == "rolled_back"
     run_mirror(source, target)
     assert_parity(source, target)
+
+
+def test_i4_a_commit_id_that_landed_on_the_source_is_never_written_again_on_the_promoted_mirror(source, target):
+    """The target's commit-id registry holds none of the source's commits (the mirror writes
+    them under its own ids), so it cannot prove that an id made before the promotion never
+    landed: a re-send after failover must be refused (CommitIdForgotten), never written twice."""
+    import time
+
+    from storage.commit import new_commit_id
+    from storage.errors import CommitIdForgotten
+
+    src = LogTable.create(source, "orders", 1)
+    sent = new_commit_id()
+    src.append({0: rows(1, "deposit")}, commit_id=sent)
+    run_mirror(source, target)
+    promote(target, "orders")
+    dst = LogTable.open(target, "orders")
+    with pytest.raises(CommitIdForgotten):  # the producer fails over and re-sends its batch
+        dst.append({0: rows(1, "deposit")}, commit_id=sent)
+    assert dst.watermarks()[0].end == 1
+    time.sleep(1.1)  # past the clock-skew margin
+    fresh = new_commit_id()  # made after the promotion: proven new
+    assert dst.append({0: rows(1, "fresh")}, commit_id=fresh).ranges == {0: (1, 2)}
