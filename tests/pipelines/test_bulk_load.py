@@ -30,9 +30,9 @@ def write_input(path, n: int = LINES) -> None:
             f.write(json.dumps({"key": f"k{i % 17}", "value": f"line-{i}"}) + "\n")
 
 
-def loader(spec, path, log, batch: int = 50) -> subprocess.Popen:
+def loader(spec, path, log, batch: int = 50, stdin=None) -> subprocess.Popen:
     argv = [sys.executable, "-m", "pipelines.cli", "--output", "json", "produce", "db.bulk", "--partition", "1", "--expected-offset", str(K), "--load-id", "big-load", "--input", str(path), "--batch-size", str(batch)]
-    return subprocess.Popen(argv, env={**os.environ, **spec.env()}, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(argv, env={**os.environ, **spec.env()}, stdin=stdin, stdout=log, stderr=subprocess.STDOUT)
 
 
 def prepared(spec) -> LogTable:
@@ -74,24 +74,34 @@ def test_i2_a_concurrent_writer_stops_the_bulk_load_it_never_interleaves(sqlite_
     t = prepared(sqlite_spec)
     source = tmp_path / "big.jsonl"
     write_input(source)
+    lines = source.read_bytes().splitlines(keepends=True)
     with open(tmp_path / "loader.log", "w") as log:
-        proc = loader(sqlite_spec, source, log, batch=20)
+        # The loader reads stdin: after 100 lines it waits for more, and the foreign row lands
+        # exactly between two of its batches (no race to win, however busy the machine).
+        proc = loader(sqlite_spec, "-", log, batch=20, stdin=subprocess.PIPE)
+        proc.stdin.write(b"".join(lines[:100]))
+        proc.stdin.flush()
         deadline = time.monotonic() + 120
         while t.watermarks()[1].end < K + 100 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        for _ in range(50):  # the foreign row lands between two of the loader's batches
+        assert t.watermarks()[1].end == K + 100, (tmp_path / "loader.log").read_text()[-2000:]
+        t.append({1: [{"key": "intruder", "value": "foreign"}]})
+        try:
+            proc.stdin.write(b"".join(lines[100:]))
+        except BrokenPipeError:  # it may stop before reading all of it
+            pass
+        finally:
             try:
-                t.append({1: [{"key": "intruder", "value": "foreign"}]})
-                break
-            except Exception:  # noqa: BLE001 - a lost race with the loader: try again
-                continue
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
         assert proc.wait(timeout=300) == 3
     err = json.loads((tmp_path / "loader.log").read_text().strip().splitlines()[-1])
     assert err["error"] == "OffsetMismatch"
     values = t.read(1)["value"].to_pylist()
     foreign = values.index("foreign")
     assert values[:K] == [f"pre-{i}" for i in range(K)]
-    assert values[K:foreign] == [f"line-{i}" for i in range(foreign - K)]  # a prefix of the input, in order
+    assert values[K:foreign] == [f"line-{i}" for i in range(100)]  # its first 100 lines, in order
     assert values[foreign + 1:] == []  # nothing of the loader's after the foreign row
     # Run again with the same arguments: it sees the foreign record at the log end and stops.
     with open(tmp_path / "again.log", "w") as log:
