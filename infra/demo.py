@@ -30,7 +30,7 @@ def main() -> int:
     os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
     from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, print_summary, stage_landing
     from pipelines.tasks import landing_root
-    from storage.catalog import icelog_home, open_catalog
+    from storage.core.catalog import icelog_home, open_catalog
 
     console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
     staged = stage_landing(landing_root())
@@ -75,7 +75,7 @@ def _ledger_rows(log_table):
     """The table's ingest-ledger entries, oldest first (None before the first load)."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from storage.ledger import LEDGER_TABLE, entries
+    from storage.ingest.ledger import LEDGER_TABLE, entries
 
     try:
         book = log_table.catalog.load_table(LEDGER_TABLE)

@@ -108,7 +108,7 @@ class Context:
     @property
     def catalog(self):
         if self._catalog is None:
-            from storage.catalog import open_catalog
+            from storage.core.catalog import open_catalog
 
             self._catalog = open_catalog(self.catalog_name)
         return self._catalog
@@ -298,7 +298,7 @@ def read_schema_file(path: str) -> list[dict]:
 @click.pass_obj
 def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | None) -> None:
     """Create TABLE with N partitions (payload default: key, value strings)."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     payload = read_schema_file(schema_file) if schema_file else None
     log_table = LogTable.create(ctx.catalog, table, partitions, payload)
@@ -308,7 +308,7 @@ def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | 
 @topics.command("list")
 @click.pass_obj
 def topics_list(ctx: Context) -> None:
-    from storage.log import list_log_tables
+    from storage.log.table import list_log_tables
 
     names = list_log_tables(ctx.catalog)
     ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
@@ -318,7 +318,7 @@ def topics_list(ctx: Context) -> None:
 @click.argument("table")
 @click.pass_obj
 def topics_describe(ctx: Context, table: str) -> None:
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     doc = LogTable.open(ctx.catalog, table).describe()
 
@@ -336,7 +336,7 @@ def topics_describe(ctx: Context, table: str) -> None:
 @click.pass_obj
 def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
     """Grow TABLE to COUNT partitions (never shrinks)."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     LogTable.open(ctx.catalog, table).add_partitions(count)
     ctx.emit(LogTable.open(ctx.catalog, table).describe(), lambda d: click.echo(f"{d['table']} has {d['partitions']} partitions"))
@@ -481,8 +481,8 @@ def produce(ctx: Context, table: str, partition: int, expected_offset: int | Non
     never by content), and every line lands exactly once. Another writer appending meanwhile
     stops it with OffsetMismatch (exit 3): it never interleaves.
     """
-    from storage.bulk import bulk_load
-    from storage.log import LogTable
+    from storage.ingest.bulk import bulk_load
+    from storage.log.table import LogTable
 
     ids = (producer_id, epoch, sequence)
     if any(v is not None for v in ids) and any(v is None for v in ids):
@@ -518,7 +518,7 @@ def produce(ctx: Context, table: str, partition: int, expected_offset: int | Non
 @click.pass_obj
 def offsets(ctx: Context, table: str) -> None:
     """Log start and end offset of every partition of TABLE."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     marks = log_table.watermarks()
@@ -585,7 +585,7 @@ def producers() -> None:
 @click.option("--client-id", default=None, help="Stable identity: re-init bumps the epoch and fences older instances.")
 @click.pass_obj
 def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
-    from storage.producers import init_producer
+    from storage.producers.idempotent import init_producer
 
     identity = init_producer(ctx.catalog, table, client_id)
     ctx.emit(identity.to_dict(), lambda d: click.echo(f"producer_id={d['producer_id']} epoch={d['epoch']}"))
@@ -595,7 +595,7 @@ def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
 @click.argument("table")
 @click.pass_obj
 def producers_list(ctx: Context, table: str) -> None:
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     doc = {"table": log_table.identifier, "producers": dict(log_table.state().producers)}
@@ -609,8 +609,8 @@ def producers_list(ctx: Context, table: str) -> None:
 @click.pass_obj
 def producers_rebuild(ctx: Context, table: str) -> None:
     """Recompute producer state from the rows (they carry producer id, epoch, sequence)."""
-    from storage.log import LogTable
-    from storage.producers import rebuild
+    from storage.log.table import LogTable
+    from storage.producers.idempotent import rebuild
 
     name = LogTable.open(ctx.catalog, table).identifier
     state = rebuild(ctx.catalog, name)
@@ -628,7 +628,7 @@ def producers_rebuild(ctx: Context, table: str) -> None:
 @click.pass_obj
 def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...], snapshot_id: int | None) -> None:
     """Check I1 contiguity and watermarks (and more with --check); exit 1 on any violation."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
     from validations.checks import run_checks
 
     names = check_names or (("contiguity-deep",) if deep else ("contiguity",))
@@ -656,8 +656,8 @@ def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...],
 def report(ctx: Context, table: str | None, all_tables: bool, out: str | None, no_gx: bool, full: bool, engine: str, expectations: str | None) -> None:
     """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs."""
     from pipelines.spark import spark_session
-    from storage.catalog import icelog_home
-    from storage.log import LogTable
+    from storage.core.catalog import icelog_home
+    from storage.log.table import LogTable
     from validations.report import build_index, build_report
 
     if bool(table) == all_tables:
@@ -832,8 +832,8 @@ def parse_as_of(text: str) -> int:
 @click.pass_obj
 def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes: int | None, keep_snapshots: int, orphan_age_s: float) -> None:
     """Retention, compaction, snapshot expiry and orphan cleanup for TABLE."""
-    from storage.log import LogTable
-    from storage.maintenance import maintain as run
+    from storage.log.table import LogTable
+    from storage.log.maintenance import maintain as run
 
     name = LogTable.open(ctx.catalog, table).identifier
     with _progress(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
@@ -850,7 +850,7 @@ def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes
 @click.pass_obj
 def repair(ctx: Context, table: str, mode: str) -> None:
     """Repair TABLE after a foreign (non-icelog) commit: adopt it, or roll back to icelog's last snapshot."""
-    from storage.repair import repair as run
+    from storage.log.repair import repair as run
 
     report = run(ctx.catalog, table, mode)  # type: ignore[arg-type]
 
@@ -875,7 +875,7 @@ def transactions() -> None:
 @click.pass_obj
 def transactions_list(ctx: Context) -> None:
     """Every transactional id with its producer id, epoch and open transaction."""
-    from storage.transactions import describe
+    from storage.producers.transactional import describe
 
     state = describe(ctx.catalog)
     rows = [
@@ -894,7 +894,8 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
 
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {_clip(txn_id)!r}")
-    from storage.transactions import JOURNAL, ensure_journal
+    from storage.producers.transactional import ensure_journal
+    from storage.core.staging import JOURNAL
 
     ensure_journal(ctx.catalog)
     con = connect(ctx.catalog, only=JOURNAL)
@@ -915,7 +916,7 @@ def transactions_recover(ctx: Context) -> None:
 
     A transaction it cannot finish does not stop the others: RecoveryIncomplete (exit 2) names
     each one with its error after the rest are done."""
-    from storage.transactions import recover
+    from storage.producers.transactional import recover
 
     report = recover(ctx.catalog)
     ctx.emit(report, lambda d: click.echo(f"rolled forward {len(d['rolled_forward'])}, aborted {len(d['aborted'])}"))
@@ -927,7 +928,7 @@ def transactions_recover(ctx: Context) -> None:
 @click.pass_obj
 def transactions_abort(ctx: Context, transactional_id: str, missing_files: bool) -> None:
     """Abort TRANSACTIONAL_ID's open transaction (a prepared one cannot be aborted: it will commit)."""
-    from storage.transactions import abort
+    from storage.producers.transactional import abort
 
     report = abort(ctx.catalog, transactional_id, missing_files=missing_files)
     ctx.emit(report, lambda d: click.echo(f"aborted {d['aborted']}" if d["aborted"] else "no open transaction"))

@@ -35,8 +35,8 @@ def _parse_range(text: str) -> tuple[int, int]:
 def consume(ctx: Context, table: str, group: str, partition: int | None, key_range: str | None, max_records: int | None, follow: bool, batch_size: int) -> None:
     """Print TABLE's records not yet done by GROUP as JSON Lines (system columns included),
     committing each printed batch as ranges. Stops at the log end unless --follow."""
-    from storage.consumer import Consumer, parse_key_range
-    from storage.log import LogTable
+    from storage.groups.consumer import Consumer, parse_key_range
+    from storage.log.table import LogTable
 
     hashes = parse_key_range(key_range) if key_range is not None else None
     log_table = LogTable.open(ctx.catalog, table)
@@ -67,7 +67,7 @@ def groups() -> None:
 @groups.command("list")
 @click.pass_obj
 def groups_list(ctx: Context) -> None:
-    from storage.groups import list_groups
+    from storage.groups.offsets import list_groups
 
     names = list_groups(ctx.catalog)
     ctx.emit({"groups": names}, lambda d: click.echo("\n".join(d["groups"]) or "no consumer groups"))
@@ -79,7 +79,7 @@ def groups_list(ctx: Context) -> None:
 def groups_describe(ctx: Context, group: str) -> None:
     """Per partition: stable offset (last done), committed offset (next to read), IC ranges,
     lag, owners and draining ranges; then members and generation."""
-    from storage.groups import describe_group
+    from storage.groups.offsets import describe_group
 
     doc = describe_group(ctx.catalog, group)
 
@@ -114,7 +114,7 @@ def groups_describe(ctx: Context, group: str) -> None:
 @click.pass_obj
 def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: tuple[str, ...]) -> None:
     """Commit offset ranges by hand (refused while the group has live members)."""
-    from storage.groups import commit_ranges
+    from storage.groups.offsets import commit_ranges
 
     parsed = [_parse_range(r) for r in ranges]
     result = commit_ranges(ctx.catalog, group, {(table, partition): parsed})
@@ -135,7 +135,7 @@ def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: 
 @click.pass_obj
 def groups_reset(ctx: Context, table: str, group: str, to: str, partition: int | None) -> None:
     """Move GROUP's position on TABLE and drop its IC ranges (refused while members are live)."""
-    from storage.groups import reset_group
+    from storage.groups.offsets import reset_group
 
     result = reset_group(ctx.catalog, group, table, to, None if partition is None else [partition])
     ctx.emit(result, lambda d: click.echo(" ".join(f"{k}->{v}" for k, v in d["reset"].items())))

@@ -34,8 +34,8 @@ def mirror() -> None:
 @click.pass_obj
 def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str | None, principal: str | None) -> None:
     """Copy what SOURCE (in --catalog) committed since the last step; resumable."""
-    from storage.catalog import open_catalog
-    from storage.mirror import mirror as run
+    from storage.core.catalog import open_catalog
+    from storage.replication.mirror import mirror as run
 
     result = run(ctx.catalog, source, open_catalog(target_catalog), target_table, principal=principal)
 
@@ -54,7 +54,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
 @click.pass_obj
 def mirror_promote(ctx: Context, table: str) -> None:
     """Make the mirror target TABLE (in --catalog) writable; mirroring into it stops."""
-    from storage.mirror import promote
+    from storage.replication.mirror import promote
 
     ctx.emit(promote(ctx.catalog, table), lambda d: click.echo(f"{d['table']} is promoted: writable, no longer mirrored"))
 
@@ -75,7 +75,7 @@ def _acl_options(f):
 @click.pass_obj
 def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None:
     """Grant OPERATION on tables matching --table to --principal."""
-    from storage.acls import add_acl
+    from storage.replication.acls import add_acl
 
     ctx.emit(add_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"granted {operation} on {pattern} to {principal}"))
 
@@ -85,7 +85,7 @@ def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None
 @click.pass_obj
 def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> None:
     """Revoke exactly that grant."""
-    from storage.acls import remove_acl
+    from storage.replication.acls import remove_acl
 
     ctx.emit(remove_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"revoked {operation} on {pattern} from {principal}"))
 
@@ -94,7 +94,7 @@ def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> N
 @click.pass_obj
 def acls_list(ctx: Context) -> None:
     """Every grant."""
-    from storage.acls import list_acls
+    from storage.replication.acls import list_acls
 
     grants = [a.to_dict() for a in list_acls(ctx.catalog)]
 

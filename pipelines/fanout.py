@@ -23,18 +23,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-import structlog
-
 from pipelines.ingest import _spark_type, slice_bases, write_slices
-from storage import faults
-from storage import schema as cols
-from storage.catalog import open_catalog
+from storage.core import faults
+from storage.core.catalog import open_catalog
 from storage.errors import InvalidInput
-from storage.groups import committed_offsets
-from storage.log import LogTable
-from storage.transactions import TransactionalProducer
+from storage.groups.offsets import committed_offsets
+from storage.log import schema as cols
+from storage.log.table import LogTable
+from storage.logs import get_logger
+from storage.producers.transactional import TransactionalProducer
 
-log = structlog.get_logger("icelog.fanout")
+log = get_logger("fanout")
 
 
 @dataclass
@@ -81,7 +80,7 @@ def fanout(
         group: The consumer group whose committed offsets mark the source position.
         routes: ``{route value: target table}``; rows with other values are not copied.
         route_column: The source payload column whose value picks the target.
-        key_column: The column whose CRC-32 picks the target partition (``storage.keys``).
+        key_column: The column whose CRC-32 picks the target partition (``storage.log.keys``).
         transactional_id: Stable identity of this copier (default ``fanout:<source>:<group>``).
         catalog_name: pyiceberg catalog name (default: the embedded one).
         max_records_per_partition: Read at most this many records per source partition.

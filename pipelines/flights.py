@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table as RichTable
 
-from storage.catalog import open_catalog
+from storage.core.catalog import open_catalog
 from storage.errors import OffsetMismatch, TableAlreadyExists
-from storage.keys import partitions_for_keys
-from storage.log import LogTable
+from storage.log.keys import partitions_for_keys
+from storage.log.table import LogTable
 from validations.contiguity import check_contiguity
 
 TABLE = "demo.flights"

@@ -1,15 +1,15 @@
 """The group job: one member of a consumer group, consume–transform–produce in Spark, exactly once.
 
 Several runs of this job, each one *member* of a consumer group, share the partitions of one
-source log table the way :class:`storage.consumer.Consumer` instances do: by key-hash range
+source log table the way :class:`storage.groups.consumer.Consumer` instances do: by key-hash range
 (``mode="key"``, per-key order kept) or by offset chunks (``mode="chunks"``). Each run:
 
 1. Joins the group (or, with ``key_range``/``partitions`` given, reads them without
    membership, like ``Consumer.assign``) and learns its hash ranges per partition and the
    group's offset state (stable offset plus individually committed ranges).
-2. Reads with Spark the offsets not done yet (``storage.ranges.pending``: IC ranges are
+2. Reads with Spark the offsets not done yet (``storage.groups.ranges.pending``: IC ranges are
    skipped) whose key hash falls in its ranges, up to the log end at job start. The hash is
-   ``storage.consumer.SPARK_SQL_KEY_HASH``; a source with a key-hash column also prunes row
+   ``storage.groups.consumer.SPARK_SQL_KEY_HASH``; a source with a key-hash column also prunes row
    groups by it, but the computed hash decides.
 3. Caps what it takes to a prefix in offset order: ``max_records``, and the group's open-range
    bound (``icelog.groups.max-ranges``, with the consumer's back-pressure margin).
@@ -18,7 +18,7 @@ source log table the way :class:`storage.consumer.Consumer` instances do: by key
    (``pipelines.fanout``'s writer: partition by the CRC-32 of the key, offsets from the
    target's log end).
 5. Commits the target's files **and** the offsets it read, as IC ranges fenced by its
-   generation, in **one** atomic multi-table commit (``storage.commit.commit_tables``).
+   generation, in **one** atomic multi-table commit (``storage.core.commit.commit_tables``).
 
 Exactly once: a crash before the commit leaves nothing visible (the written files are
 orphans, removed by ``maintain``), and a re-run reads the same offsets again. A rebalance
@@ -40,20 +40,30 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-import structlog
-
 from pipelines.fanout import write_target
-from storage import faults, membership
-from storage import schema as cols
-from storage.catalog import open_catalog
-from storage.commit import commit_tables
-from storage.consumer import BACK_PRESSURE, SPARK_SQL_KEY_HASH, Consumer, parse_key_range
+from storage.core import faults
+from storage.core.catalog import open_catalog
+from storage.core.commit import commit_tables
 from storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
-from storage.groups import GROUPS_TABLE, GroupOffsetsState, group_state, ranges_request
-from storage.log import LogTable
-from storage.ranges import Range, RangeState, commit_range, pending
+from storage.groups import membership
+from storage.groups.consumer import (
+    BACK_PRESSURE,
+    SPARK_SQL_KEY_HASH,
+    Consumer,
+    parse_key_range,
+)
+from storage.groups.offsets import (
+    GROUPS_TABLE,
+    GroupOffsetsState,
+    group_state,
+    ranges_request,
+)
+from storage.groups.ranges import Range, RangeState, commit_range, pending
+from storage.log import schema as cols
+from storage.log.table import LogTable
+from storage.logs import get_logger
 
-log = structlog.get_logger("icelog.group_job")
+log = get_logger("group_job")
 
 FULL_SPACE: list[Range] = [(0, membership.HASH_SPACE - 1)]
 
@@ -200,12 +210,12 @@ def _join(
 
 
 def _hash_expression(mode: str, key_column: str, chunk_size: int) -> Any:
-    """Where a record falls in ``0..65535``, in Spark SQL (``storage.consumer``'s definitions)."""
+    """Where a record falls in ``0..65535``, in Spark SQL (``storage.groups.consumer``'s definitions)."""
     from pyspark.sql import functions as F
 
     if mode == "key":
         return F.expr(SPARK_SQL_KEY_HASH.format(key=f"cast(`{key_column}` as string)")).cast("int")
-    # storage.membership.chunk_slot: the 16-bit reversal of the chunk number mod 65536.
+    # storage.groups.membership.chunk_slot: the 16-bit reversal of the chunk number mod 65536.
     chunk = f"pmod({cols.OFFSET} div {chunk_size}, {membership.HASH_SPACE})"
     return F.expr(f"conv(reverse(lpad(conv({chunk}, 10, 2), 16, '0')), 2, 10)").cast("int")
 

@@ -6,7 +6,7 @@ contiguous offset range per file). The driver then commits those files, together
 ingest-ledger entries, in one atomic, conditional multi-table commit through ``storage``:
 rows never funnel through the driver.
 
-Exactly once: the ingest ledger (``storage.ledger``) records every loaded file (path, size,
+Exactly once: the ingest ledger (``storage.ingest.ledger``) records every loaded file (path, size,
 modification time, content fingerprint, and the offsets its rows got) in the same commit as
 the rows. A re-run, a backfill, or Airflow's own backfill of the same day loads only the
 files not loaded yet, however long ago the rest was loaded, and reports what it skipped.
@@ -25,21 +25,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-import structlog
-
-from storage import faults
-from storage import ledger
-from storage import schema as cols
-from storage.catalog import open_catalog
-from storage.commit import commit_tables
+from storage.core import faults
+from storage.core.catalog import open_catalog
+from storage.core.commit import commit_tables
+from storage.core.state import LogState
+from storage.core.swap import load_tables
 from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
-from storage.files import clustered
-from storage.keys import SPARK_SQL_KEY_HASH
-from storage.log import LogTable
-from storage.state import LogState
-from storage.swap import load_tables
+from storage.ingest import ledger
+from storage.log import schema as cols
+from storage.log.files import clustered
+from storage.log.keys import SPARK_SQL_KEY_HASH
+from storage.log.table import LogTable
+from storage.logs import get_logger
 
-log = structlog.get_logger("icelog.ingest")
+log = get_logger("ingest")
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}
 
 
@@ -101,7 +100,7 @@ def ingest(
         source: Landing file, folder or glob.
         run_key: A label for this run (e.g. ``flights:2013-01-05``), kept in the ledger.
         fmt: ``parquet``, ``csv`` (with header) or ``json``/``jsonl`` (JSON Lines).
-        key_column: Route rows by CRC-32 of this column (``storage.keys``); default: the
+        key_column: Route rows by CRC-32 of this column (``storage.log.keys``); default: the
             table property ``icelog.key-column``, else ``key``.
         partition_column: Or take the log partition from this integer column.
         catalog_name: pyiceberg catalog name (default: the embedded one).
@@ -237,7 +236,7 @@ def _local(uri: str) -> str:
 
 
 def _ledger_request(catalog: Any, ident: str, plan: ledger.Plan, file_ranges: dict, partitions: int, run_key: str | None, commit_id: str) -> ledger.LedgerAppend:
-    from storage.files import write_log_files
+    from storage.log.files import write_log_files
 
     book = catalog.load_table(ledger.LEDGER_TABLE)
     rows = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
@@ -284,8 +283,8 @@ def write_slices(
 
     ``routed`` holds the log partition column and the payload columns, read exactly as in the
     pass that counted the slices (the same splits). Only file paths and counts reach the driver.
-    ``key_column`` (``storage.schema.key_column`` of the table) fills ``log_key_hash``; Spark
-    computes the hash, and the files are written in the key-hash layout (``storage.files``).
+    ``key_column`` (``storage.log.schema.key_column`` of the table) fills ``log_key_hash``; Spark
+    computes the hash, and the files are written in the key-hash layout (``storage.log.files``).
     """
     if key_column is not None and cols.KEY_HASH in schema.column_names:
         from pyspark.sql import functions as F

@@ -1,4 +1,4 @@
-"""Mirror tasks for Airflow (and the place for a Spark bulk copy): wiring over ``storage.mirror``."""
+"""Mirror tasks for Airflow (and the place for a Spark bulk copy): wiring over ``storage.replication.mirror``."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ def mirror_table(source: str, target_catalog: str | None = None, target_table: s
     Raises:
         InvalidInput: no target catalog named.
         AuthorizationFailed, MirrorGap, MirrorSourceChanged, MirrorPromoted: terminal; see
-            ``storage.mirror.mirror``. Transient errors are safe to retry: a step resumes.
+            ``storage.replication.mirror.mirror``. Transient errors are safe to retry: a step resumes.
     """
-    from storage.catalog import open_catalog
+    from storage.core.catalog import open_catalog
     from storage.errors import InvalidInput
-    from storage.mirror import mirror
+    from storage.replication.mirror import mirror
 
     name = target_catalog or os.environ.get(MIRROR_CATALOG_ENV)
     if not name:
@@ -33,7 +33,7 @@ def mirror_table(source: str, target_catalog: str | None = None, target_table: s
 
 
 def spark_copier(spark: Any) -> Any:
-    """A copier for ``storage.mirror.mirror`` that copies the files on Spark's executors, in
+    """A copier for ``storage.replication.mirror.mirror`` that copies the files on Spark's executors, in
     parallel, byte for byte; the driver only plans, reads footers and commits."""
 
     def copy(pairs: Any) -> None:
@@ -47,7 +47,7 @@ def spark_copier(spark: Any) -> Any:
 
 
 def _copy_slice(pairs: Any) -> None:
-    from storage.mirror import copy_files
+    from storage.replication.mirror import copy_files
 
     copy_files(list(pairs))
 
@@ -55,8 +55,8 @@ def _copy_slice(pairs: Any) -> None:
 def mirror_bulk(spark: Any, source_catalog: Any, source_table: str, target_catalog: Any, target_table: str | None = None, *, principal: str | None = None) -> Any:
     """A mirror step whose file copies run on Spark's executors (bulk copies, first mirrors).
 
-    Same guarantees as ``storage.mirror.mirror``: it is the same step with another copier.
+    Same guarantees as ``storage.replication.mirror.mirror``: it is the same step with another copier.
     """
-    from storage.mirror import mirror
+    from storage.replication.mirror import mirror
 
     return mirror(source_catalog, source_table, target_catalog, target_table, principal=principal, copier=spark_copier(spark))

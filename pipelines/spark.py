@@ -79,12 +79,12 @@ def read_log(spark: Any, table: Any, partition: int | None = None, start: int | 
     """A log table (or one partition's offset range) as a Spark DataFrame.
 
     pyiceberg plans the files (pruning by partition and offset bounds); Spark's executors
-    read them. ``table`` is a :class:`storage.log.LogTable`.
+    read them. ``table`` is a :class:`storage.log.table.LogTable`.
     """
     from pyiceberg.expressions import AlwaysTrue, And, EqualTo, GreaterThanOrEqual, LessThan
     from pyspark.sql import functions as F
 
-    from storage import schema as cols
+    from storage.log import schema as cols
 
     iceberg = table.table()
     condition: Any = AlwaysTrue()

@@ -1,7 +1,7 @@
 """What the Airflow DAGs run: plain functions with typed parameters (testable without Airflow).
 
 Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl). Each source
-file is loaded once, whatever run loads it (the ingest ledger, ``storage.ledger``): scheduled
+file is loaded once, whatever run loads it (the ingest ledger, ``storage.ingest.ledger``): scheduled
 ingests, backfills and Airflow's own backfills of days already ingested write nothing twice,
 however long ago the day was loaded, and load a late file that landed since.
 """
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from storage.catalog import icelog_home, open_catalog
+from storage.core.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
 
 
@@ -74,7 +74,7 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
     Great Expectations validates only the rows committed since its last pass (``full``: all),
     on Spark when the scope is large (``$ICELOG_GX_SPARK_ROWS``)."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
     from validations.checks import run_checks
 
     log_table = LogTable.open(open_catalog(catalog), table)
@@ -99,8 +99,8 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
 
 def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
-    from storage.log import LogTable
-    from storage.maintenance import maintain as run
+    from storage.log.table import LogTable
+    from storage.log.maintenance import maintain as run
 
     cat = open_catalog(catalog)
     return run(cat, LogTable.open(cat, table).identifier)

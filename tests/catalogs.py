@@ -14,7 +14,7 @@ class CatalogSpec:
     warehouse: str
 
     def open(self):
-        from storage.catalog import LogSqlCatalog
+        from storage.core.catalog import LogSqlCatalog
 
         return LogSqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse)
 

@@ -21,9 +21,9 @@ import time
 import uuid
 from pathlib import Path
 
-from storage.consumer import Consumer
+from storage.groups.consumer import Consumer
 from storage.errors import StaleGeneration
-from storage.log import AppendRequest, LogTable
+from storage.log.table import AppendRequest, LogTable
 from tests.catalogs import CatalogSpec
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from storage.mirror import mirror
+from storage.replication.mirror import mirror
 from tests.catalogs import CatalogSpec
 
 

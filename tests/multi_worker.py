@@ -10,8 +10,8 @@ import sys
 
 import pyarrow as pa
 
-from storage.commit import commit_tables
-from storage.log import AppendRequest
+from storage.core.commit import commit_tables
+from storage.log.table import AppendRequest
 from tests.catalogs import CatalogSpec
 
 

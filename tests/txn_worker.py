@@ -7,12 +7,12 @@ redirects stdout to a file and kills the process with SIGKILL still reads every 
 that happened before the kill. Modes:
 
 * ``one``: one transaction: ``+k`` to table ``a``, ``-k`` to table ``b`` and the group's
-  position on ``src``. ``pause`` names a fault point of ``storage.faults``; the worker
+  position on ``src``. ``pause`` names a fault point of ``storage.core.faults``; the worker
   arms it (sets ``ICELOG_PAUSE_AT``) at the moment that makes it hit *this* transaction's
   step, since some points (``after_catalog_swap``) fire in every commit.
 * ``loop``: ``n`` transactions of ``+k`` / ``-k`` (the sum over both tables stays 0), some
   with expected offsets; reports each outcome (committed, or the typed error).
-* ``reader``: polls consistent cuts of two tables (``storage.swap.load_tables``), sums
+* ``reader``: polls consistent cuts of two tables (``storage.core.swap.load_tables``), sums
   each table's ``value`` column with DuckDB over the planned files, until a stop file appears.
 * ``abort``: one transaction aborted by its own producer, ``pause`` armed just before the abort.
 * ``copier``: consume-transform-produce: reads ``src`` from the group's committed
@@ -28,11 +28,11 @@ import random
 import sys
 import time
 
-from storage import faults
+from storage.core import faults
 from storage.errors import IcelogError
-from storage.log import LogTable
-from storage.state import LogState
-from storage.transactions import TransactionalProducer
+from storage.log.table import LogTable
+from storage.core.state import LogState
+from storage.producers.transactional import TransactionalProducer
 from tests.catalogs import CatalogSpec
 
 # When to arm each fault point so that it pauses inside the transaction's own step.
@@ -124,8 +124,8 @@ def loop(catalog, args: dict) -> None:
 def reader(catalog, args: dict) -> None:
     import duckdb
 
-    from storage.scan import planned_paths
-    from storage.swap import load_tables
+    from storage.log.scan import planned_paths
+    from storage.core.swap import load_tables
 
     names = [args["a"], args["b"]]
     con = duckdb.connect()
@@ -157,7 +157,7 @@ def copier(catalog, args: dict) -> None:
 
     With ``pause``, the fault point is armed once ``pause_after`` batches have committed,
     so the next transaction stops there (the test then kills the process)."""
-    from storage.groups import committed_offsets
+    from storage.groups.offsets import committed_offsets
 
     producer = TransactionalProducer(catalog, args["tid"])
     producer.init_transactions()  # rolls forward or aborts what the killed instance left

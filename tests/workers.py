@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from storage.errors import ConflictError, IcelogError
-from storage.log import LogTable
+from storage.log.table import LogTable
 from tests.catalogs import CatalogSpec
 
 
@@ -94,7 +94,7 @@ def append_rows(spec_json: str, table: str, partition: int, rows: int, tag: str,
 
 def produce_batch(spec_json: str, table: str, partition: int, producer_id: int, epoch: int, sequence: int, rows: int, tag: str) -> None:
     """One idempotent batch (killed mid-commit by the fault tests, then re-sent)."""
-    from storage.producers import ProducerBatch
+    from storage.log.sequences import ProducerBatch
 
     log_table = _table(spec_json, table)
     batch = [{"key": tag, "value": f"{tag}-{sequence + i}"} for i in range(rows)]
@@ -105,7 +105,7 @@ def produce_batch(spec_json: str, table: str, partition: int, producer_id: int, 
 def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, batches: int, size: int) -> None:
     """Send batches 0..n-1 in order, each until acknowledged (written or duplicate)."""
     from storage.errors import DuplicateSequence, TransientError
-    from storage.producers import ProducerBatch
+    from storage.log.sequences import ProducerBatch
 
     log_table = _table(spec_json, table)
     for b in range(batches):
@@ -123,7 +123,7 @@ def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, b
 
 
 def lease_ids(spec_json: str, count: int) -> None:
-    from storage.producers import lease_producer_ids
+    from storage.producers.idempotent import lease_producer_ids
 
     catalog = _catalog(spec_json)
     for _ in range(count):
@@ -131,13 +131,13 @@ def lease_ids(spec_json: str, count: int) -> None:
 
 
 def init_producer(spec_json: str, table: str, client_id: str, stage: str = "register") -> None:
-    """``storage.producers.init_producer``; ``stage`` says which of its two commits may pause.
+    """``storage.producers.idempotent.init_producer``; ``stage`` says which of its two commits may pause.
 
     Init leases a fresh id (a commit to the producer-id system table), then registers the
     producer on the log table (a second commit). ``ICELOG_PAUSE_AT`` arms the fault point
     for the ``lease`` commit or for the ``register`` commit only.
     """
-    from storage import producers
+    from storage.producers import idempotent as producers
 
     armed = os.environ.pop("ICELOG_PAUSE_AT", None)
     lease = producers.lease_producer_ids
@@ -158,8 +158,8 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
 
 
 def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> None:
-    """``storage.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
-    from storage.maintenance import maintain as run
+    """``storage.log.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
+    from storage.log.maintenance import maintain as run
 
     report = run(_catalog(spec_json), table, retention_bytes=retention_bytes or None, compact=bool(compact), keep_snapshots=50, orphan_age_s=3600)
     _emit(**{k: v for k, v in report.items() if k != "started"})

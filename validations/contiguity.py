@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
-from storage import schema as cols
-from storage.files import file_offset_range, file_partition, local_path
-from storage.state import LogState
+from storage.log import schema as cols
+from storage.log.files import file_offset_range, file_partition, local_path
+from storage.core.state import LogState
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
@@ -129,7 +129,7 @@ def _offset_runs(paths: list[str]) -> list[OffsetRun]:
     """Exact offset counts of some files, as runs of consecutive offsets with equal counts.
 
     Linear in the rows whatever their order in the file (a count per offset): files in the
-    key-hash layout (``storage.files``) are proven here at close to scan speed."""
+    key-hash layout (``storage.log.files``) are proven here at close to scan speed."""
     runs: list[OffsetRun] = []
     for path in paths:
         rows = pq.read_table(path, columns=[cols.PARTITION, cols.OFFSET])

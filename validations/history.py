@@ -21,9 +21,9 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from storage import schema as cols
-from storage.commit import recent_commits
-from storage.scan import planned_paths
+from storage.log import schema as cols
+from storage.core.commit import recent_commits
+from storage.log.scan import planned_paths
 
 
 @dataclass(frozen=True)

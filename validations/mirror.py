@@ -19,9 +19,9 @@ from typing import Any
 import duckdb
 from pyiceberg.table import Table
 
-from storage.commit import VERSION, load
-from storage.mirror import mirror_record
-from storage.state import LogState
+from storage.core.commit import VERSION, load
+from storage.replication.mirror import mirror_record
+from storage.core.state import LogState
 from validations.sql import planned_paths
 from validations.violations import CheckReport, Violation
 
@@ -39,7 +39,7 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
     """
     import time
 
-    from storage.catalog import open_catalog
+    from storage.core.catalog import open_catalog
 
     started = time.perf_counter()
     name = ".".join(table.name()[-2:])

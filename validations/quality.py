@@ -40,13 +40,13 @@ from typing import Any, Callable
 
 from pyiceberg.table import Table
 
-from storage import schema as cols
-from storage.catalog import icelog_home
-from storage.commit import COMMIT_ID, RANGES
+from storage.log import schema as cols
+from storage.core.catalog import icelog_home
+from storage.core.commit import COMMIT_ID, RANGES
 from storage.errors import InvalidInput
-from storage.files import local_path
-from storage.scan import check_snapshot
-from storage.state import LogState
+from storage.log.files import local_path
+from storage.log.scan import check_snapshot
+from storage.core.state import LogState
 
 SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")

@@ -3,7 +3,7 @@
 * **At a glance:** status, rows, partitions, files, small files, freshness (time since the
   table's last commit), what the last data-quality run covered.
 * **Partitions:** rows and files per partition as a chart (skew shows at once), the small-file
-  count per partition, and a note when compaction is due (the same rule ``storage.maintenance``
+  count per partition, and a note when compaction is due (the same rule ``storage.log.maintenance``
   compacts by: a run of at least ``COMPACT_MIN_FILES`` adjoining small files).
 * **Rows added per day** (by append time) and the **commit history** (cumulative rows by commit
   time, labelled axes), both from durable sources (``validations.history``), not only the
@@ -30,9 +30,9 @@ from typing import Any, Callable
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
-from storage.scan import planned_paths
-from storage.state import LogState
+from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
+from storage.log.scan import planned_paths
+from storage.core.state import LogState
 from validations.checks import run_checks
 from validations.history import commit_log, freshness_ms, human_age, iso, rows_per_day
 
@@ -315,9 +315,9 @@ def build_index(catalog: Catalog, out: str | Path, *, tables: list[str] | None =
 
     A table whose report fails is listed with its error; the others are still written.
     """
-    from storage.commit import load
+    from storage.core.commit import load
     from storage.errors import IcelogError
-    from storage.log import list_log_tables
+    from storage.log.table import list_log_tables
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

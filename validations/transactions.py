@@ -14,12 +14,13 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.commit import recent_commits
+from storage.core.commit import recent_commits
 from storage.errors import UnknownTable
-from storage.log import LogTable
-from storage.scan import planned_paths
-from storage.state import LogState
-from storage.transactions import ABORTED, COMMITTED, JOURNAL, TXN_ID, JournalState
+from storage.log.table import LogTable
+from storage.log.scan import planned_paths
+from storage.core.state import LogState
+from storage.producers.transactional import ABORTED, COMMITTED, TXN_ID
+from storage.core.staging import JOURNAL, JournalState
 from validations.violations import CheckReport, Violation
 
 CHECK = "transactions"

@@ -38,8 +38,8 @@ from storage.errors import (
     TransientError,
     UnknownTable,
 )
-from storage.log import LogTable
-from storage.schema import OFFSET
+from storage.log.table import LogTable
+from storage.log.schema import OFFSET
 
 
 class TooManyConflicts(ConflictError, TransientError):
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipelines.cli import exit_code
-    from storage.catalog import open_catalog
+    from storage.core.catalog import open_catalog
 
     def emit(doc: dict) -> None:
         print(json.dumps(doc), flush=True)

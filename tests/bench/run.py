@@ -30,12 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.catalog import LogSqlCatalog
-from storage.keys import key_hashes
-from storage.log import LogTable
-from storage.producers import ProducerBatch, init_producer
+from storage.core.catalog import LogSqlCatalog
+from storage.log.keys import key_hashes
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer
+from storage.log.sequences import ProducerBatch
 from validations.contiguity import check_contiguity
-from storage.scan import planned_paths
+from storage.log.scan import planned_paths
 from tests.bench.report import Figure, Target, figure, render_section, render_table, replace_section
 
 RESULTS: list[Figure] = []
@@ -206,7 +207,7 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
     """The Spark ingest job beside a plain df.write.parquet of the same DataFrame."""
     from pipelines.ingest import ingest
     from pipelines.spark import spark_session
-    from storage.catalog import LogSqlCatalog
+    from storage.core.catalog import LogSqlCatalog
 
     landing = root / "spark-landing"
     landing.mkdir(parents=True)
@@ -239,7 +240,7 @@ def bench_spark_scale(root: Path, rows: int) -> None:
 
     from pipelines.ingest import ingest
     from pipelines.spark import spark_session
-    from storage.catalog import LogSqlCatalog
+    from storage.core.catalog import LogSqlCatalog
     from tests.validations.test_quality_bench import tree_rss_mb
 
     landing = root / "scale-landing"
@@ -277,9 +278,9 @@ def bench_spark_scale(root: Path, rows: int) -> None:
 
 def bench_ledger(root: Path, entries: int, commits: int) -> None:
     """Ingest-ledger lookups (skip decisions of one run) with ``entries`` entries for the table."""
-    from storage import ledger
-    from storage.commit import commit_tables
-    from storage.files import write_log_files
+    from storage.ingest import ledger
+    from storage.core.commit import commit_tables
+    from storage.log.files import write_log_files
 
     cat = catalog(root, "ledger")
     ledger.ensure_ledger(cat)
@@ -322,7 +323,7 @@ def bench_gx(root: Path) -> None:
 
 def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
     """Commit latency of 2- and 10-table transactions beside a single conditional append; throughput."""
-    from storage.transactions import TransactionalProducer
+    from storage.producers.transactional import TransactionalProducer
 
     cat = catalog(root / "txn")
     tables = [LogTable.create(cat, f"bench.t{i}", partitions=4) for i in range(10)]
@@ -364,8 +365,8 @@ def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
 # One transactional producer process: N transactions on partition i of two tables.
 _TXN_WORKER = """
 import json, sys
-from storage.catalog import LogSqlCatalog
-from storage.transactions import TransactionalProducer
+from storage.core.catalog import LogSqlCatalog
+from storage.producers.transactional import TransactionalProducer
 import pyarrow as pa
 spec, i, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 cat = LogSqlCatalog("bench", uri=spec["uri"], warehouse=spec["warehouse"])
@@ -387,7 +388,7 @@ def _read_bytes() -> int:
 
 def bench_key_range(root: Path, rows: int) -> None:
     """A consumer reading one quarter of the key-hash space of a partition, beside reading it all."""
-    from storage.consumer import Consumer
+    from storage.groups.consumer import Consumer
 
     cat = catalog(root / "keyrange")
     t = LogTable.create(cat, "bench.keys", 1)
@@ -416,7 +417,7 @@ def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
     """The mirror (issue 11): one incremental step on a table of ``files`` tiny files, and the bulk
     first step of 16 files beside ``cp -r`` of them, alternated, best of 2. The tables come from the
     mirror test's builders (``tests/storage/test_mirror_bench.py``)."""
-    from storage.mirror import mirror
+    from storage.replication.mirror import mirror
     from tests.storage.test_mirror_bench import PRINCIPAL, catalogs, fill
 
     source, target = catalogs(root / "mirror-steps")
@@ -478,8 +479,8 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
     before the commit core's lease it lost every race), beside the same compaction alone."""
     import multiprocessing
 
-    from storage.commit import commit
-    from storage.maintenance import Compaction
+    from storage.core.commit import commit
+    from storage.log.maintenance import Compaction
 
     contended, alone, attempts = [], [], []
     for run in range(runs):

@@ -8,7 +8,7 @@ measured in the same run, samples interleaved so that load spikes on a shared ma
 * idempotent append p50 with 10,000 active producers beside one producer (10 partitions each).
 
 The producer entries are seeded in one commit through the commit core, shaped as
-``storage.producers.admit`` leaves them (a client id, a few remembered batches), instead of
+``storage.log.sequences.admit`` leaves them (a client id, a few remembered batches), instead of
 20,000 init commits. ``python -m tests.bench.state_scale [--quick]`` runs it alone.
 """
 
@@ -24,9 +24,10 @@ from typing import Any, Callable
 
 from pyiceberg.table import Table
 
-from storage.commit import Decision, Request, commit
-from storage.log import LogTable
-from storage.producers import BATCHES_KEPT, ProducerBatch, init_producer
+from storage.core.commit import Decision, Request, commit
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer
+from storage.log.sequences import BATCHES_KEPT, ProducerBatch
 from tests.bench.run import batch, catalog
 
 Record = Callable[..., None]

@@ -7,7 +7,7 @@ picks among ``--faults`` (:data:`FAULT_KINDS`):
 * ``kill``: SIGKILL a random worker, restart it;
 * ``sigterm``: stop a random worker cleanly (it finishes its step), restart it;
 * ``slow``: SIGKILL a random worker and restart it with ``ICELOG_DELAY_AT=after_metadata_write:S``
-  (``storage.faults``): its commits sleep between writing the new metadata file and the pointer
+  (``storage.core.faults``): its commits sleep between writing the new metadata file and the pointer
   swap, so the others commit meanwhile and its swap races a moved base. It stays slow until
   its next fault;
 * ``catalog-down`` (PostgreSQL only): stop the catalog's server (``pg_ctl stop -m fast``) for
@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.log import TABLE_DEFAULTS
+from storage.log.table import TABLE_DEFAULTS
 from tests.catalogs import CatalogSpec
 from tests.chaos.workers import RESTART_ME, UNTYPED, batch_rows
 
@@ -539,8 +539,8 @@ class Controller:
 
 
 def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
-    from storage.acls import add_acl
-    from storage.log import LogTable
+    from storage.replication.acls import add_acl
+    from storage.log.table import LogTable
 
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)
@@ -563,7 +563,7 @@ def _acks(workdir: Path, kind: str) -> list[dict[str, Any]]:
 
 
 def _rows(catalog, table: str, columns: list[str]) -> list[tuple]:
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     log_table = LogTable(catalog, table)
     out: list[tuple] = []
@@ -575,9 +575,9 @@ def _rows(catalog, table: str, columns: list[str]) -> list[tuple]:
 
 def run_validators(source: CatalogSpec, target: CatalogSpec) -> list[str]:
     """Every registered check on every log table: ``mirror-parity`` on the mirrors only."""
-    from storage.commit import load
-    from storage.log import list_log_tables
-    from storage.mirror import mirror_record
+    from storage.core.commit import load
+    from storage.log.table import list_log_tables
+    from storage.replication.mirror import mirror_record
     from validations.checks import CHECKS, run_checks
     from validations.mirror import check_mirror_parity
 
@@ -618,7 +618,7 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
 
 def check_soak_run(workdir: Path, catalog: Any, config: Config, report: Report) -> None:
     """The soak table: acknowledged rows (retention allowed for), and the soak's bounds."""
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     log_starts = {p: w.start for p, w in LogTable(catalog, SOAK).watermarks().items()}
     cutoff = time.time() - config.retention_ms / 1000  # after the read: retention could only have cut earlier

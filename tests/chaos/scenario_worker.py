@@ -9,8 +9,8 @@ journal) long before it acts, while the live processes go on.
 
 Modes:
 
-* ``recover``: ``storage.transactions.recover``; emits its report.
-* ``abort``: ``storage.transactions.abort`` for ``tid`` (the operator's tool); emits its report.
+* ``recover``: ``storage.producers.transactional.recover``; emits its report.
+* ``abort``: ``storage.producers.transactional.abort`` for ``tid`` (the operator's tool); emits its report.
 * ``zombie``: one transaction of ``+1`` to ``a`` and ``-1`` to ``b`` (hold it after its
   second send to let a newer instance take over), then commit and abort; emits each outcome.
 * ``late``: one transaction of ``+1`` to ``a`` and ``-1`` to ``b`` in ``producer.transaction()``
@@ -25,8 +25,8 @@ import os
 import sys
 import time
 
-from storage import faults
-from storage import transactions as tx
+from storage.core import faults
+from storage.producers import transactional as tx
 from storage.errors import IcelogError
 from tests.catalogs import CatalogSpec
 from tests.txn_worker import _arm, emit

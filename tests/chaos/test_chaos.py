@@ -147,7 +147,7 @@ def test_chaos_short_sqlite(tmp_path: Path):
     # Retention ran, and the checks allowed for it: rows below log_start gone, rows above stored.
     assert report.counts["soak_log_start"] > 0 and report.counts["soak_rows_stored"] > 0, report.describe()
     # The same checks on the real tables fail once an acknowledged row is stored twice.
-    from storage.log import LogTable
+    from storage.log.table import LogTable
     from tests.chaos.run import EVENTS, Report, _specs
 
     source, target = _specs(tmp_path, "sqlite", None)

@@ -38,15 +38,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from storage import commit as core
-from storage import faults
-from storage import transactions as tx
-from storage.commit import KEEP_COMMIT_IDS, commit
+from storage.core import commit as core
+from storage.core import faults
+from storage.producers import transactional as tx
+from storage.core.commit import KEEP_COMMIT_IDS, commit
 from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
-from storage.groups import GROUPS_TABLE, commit_offsets, committed_offsets
-from storage.log import LogTable
-from storage.maintenance import Retention, expire_snapshots, remove_orphan_files
-from storage.transactions import InvalidTxnState, TransactionalProducer
+from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
+from storage.log.table import LogTable
+from storage.log.maintenance import Retention, expire_snapshots, remove_orphan_files
+from storage.producers.transactional import InvalidTxnState, TransactionalProducer
 from tests.storage.test_faults import kill_9
 from tests.storage.test_faults import run_to_end as run_append_worker
 from tests.storage.test_transactions import (

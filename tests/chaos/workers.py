@@ -49,7 +49,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 from storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
-from storage.log import AppendRequest, LogTable  # noqa: E402
+from storage.log.table import AppendRequest, LogTable  # noqa: E402
 from tests.catalogs import CatalogSpec  # noqa: E402
 
 RESTART_ME = 75
@@ -105,7 +105,8 @@ def _until_stopped(step: Callable[[], bool], pause_s: float = 0.0) -> None:
 def producer(args: dict) -> None:
     """An idempotent producer: a batch is re-sent with the same (id, epoch, sequence) until
     acknowledged, across restarts (the id, epoch and sequence live in ``state.json``)."""
-    from storage.producers import ProducerBatch, init_producer
+    from storage.producers.idempotent import init_producer
+    from storage.log.sequences import ProducerBatch
 
     files, name, p, size = WorkerFiles(args["dir"]), args["name"], args["partition"], args["batch"]
     catalog = _catalog(args)
@@ -164,8 +165,8 @@ def copier(args: dict) -> None:
     """Transactional consume–transform–produce: source rows ``(p, o, value)`` become output
     rows ``key="p:o", value=value.upper()`` in partition p, committed with the group's new
     position in one transaction. ``init_transactions`` settles what a killed instance left."""
-    from storage.groups import committed_offsets
-    from storage.transactions import TransactionalProducer
+    from storage.groups.offsets import committed_offsets
+    from storage.producers.transactional import TransactionalProducer
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -207,7 +208,7 @@ def copier(args: dict) -> None:
 
 def mirror_loop(args: dict) -> None:
     """Mirror steps to the target catalog (a step resumes where the target ends)."""
-    from storage.mirror import mirror
+    from storage.replication.mirror import mirror
 
     files = WorkerFiles(args["dir"])
     source, target = _catalog(args), _catalog(args, "target_spec")
@@ -230,8 +231,8 @@ def member(args: dict) -> None:
     """A consumer-group member: each polled batch becomes output rows (source key, value
     ``"p:o"``) committed with the batch's offsets in one atomic commit (``commit(also=...)``).
     The ack lists the processed ``[p, o, key]`` only after the commit returned."""
-    from storage.consumer import Consumer
-    from storage.groups import committed_offsets
+    from storage.groups.consumer import Consumer
+    from storage.groups.offsets import committed_offsets
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -284,7 +285,7 @@ def maintainer(args: dict) -> None:
     """Compaction, snapshot expiry and orphan cleanup (orphans older than a week only, so no
     in-flight file of the run is ever deleted) over the tables, in turn. Retention runs on
     the tables whose ``icelog.retention.*`` properties set it (the soak table)."""
-    from storage.maintenance import maintain
+    from storage.log.maintenance import maintain
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -357,8 +358,8 @@ def _latency_summary(latencies: list[float]) -> dict[str, float]:
 
 def table_shape(log_table: LogTable) -> dict[str, int]:
     """What commit cost grows with: the metadata JSON's size and what it lists."""
-    from storage.commit import recent_commits
-    from storage.files import local_path
+    from storage.core.commit import recent_commits
+    from storage.log.files import local_path
 
     table = log_table.table()
     snapshot = table.current_snapshot()

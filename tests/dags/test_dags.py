@@ -140,7 +140,7 @@ def test_dag_parsing_imports_nothing_heavy():
 def airflow(home):
     """Landing files and the flights table in the temporary ICELOG_HOME."""
     from pipelines.flights import create_table, stage_landing
-    from storage.catalog import LogSqlCatalog, embedded_properties
+    from storage.core.catalog import LogSqlCatalog, embedded_properties
 
     home, env = home
     stage_landing(home / "landing")
@@ -201,7 +201,7 @@ def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(airflow)
     with pytest.raises(RuntimeError, match=re.escape(f"ValidationFailed: demo.flights: {len(violations)} violations, first: {violations[0].detail}")):
         dags_test(env, "icelog_validate")
     # The planted row is a foreign commit: roll it back, so later tests build on a clean log.
-    from storage.repair import repair
+    from storage.log.repair import repair
 
     assert repair(table.catalog, "demo.flights", "rollback")["action"] == "rolled_back"
     assert run_checks(table.table(), ("contiguity-deep", "producers")).violations == []
@@ -284,8 +284,8 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
     """
     import pyarrow.parquet as pq
 
-    from storage.catalog import LogSqlCatalog, embedded_properties
-    from storage.log import LogTable
+    from storage.core.catalog import LogSqlCatalog, embedded_properties
+    from storage.log.table import LogTable
 
     home = tmp_path / "home"
     port = free_port()
@@ -378,9 +378,9 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
 @pytest.mark.slow  # about 100 s; the fan-out job itself runs in make test (tests/pipelines/test_fanout.py)
 def test_fanout_dag_copies_routed_rows_once_and_a_rerun_writes_nothing(airflow):
     from pipelines.flights import FLIGHTS_PAYLOAD
-    from storage.catalog import LogSqlCatalog, embedded_properties
-    from storage.groups import committed_offsets
-    from storage.log import LogTable
+    from storage.core.catalog import LogSqlCatalog, embedded_properties
+    from storage.groups.offsets import committed_offsets
+    from storage.log.table import LogTable
 
     env, table = airflow
     if not any(w.end for w in table.watermarks().values()):  # run alone: give the source a day

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import cli
-from storage.log import LogTable
+from storage.log.table import LogTable
 
 LINES = 3000
 K = 5

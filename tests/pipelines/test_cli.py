@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import cli
-from storage.log import LogTable
+from storage.log.table import LogTable
 from tests.validations.test_contiguity import plant
 
 

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import cli
-from storage.consumer import key_hash
-from storage.log import LogTable
+from storage.groups.consumer import key_hash
+from storage.log.table import LogTable
 
 
 @pytest.fixture

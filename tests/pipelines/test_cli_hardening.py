@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from pipelines.cli import cli
 from storage.errors import HistoryExpired, UnknownSnapshot
-from storage.log import LogTable
+from storage.log.table import LogTable
 
 ROOT = Path(__file__).resolve().parents[2]
 INT64_MAX = 2**63 - 1
@@ -644,9 +644,9 @@ def _staged_like_spark(spec, table: str) -> None:
     """Commit a data file that sits in a ``p=0`` folder, as the Spark ingest job leaves them."""
     import pyarrow.parquet as pq
 
-    from storage import schema as cols
-    from storage.files import local_path, with_key_hash
-    from storage.log import with_system_columns
+    from storage.log import schema as cols
+    from storage.log.files import local_path, with_key_hash
+    from storage.log.table import with_system_columns
 
     log_table = LogTable.create(spec.open(), table, 1)
     iceberg = log_table.table()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.log import LogTable
+from storage.log.table import LogTable
 from tests.catalogs import CatalogSpec
 from tests.pipelines.test_cli_hardening import Cli
 
@@ -75,7 +75,7 @@ def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
 
 def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
     from pipelines.mirror import mirror_table
-    from storage.acls import add_acl
+    from storage.replication.acls import add_acl
     from storage.errors import InvalidInput
 
     for key, value in {**sqlite_spec.env(), **target_spec.env()}.items():
@@ -101,7 +101,7 @@ def spark():
 
 def test_i6_spark_bulk_mirror_copies_on_executors_and_keeps_parity(spark, sqlite_spec, target_spec):
     from pipelines.mirror import mirror_bulk
-    from storage.acls import add_acl
+    from storage.replication.acls import add_acl
     from tests.storage.test_mirror import assert_parity
 
     source, target = sqlite_spec.open(), target_spec.open()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from storage.log import LogTable
-from storage.transactions import TransactionalProducer
+from storage.log.table import LogTable
+from storage.producers.transactional import TransactionalProducer
 from tests.pipelines.test_cli_hardening import Cli
 
 

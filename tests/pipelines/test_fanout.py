@@ -12,10 +12,10 @@ from dataclasses import asdict
 import pytest
 
 from pipelines.fanout import fanout
-from storage import faults
-from storage.groups import committed_offsets
-from storage.log import LogTable
-from storage.transactions import describe
+from storage.core import faults
+from storage.groups.offsets import committed_offsets
+from storage.log.table import LogTable
+from storage.producers.transactional import describe
 from tests.storage.test_faults import kill_at
 from validations.checks import run_checks
 from validations.transactions import check_transactions

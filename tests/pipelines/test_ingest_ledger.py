@@ -14,8 +14,8 @@ from pipelines import tasks
 from pipelines.cli import cli
 from pipelines.ingest import ingest
 from storage.errors import SourceFileChanged
-from storage.ledger import LEDGER_TABLE, entries
-from storage.log import LogTable
+from storage.ingest.ledger import LEDGER_TABLE, entries
+from storage.log.table import LogTable
 from tests.pipelines.test_spark_ingest import env_catalog, spark, table_rows, write_landing  # noqa: F401 - fixtures
 from validations.contiguity import check_contiguity
 

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.examples.kv_store import KVStore, ReplayGap, TooManyConflicts, main
 from storage.errors import InvalidInput
-from storage.log import LogTable
+from storage.log.table import LogTable
 from validations.contiguity import check_contiguity
 
 ROOT = Path(__file__).resolve().parents[2]

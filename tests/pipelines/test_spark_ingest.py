@@ -17,9 +17,9 @@ import pytest
 from pipelines.ingest import ingest
 from pipelines.spark import read_log
 from storage.errors import InvalidInput, SchemaMismatch
-from storage.keys import partition_for_key
-from storage.log import LogTable
-from storage.maintenance import remove_orphan_files
+from storage.log.keys import partition_for_key
+from storage.log.table import LogTable
+from storage.log.maintenance import remove_orphan_files
 from tests.storage.test_faults import kill_at
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
@@ -181,9 +181,9 @@ def test_slice_bases_follow_split_order_per_partition():
 
 def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_catalog, tmp_path):
     """Spark computes the key hash (SQL md5) exactly as Python does; a large file is clustered."""
-    from storage import schema as cols
-    from storage.files import local_path
-    from storage.keys import key_hash
+    from storage.log import schema as cols
+    from storage.log.files import local_path
+    from storage.log.keys import key_hash
 
     t = LogTable.create(env_catalog.open(), "db.hashed", partitions=1)
     landing = tmp_path / "landing"

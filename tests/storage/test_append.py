@@ -25,8 +25,8 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from storage.commit import commit
-from storage.log import AppendRequest, LogTable
+from storage.core.commit import commit
+from storage.log.table import AppendRequest, LogTable
 from tests.interleave import Interleaved
 from validations.contiguity import check_contiguity
 
@@ -224,7 +224,7 @@ def test_bare_table_names_go_to_namespace_logs(catalog):
 
 
 def test_open_catalog_without_a_name_is_the_embedded_sqlite_catalog_under_icelog_home(tmp_path, monkeypatch):
-    from storage.catalog import EMBEDDED_NAME, LogSqlCatalog, open_catalog
+    from storage.core.catalog import EMBEDDED_NAME, LogSqlCatalog, open_catalog
 
     home = tmp_path / "home"
     monkeypatch.setenv("ICELOG_HOME", str(home))
@@ -244,7 +244,7 @@ def test_open_catalog_without_a_name_is_the_embedded_sqlite_catalog_under_icelog
 
 
 def test_open_catalog_by_name_from_pyiceberg_environment_variables(sqlite_spec, tmp_path, monkeypatch):
-    from storage.catalog import LogSqlCatalog, open_catalog
+    from storage.core.catalog import LogSqlCatalog, open_catalog
 
     name = sqlite_spec.name  # the SQL catalog keeps each catalog name's tables apart
     monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
@@ -264,7 +264,7 @@ def test_open_catalog_by_name_from_pyiceberg_environment_variables(sqlite_spec, 
 
 @pytest.mark.parametrize("how", ["argument", "ICELOG_CATALOG"])
 def test_open_catalog_of_an_unknown_name_names_the_variable_to_set(tmp_path, monkeypatch, how):
-    from storage.catalog import CatalogNotConfigured, open_catalog
+    from storage.core.catalog import CatalogNotConfigured, open_catalog
 
     monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
     if how == "argument":
@@ -281,7 +281,7 @@ def test_open_catalog_of_an_unknown_name_names_the_variable_to_set(tmp_path, mon
 
 def test_the_users_pyiceberg_yaml_is_ignored(tmp_path, monkeypatch):
     """tests/conftest.py isolates every test from ~/.pyiceberg.yaml and catalog variables."""
-    from storage.catalog import CatalogNotConfigured, open_catalog
+    from storage.core.catalog import CatalogNotConfigured, open_catalog
 
     home = tmp_path / "user"
     home.mkdir()

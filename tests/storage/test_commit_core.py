@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.update import SetPropertiesUpdate
 
-from storage.catalog import LogSqlCatalog
-from storage.commit import commit
+from storage.core.catalog import LogSqlCatalog
+from storage.core.commit import commit
 from storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
-from storage.log import AppendRequest, LogTable
-from storage.maintenance import PartitionGrowth
+from storage.log.table import AppendRequest, LogTable
+from storage.log.maintenance import PartitionGrowth
 from tests.interleave import Interleaved
 from validations.contiguity import check_contiguity
 

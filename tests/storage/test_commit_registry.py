@@ -10,10 +10,10 @@ import pytest
 
 import time
 
-from storage.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
+from storage.core.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
 from storage.properties import COMMIT_IDS_MIN_RETENTION_MS
-from storage.log import AppendRequest, LogTable
-from storage.producers import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
+from storage.log.table import AppendRequest, LogTable
+from storage.producers.idempotent import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
 from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
 
 MIN_RETENTION_MS = COMMIT_IDS_MIN_RETENTION_MS.key
@@ -67,7 +67,7 @@ def test_i4_producer_counts_its_own_sequences_and_a_resend_lands_once(catalog):
     assert a.ranges == {0: (0, 3)} and b.ranges == {0: (3, 5), 1: (0, 1)}
     assert producer.next_sequence(0) == 5 and producer.next_sequence(1) == 1
     # The same batch sent again with the sequences it had (as after a lost response) is a duplicate.
-    from storage.producers import ProducerBatch
+    from storage.log.sequences import ProducerBatch
 
     resent = t.append({0: rows("b", 2), 1: rows("c", 1)}, producer=ProducerBatch(producer.producer_id, producer.epoch, {0: 3, 1: 0}))
     assert resent.duplicate and resent.ranges == b.ranges
@@ -98,7 +98,7 @@ def test_i2_check_expected_offsets_flag_refuses_unconditional_appends(sqlite_cat
 
 def test_append_request_receipt_round_trips():
     request = AppendRequest("db.t", {}, {}, "cid")
-    from storage.log import AppendResult
+    from storage.log.table import AppendResult
 
     result = AppendResult("db.t", {0: (3, 5), 2: (0, 1)}, "cid")
     back = request.from_receipt(request.receipt(result))
@@ -143,7 +143,7 @@ def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_i
     one: dropping them must not mark every id made before that drop as possibly forgotten."""
     import json
 
-    from storage import commit as core
+    from storage.core import commit as core
 
     monkeypatch.setattr(core, "COMMIT_IDS_MAX", 4)
     t = LogTable.create(sqlite_catalog, "db.upgraded", 1, properties={KEEP_COMMIT_IDS: "2"})

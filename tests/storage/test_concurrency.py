@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.log import LogTable
+from storage.log.table import LogTable
 from tests.catalogs import CatalogSpec
 from validations.contiguity import check_contiguity
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from storage.commit import commit_tables
+from storage.core.commit import commit_tables
 from storage.errors import InvalidInput, InvalidRange, RangeLimitExceeded, StaleGeneration
-from storage.groups import (
+from storage.groups.offsets import (
     GROUPS_TABLE,
     GroupAction,
     commit_ranges,
@@ -18,10 +18,10 @@ from storage.groups import (
     ranges_request,
     reset_group,
 )
-from storage.log import AppendRequest, LogTable
-from storage.maintenance import Retention
-from storage.commit import commit
-from storage import membership
+from storage.log.table import AppendRequest, LogTable
+from storage.log.maintenance import Retention
+from storage.core.commit import commit
+from storage.groups import membership
 
 
 def _log(catalog, name="db.events", partitions=1, rows=60):
@@ -173,7 +173,7 @@ def test_chunk_slots_deal_round_robin():
 
 
 def test_transaction_offsets_still_work_and_drop_swallowed_ranges(sqlite_catalog):
-    from storage.transactions import TransactionalProducer
+    from storage.producers.transactional import TransactionalProducer
 
     _log(sqlite_catalog)
     LogTable.create(sqlite_catalog, "db.out", 1)

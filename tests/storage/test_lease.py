@@ -1,4 +1,4 @@
-"""Liveness of slow commits (``storage.commit`` step 7): an exclusive request (compaction,
+"""Liveness of slow commits (``storage.core.commit`` step 7): an exclusive request (compaction,
 retention) that keeps losing to appends takes the table's lease; other commits wait for it."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any, Callable
 import pytest
 import structlog
 
-import storage.commit as core
-from storage.commit import EXCLUSIVE_AFTER, LEASE, Decision, commit
+import storage.core.commit as core
+from storage.core.commit import EXCLUSIVE_AFTER, LEASE, Decision, commit
 from storage.errors import CommitConflict, InvalidInput
-from storage.log import LogTable
-from storage.maintenance import Compaction, Retention
+from storage.log.table import LogTable
+from storage.log.maintenance import Compaction, Retention
 from tests.storage.test_concurrency import worker_processes
 from validations.contiguity import check_contiguity
 

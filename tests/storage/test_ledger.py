@@ -6,10 +6,10 @@ import datetime as dt
 
 import pytest
 
-from storage import ledger
-from storage.commit import commit_tables
+from storage.ingest import ledger
+from storage.core.commit import commit_tables
 from storage.errors import SourceFileChanged
-from storage.files import write_log_files
+from storage.log.files import write_log_files
 
 
 def source(tmp_path, name: str, content: bytes) -> ledger.SourceFile:

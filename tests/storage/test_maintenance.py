@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from storage.commit import Decision, Request, commit
+from storage.core.commit import Decision, Request, commit
 from storage.errors import InvalidInput
-from storage.files import local_path
-from storage.log import LogTable
-from storage.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
+from storage.log.files import local_path
+from storage.log.table import LogTable
+from storage.log.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
 from validations.contiguity import check_contiguity
 
 
@@ -30,7 +30,7 @@ def files_on_disk(table) -> set[str]:
 
 def files_referenced(table) -> set[str]:
     """Every file the table's metadata still needs, computed here independently of
-    ``storage.maintenance.referenced_files``: the current metadata file and the metadata log;
+    ``storage.log.maintenance.referenced_files``: the current metadata file and the metadata log;
     per retained snapshot its manifest list, its manifests and the data files it reads."""
     meta = table.metadata
     needed = {local_path(table.metadata_location)} | {local_path(e.metadata_file) for e in meta.metadata_log}

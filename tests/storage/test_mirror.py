@@ -13,8 +13,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
-from storage import schema as cols
-from storage.acls import add_acl
+from storage.log import schema as cols
+from storage.replication.acls import add_acl
 from storage.errors import (
     AuthorizationFailed,
     CorruptBatch,
@@ -25,13 +25,14 @@ from storage.errors import (
     ProducerFenced,
     ReadOnlyTable,
 )
-from storage.groups import commit_offsets, committed_offsets
-from storage.log import LogTable
-from storage.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
-from storage.commit import commit
-from storage.mirror import mirror, mirror_record, promote
-from storage.producers import ProducerBatch, init_producer, lease_producer_ids, rebuild
-from storage.replica import write_with_offsets
+from storage.groups.offsets import commit_offsets, committed_offsets
+from storage.log.table import LogTable
+from storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
+from storage.core.commit import commit
+from storage.replication.mirror import mirror, mirror_record, promote
+from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
+from storage.log.sequences import ProducerBatch
+from storage.replication.replica import write_with_offsets
 from tests.catalogs import CatalogSpec
 
 PRINCIPAL = "mirror-bot"
@@ -266,7 +267,7 @@ def test_i6_target_read_only_until_promoted(source, target):
     dst = LogTable.open(target, "orders")
     with pytest.raises(ReadOnlyTable):
         dst.append({0: rows(1)})
-    from storage.transactions import TransactionalProducer
+    from storage.producers.transactional import TransactionalProducer
 
     producer = TransactionalProducer(target, "writer-on-a-mirror")
     producer.init_transactions()
@@ -313,7 +314,7 @@ def test_i6_failover_drill_group_continues_from_committed_offset(source, target)
 
 
 def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
-    from storage.maintenance import Compaction
+    from storage.log.maintenance import Compaction
 
     src = LogTable.create(source, "orders", 1)
     for _ in range(3):
@@ -327,7 +328,7 @@ def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
 
 
 def test_i6_individually_committed_ranges_mirrored_verbatim(source, target):
-    from storage.groups import commit_ranges, group_state
+    from storage.groups.offsets import commit_ranges, group_state
 
     src = LogTable.create(source, "orders", 1)
     src.append({0: rows(10)})
@@ -405,7 +406,7 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
     """Deterministic version of the race above: while this step copies, another step mirrors
     everything into the target; this step's commit loses (InvalidProduceOffset) and, with no
     attempt left to re-plan, it still ends, because the target already holds what it was asked."""
-    from storage.mirror import copy_files
+    from storage.replication.mirror import copy_files
 
     source = source_spec.open()
     src = LogTable.create(source, "orders", 2)
@@ -427,9 +428,9 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
 
 def _race_once(monkeypatch, name: str, race, *, skip: int = 0, before: bool = False) -> list:
     """Run ``race()`` once, right after (or ``before``) call number ``skip + 1`` of
-    ``storage.mirror.<name>`` (the real function still runs): a concurrent step at an exact
+    ``storage.replication.mirror.<name>`` (the real function still runs): a concurrent step at an exact
     point of this one."""
-    import storage.mirror as mirror_module
+    import storage.replication.mirror as mirror_module
 
     real, calls, fired = getattr(mirror_module, name), [], []
 
@@ -542,7 +543,7 @@ def test_i4_a_mirror_made_by_an_older_icelog_still_never_hands_out_a_mirrored_id
     LogTable.create(source, "orders", 1)
     mirrored = {init_producer(source, "logs.orders", f"app{i}").producer_id for i in range(3)}
     with monkeypatch.context() as old:  # what an older icelog did: no reservation
-        old.setattr("storage.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
+        old.setattr("storage.replication.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
         run_mirror(source, target)
         if older == "mirror step and promote":
             promote(target, "orders")
@@ -586,7 +587,7 @@ def test_i6_a_foreign_commit_on_a_read_only_mirror_is_rolled_back_and_mirroring_
     repair); repair rolls it back (never adopts it: the target follows its source) and the
     next step continues in parity."""
     from storage.errors import ForeignCommit
-    from storage.repair import RepairImpossible, repair
+    from storage.log.repair import RepairImpossible, repair
 
     src = LogTable.create(source, "orders", 1)
     src.append({0: rows(2)})
@@ -612,7 +613,7 @@ def test_i4_a_commit_id_that_landed_on_the_source_is_never_written_again_on_the_
     landed: a re-send after failover must be refused (CommitIdForgotten), never written twice."""
     import time
 
-    from storage.commit import new_commit_id
+    from storage.core.commit import new_commit_id
     from storage.errors import CommitIdForgotten
 
     src = LogTable.create(source, "orders", 1)

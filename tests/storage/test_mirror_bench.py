@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from storage.acls import add_acl
-from storage.commit import commit
-from storage.files import write_log_files
-from storage.log import LogTable, with_system_columns
-from storage.mirror import mirror
-from storage.replica import OffsetWriteRequest, batch_spans
+from storage.replication.acls import add_acl
+from storage.core.commit import commit
+from storage.log.files import write_log_files
+from storage.log.table import LogTable, with_system_columns
+from storage.replication.mirror import mirror
+from storage.replication.replica import OffsetWriteRequest, batch_spans
 from tests.catalogs import CatalogSpec
 
 pytestmark = pytest.mark.slow

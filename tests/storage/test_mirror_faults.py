@@ -15,11 +15,12 @@ from dataclasses import asdict
 
 import pytest
 
-from storage import faults
-from storage.groups import GROUPS_TABLE, committed_offsets
-from storage.log import LogTable
-from storage.producers import ProducerBatch, init_producer
-from storage.transactions import TransactionalProducer
+from storage.core import faults
+from storage.groups.offsets import GROUPS_TABLE, committed_offsets
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer
+from storage.log.sequences import ProducerBatch
+from storage.producers.transactional import TransactionalProducer
 from tests.storage.test_faults import kill_at
 from tests.storage.test_mirror import PRINCIPAL, assert_parity, rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401
 

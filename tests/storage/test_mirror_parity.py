@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.log import LogTable
-from storage.maintenance import live_files
+from storage.log.table import LogTable
+from storage.log.maintenance import live_files
 from tests.storage.test_mirror import rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401
 from validations.checks import run_checks
 from validations.mirror import check_mirror_parity
@@ -71,6 +71,6 @@ def test_i6_parity_on_a_table_that_is_no_mirror(target):
 
 
 def _first(data_file, table) -> int:
-    from storage.files import file_offset_range
+    from storage.log.files import file_offset_range
 
     return file_offset_range(data_file, table.schema().find_field("log_offset").field_id)[0]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import threading
 
-from storage.commit import commit
+from storage.core.commit import commit
 from storage.errors import MirrorPromoted
-from storage.groups import commit_offsets, committed_offsets
-from storage.log import LogTable
-from storage.maintenance import Retention
-from storage.mirror import copy_files, mirror, promote
-from storage.producers import init_producer
+from storage.groups.offsets import commit_offsets, committed_offsets
+from storage.log.table import LogTable
+from storage.log.maintenance import Retention
+from storage.replication.mirror import copy_files, mirror, promote
+from storage.producers.idempotent import init_producer
 from tests.storage.test_mirror import (  # noqa: F401  (fixtures)
     PRINCIPAL,
     _race_once,
@@ -184,7 +184,7 @@ def test_i6_a_groups_only_call_that_loses_to_a_state_only_step_still_mirrors_its
     step B plans a state-only change (a producer init); then a group commits offset 5 and the
     failover drill calls ``mirror()``. B lands between A's plan and A's commit: A's commit gets
     PlanOutdated (progress changed); it must plan again and write the group offset it read."""
-    import storage.mirror as mirror_module
+    import storage.replication.mirror as mirror_module
 
     source = source_spec.open()
     src = LogTable.create(source, "orders", 1)

@@ -17,10 +17,11 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
-from storage.log import AppendRequest, LogTable
-from storage.producers import BATCHES_KEPT, ProducerBatch, admit, derive_state, init_producer, rebuild
-from storage.commit import commit
-from storage.state import PRODUCERS, LogState, Producers, Watermark
+from storage.log.table import AppendRequest, LogTable
+from storage.producers.idempotent import derive_state, init_producer, rebuild
+from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
+from storage.core.commit import commit
+from storage.core.state import PRODUCERS, LogState, Producers, Watermark
 from tests.interleave import Interleaved
 from tests.storage.test_concurrency import finish, run_workers, worker_processes
 from tests.storage.test_faults import kill_at, run_to_end, worker
@@ -250,7 +251,7 @@ def test_i4_validator_reports_every_sequence_break_exactly(catalog, table):
 
 
 def test_the_producer_id_table_is_not_a_log_table(catalog, table):
-    from storage.log import list_log_tables
+    from storage.log.table import list_log_tables
 
     init_producer(catalog, "db.p", "app")
     assert list_log_tables(catalog) == ["db.p"]

@@ -14,7 +14,7 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import Transaction
 from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate
 
-from storage.catalog import LogSqlCatalog
+from storage.core.catalog import LogSqlCatalog
 
 
 def test_pyiceberg_version_is_the_pinned_one():
@@ -31,7 +31,7 @@ def test_sql_catalog_private_names_used_by_the_swap():
 
 
 def test_transaction_exposes_staged_updates(sqlite_catalog):
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     table = LogTable.create(sqlite_catalog, "db.contract", 1).table()
     txn = table.transaction()
@@ -52,7 +52,7 @@ def test_parquet_footer_names_used_to_register_spark_files():
 
 
 def test_overwrite_builds_its_manifest_evaluators_through_an_instance_lookup():
-    """storage.commit._evaluator_per_manifest replaces ``_build_manifest_evaluator`` on the
+    """storage.core.commit._evaluator_per_manifest replaces ``_build_manifest_evaluator`` on the
     overwrite instance; pyiceberg must look it up there when it matches files to delete."""
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 

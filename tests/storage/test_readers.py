@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from storage.commit import METADATA_GRACE_MS
-from storage.log import LogTable
+from storage.core.commit import METADATA_GRACE_MS
+from storage.log.table import LogTable
 from tests.storage.test_concurrency import worker_processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_i7_metadata_superseded_inside_the_grace_is_deleted_by_a_later_commit(sq
 
 
 def test_i7_maintain_deletes_metadata_superseded_past_the_grace(sqlite_catalog):
-    from storage.maintenance import maintain
+    from storage.log.maintenance import maintain
 
     t = superseded_within_a_short_grace(sqlite_catalog, "db.idle_disk")
     held = t.table().metadata_location

@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.table import Table
 
-from storage.commit import Decision, Request, commit
+from storage.core.commit import Decision, Request, commit
 from storage.errors import UnsupportedFormat
-from storage.log import LogTable
-from storage.producers import ProducerBatch, init_producer
-from storage.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState, Producers, Watermark, Watermarks
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer
+from storage.log.sequences import ProducerBatch
+from storage.core.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState, Producers, Watermark, Watermarks
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
 

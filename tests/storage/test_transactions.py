@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import faults
-from storage import transactions as tx
+from storage.core import faults
+from storage.producers import transactional as tx
 from storage.errors import (
     AtomicCommitUnsupported,
     ExpectedOffsetRequired,
@@ -36,11 +36,11 @@ from storage.errors import (
     ProducerFenced,
     RecoveryIncomplete,
 )
-from storage.files import local_path
-from storage.groups import commit_offsets, committed_offsets
-from storage.log import LogTable
-from storage.maintenance import referenced_files, remove_orphan_files
-from storage.transactions import InvalidTxnState, TransactionAborted, TransactionalProducer
+from storage.log.files import local_path
+from storage.groups.offsets import commit_offsets, committed_offsets
+from storage.log.table import LogTable
+from storage.log.maintenance import referenced_files, remove_orphan_files
+from storage.producers.transactional import InvalidTxnState, TransactionAborted, TransactionalProducer
 from validations.checks import run_checks
 from tests.catalogs import forwarding_catalog
 
@@ -155,7 +155,7 @@ def contiguous(log_table: LogTable) -> None:
 
 
 def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
-    from storage.groups import GROUPS_TABLE
+    from storage.groups.offsets import GROUPS_TABLE
 
     names = [*identifiers, tx.JOURNAL, GROUPS_TABLE]
     return {n: catalog.load_table(n).metadata_location for n in names}
@@ -274,7 +274,7 @@ def age(paths: list[str], seconds: float = 7_200) -> None:
 def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
     """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
     are still needed (recovery rolls forward from them), so they are no orphans."""
-    from storage.maintenance import maintain
+    from storage.log.maintenance import maintain
 
     point = faults.AFTER_TXN_PREPARE
     catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
@@ -759,11 +759,11 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     """The journal is believed by the coordinator and the transactions check: a forged record
     (an ABORTED for a committed transaction) must not get in through any user path."""
-    from storage.acls import add_acl
+    from storage.replication.acls import add_acl
     from storage.errors import InvalidIdentifier
-    from storage.maintenance import maintain
-    from storage.producers import init_producer
-    from storage.replica import write_with_offsets
+    from storage.log.maintenance import maintain
+    from storage.producers.idempotent import init_producer
+    from storage.replication.replica import write_with_offsets
 
     LogTable.create(catalog, "db.a", 1)
     producer = TransactionalProducer(catalog, "copier")

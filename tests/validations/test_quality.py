@@ -75,8 +75,8 @@ def tamper(table, partition: int, column: str, value) -> str:
     first row's ``column`` becomes ``value``. No commit, so lineage knows nothing of it."""
     import pyarrow.parquet as pq
 
-    from storage.files import local_path
-    from storage.maintenance import files_by_partition
+    from storage.log.files import local_path
+    from storage.log.maintenance import files_by_partition
 
     path = local_path(files_by_partition(table.table())[partition][0][2].file_path)
     rows = pq.read_table(path)
@@ -122,7 +122,7 @@ def test_incremental_validation_fails_on_a_bad_new_row_until_it_is_fixed(flights
 
 
 def test_incremental_validation_falls_back_to_full_when_the_validated_snapshot_expired(sqlite_catalog, tmp_path):
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1, properties={"icelog.snapshots.keep": "2"})
     t.append({0: [{"key": "a"}] * 3})
@@ -184,7 +184,7 @@ def test_gx_on_spark_passes_on_the_flights_and_fails_on_planted_rows_like_pandas
 
 
 def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog, tmp_path, monkeypatch):
-    from storage.log import LogTable
+    from storage.log.table import LogTable
     from validations.quality import WebAssetsMissing, offline_data_docs
 
     monkeypatch.setenv("ICELOG_WEB_ASSETS", str(tmp_path / "nowhere"))

@@ -24,7 +24,7 @@ def build_table(catalog, rows: int, partitions: int = 4):
     import numpy as np
     import pyarrow as pa
 
-    from storage.log import LogTable
+    from storage.log.table import LogTable
 
     table = LogTable.create(catalog, "bench.events", partitions=partitions)
     per = rows // partitions

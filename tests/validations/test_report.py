@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.log import LogTable
+from storage.log.table import LogTable
 from tests.validations.test_contiguity import plant
 from validations.report import build_index, build_report
 

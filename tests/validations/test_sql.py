@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.commit import commit_tables
-from storage.log import AppendRequest, LogTable
-from storage.transactions import TransactionalProducer
+from storage.core.commit import commit_tables
+from storage.log.table import AppendRequest, LogTable
+from storage.producers.transactional import TransactionalProducer
 from validations.sql import connect
 
 

@@ -18,7 +18,7 @@ Design (DESIGN §3):
 * **Sends stage Parquet files** of payload rows under ``<table>/data/staging/<txn id>/``:
   invisible to readers, and never held in memory. The first send to a partition registers
   it in the journal (Kafka's AddPartitionsToTxn).
-* **The commit point is one atomic multi-table commit** (``storage.commit.commit_tables``):
+* **The commit point is one atomic multi-table commit** (``storage.core.commit.commit_tables``):
   every data table's append (offsets decided at commit time, so sends without an expected
   offset are renumbered after other writers), the group offsets, and the journal's
   COMMITTED record with the epoch check that fences zombies. Journal and data therefore
@@ -27,7 +27,7 @@ Design (DESIGN §3):
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
   what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
   transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
-  Timeouts are judged by one clock, the catalog database's (``storage.catalog.database_clock``):
+  Timeouts are judged by one clock, the catalog database's (``storage.core.catalog.database_clock``):
   judged by each client's own, a fast host would abort everyone's transactions, a slow one its own.
 
 Every transaction therefore commits to the journal table three times (BEGIN, PREPARE, the
@@ -47,13 +47,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
 
-from storage import faults
-from storage import schema as cols
-from storage.catalog import database_clock
-from storage.commit import Decision, Request, commit, commit_tables, refuse_read_only, refuse_system_table
+from storage.core import faults
+from storage.core.catalog import database_clock
+from storage.core.commit import (
+    Decision,
+    Request,
+    commit,
+    commit_tables,
+    refuse_read_only,
+    refuse_system_table,
+)
+from storage.core.staging import JOURNAL, JournalState, prewritten_dir, staging_dir
+from storage.core.state import LogState
+from storage.core.swap import check_atomic
 from storage.errors import (
     AbortableError,
     ExpectedOffsetRequired,
@@ -67,15 +76,18 @@ from storage.errors import (
     TerminalError,
     TransientError,
     UnknownPartition,
-    UnknownTable,
 )
-from storage.files import write_log_files
-from storage.log import CHECK_EXPECTED_OFFSETS, AppendRequest, LogTable, with_system_columns
-from storage.state import LogState
-from storage.swap import check_atomic
+from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
+from storage.log import schema as cols
+from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
+from storage.log.table import (
+    CHECK_EXPECTED_OFFSETS,
+    AppendRequest,
+    LogTable,
+    with_system_columns,
+)
+from storage.producers.idempotent import lease_producer_ids
 
-JOURNAL = "icelog_system.transactions"
-STATE = "icelog.transactions"
 TIMEOUT_MS = "icelog.transaction.timeout-ms"
 TIMEOUT_MS_DEFAULT = 60_000
 TXN_ID = "icelog.txn-id"
@@ -119,31 +131,6 @@ class TransactionAborted(AbortableError):
 # --- coordinator state ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JournalState(LogState):
-    """The journal's log state plus the coordinator state kept in its properties::
-
-    {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
-        "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
-                       "prepared": {"sends": {"<table>": [[p, expected, path, rows], ...]},
-                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}},
-        "last_committed" | "last_aborted": {"id", "partitions"}}}
-
-    ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
-    files, so a process that dies before deleting them leaves them to the next init or recover.
-    """
-
-    transactions: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_metadata(cls, metadata: TableMetadata) -> JournalState:
-        base = LogState.from_metadata(metadata)
-        return cls(base.watermarks, base.producers, base.snapshot_id, json.loads(metadata.properties.get(STATE, "{}")))
-
-    def to_properties(self) -> dict[str, str]:
-        return {**super().to_properties(), STATE: json.dumps(self.transactions, sort_keys=True, separators=(",", ":"))}
-
-
 def ensure_journal(catalog: Catalog) -> LogTable:
     try:
         return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True)
@@ -184,6 +171,9 @@ class JournalStep(Request):
     begins: bool = True  # register: the producer has registered nothing in this transaction yet
     state_type = JournalState
     writes_system = True
+
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        return write_log_files(table, rows)  # the journal record, a row of the journal log
 
     def decide(self, state: JournalState, table: Table) -> Decision:
         now = self.clock()
@@ -394,7 +384,6 @@ class TxnAppend(Request):
 
     def _rewrite(self, table: Table, ranges: Mapping[int, tuple[int, int]]) -> list[Any]:
         """Staged payload files -> data files with their offsets, one staged file in memory at a time."""
-        from storage.files import data_files_from_parquet
 
         cursor = {p: r[0] for p, r in ranges.items()}
         now_us = int(time.time() * 1_000_000)
@@ -446,16 +435,6 @@ def _delete_dir(uri: str) -> None:
         filesystem.delete_dir(path)
 
 
-def staging_dir(table_location: str, txn_id: str) -> str:
-    """Payload files of sends: rewritten at commit, then deleted."""
-    return f"{table_location}/data/staging/{txn_id}"
-
-
-def prewritten_dir(table_location: str, txn_id: str) -> str:
-    """Data files written by Spark executors for a transaction: committed as they are."""
-    return f"{table_location}/data/txn-{txn_id}"
-
-
 class TransactionalProducer:
     """A transactional producer over any partitions of any tables of one catalog (see module doc).
 
@@ -490,7 +469,6 @@ class TransactionalProducer:
     def init_transactions(self) -> dict[str, int]:
         """Fence older instances (epoch + 1) and finish what the previous instance left:
         roll forward a prepared transaction, abort an ongoing one."""
-        from storage.producers import lease_producer_ids
 
         check_atomic(self.catalog, 2)  # refuse now, not at the first commit
         ensure_journal(self.catalog)
@@ -557,11 +535,10 @@ class TransactionalProducer:
 
         Each file holds one partition with consecutive offsets; per partition the files tile
         ``[expected, expected + rows)`` (checked from their statistics now, as
-        :meth:`storage.log.LogTable.commit_files` does). They live under :meth:`data_dir`, are
+        :meth:`storage.log.table.LogTable.commit_files` does). They live under :meth:`data_dir`, are
         deleted if the transaction aborts, and commit as they are; if a partition's log end
         is no longer ``expected`` at commit, the transaction aborts with ``OffsetMismatch``.
         """
-        from storage.files import prewritten_files
 
         self._require_open(sending=True)
         log_table = self._table(table)
@@ -585,7 +562,6 @@ class TransactionalProducer:
 
     def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: str) -> None:
         """Commit a consumer group's positions (next offset to read) with this transaction."""
-        from storage.groups import validate_offsets
 
         self._require_open(sending=True)
         qualified = {(cols.qualified(t), p): o for (t, p), o in offsets.items()}
@@ -749,7 +725,6 @@ def _commit_prepared(
     catalog: Catalog, tid: str, producer_id: int | None, epoch: int | None, txn_id: str, prepared: Mapping[str, Any], clock: Callable[[], int]
 ) -> dict[str, dict[str, list[int]]]:
     """The commit point: data tables, group offsets and the COMMITTED record, all or nothing."""
-    from storage.groups import GROUPS_TABLE, commit_request
 
     appends = {t: TxnAppend(t, txn_id, [StagedSend(*s) for s in sends], txn_id) for t, sends in prepared["sends"].items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
@@ -800,27 +775,6 @@ def missing_files(prepared: Mapping[str, Any]) -> list[str]:
             if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
                 missing.append(path)
     return missing
-
-
-def pending_files(catalog: Catalog, table_location: str) -> tuple[set[str], tuple[str, ...]]:
-    """What open and prepared transactions still need under a table: ``(files, folders)``.
-
-    Orphan cleanup keeps them: a prepared transaction rolls forward from its staged files,
-    and an open one may still prepare. Folders end with ``/``.
-    """
-    try:
-        transactions = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions
-    except UnknownTable:
-        return set(), ()
-    files: set[str] = set()
-    folders: list[str] = []
-    for entry in transactions.values():
-        txn = entry.get("txn")
-        if not txn:
-            continue
-        folders += [staging_dir(table_location, txn["id"]) + "/", prewritten_dir(table_location, txn["id"]) + "/"]
-        files.update(path for sends in (txn.get("prepared") or {}).get("sends", {}).values() for _, _, path, *_ in sends)
-    return files, tuple(folders)
 
 
 def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:

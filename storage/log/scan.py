@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyiceberg.table import Table
 
 from storage.errors import UnknownSnapshot
-from storage.files import local_path
+from storage.log.files import local_path
 
 
 def check_snapshot(table: Table, snapshot_id: int | None) -> None:

@@ -5,7 +5,7 @@ a file is loaded into a table once, however long ago that was. The ledger is the
 table ``icelog_system.ingest_ledger``, an Iceberg table with one row per loaded file,
 partitioned by target table so a lookup reads only that table's entries. Its rows are
 committed in the same atomic multi-table commit as the data they describe
-(``storage.commit.commit_tables``): either both land or neither does.
+(``storage.core.commit.commit_tables``): either both land or neither does.
 
 A file is identified by its absolute path. For each listed file, :func:`plan` decides:
 
@@ -39,13 +39,20 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StringType, TimestamptzType
+from pyiceberg.types import (
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
 
-from storage.catalog import ensure_namespace
-from storage.commit import Decision, Request
+from storage.core.catalog import ensure_namespace
+from storage.core.commit import Decision, Request
+from storage.core.state import SystemState
+from storage.core.system import NAMESPACE, PROPERTIES
 from storage.errors import SourceFileChanged
-from storage.state import SystemState
-from storage.system import NAMESPACE, PROPERTIES
 
 LEDGER_TABLE = f"{NAMESPACE}.ingest_ledger"
 

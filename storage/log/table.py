@@ -1,6 +1,6 @@
 """Log tables: create, describe, append (optionally conditional), read.
 
-This is the public API. Every write goes through :func:`storage.commit.commit`.
+This is the public API. Every write goes through :func:`storage.core.commit.commit`.
 """
 
 from __future__ import annotations
@@ -14,15 +14,32 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import TableAlreadyExistsError
-from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull, LessThan, LessThanOrEqual, Or
+from pyiceberg.expressions import (
+    And,
+    EqualTo,
+    GreaterThanOrEqual,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Or,
+)
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
 
 from storage import properties as icelog_properties
-from storage import schema as cols
-from storage.catalog import ensure_namespace
-from storage.commit import HEAD, VERSION, CommitOutcome, Decision, Request, commit, load, refuse_system_table
+from storage.core.catalog import ensure_namespace
+from storage.core.commit import (
+    HEAD,
+    VERSION,
+    CommitOutcome,
+    Decision,
+    Request,
+    commit,
+    load,
+    refuse_system_table,
+)
+from storage.core.state import FORMAT, FORMAT_VERSION, LogState, Watermark
 from storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
@@ -34,8 +51,12 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from storage.scan import check_snapshot
-from storage.state import FORMAT, FORMAT_VERSION, LogState, Watermark
+from storage.log import schema as cols
+from storage.log import sequences
+from storage.log.files import prewritten_files, write_log_files
+from storage.log.maintenance import PartitionGrowth
+from storage.log.scan import check_snapshot
+from storage.log.sequences import ProducerBatch
 
 TABLE_DEFAULTS = {
     "format-version": "2",
@@ -43,7 +64,7 @@ TABLE_DEFAULTS = {
     # of the same table should fail rather than rebase a stale append (DESIGN §3).
     "commit.retry.num-retries": "0",
     # Readers may hold an old metadata pointer: never delete a metadata file at commit time
-    # (storage.commit deletes superseded ones after a grace; other writers should not at all).
+    # (storage.core.commit deletes superseded ones after a grace; other writers should not at all).
     # The log stays short: pyiceberg deep-copies the whole metadata many times per commit.
     "write.metadata.previous-versions-max": "10",
     "write.metadata.delete-after-commit.enabled": "false",
@@ -85,13 +106,16 @@ class AppendRequest(Request):
     payload: Mapping[int, pa.Table]
     expected_offsets: Mapping[int, int] = field(default_factory=dict)
     commit_id: str = ""
-    producer: Any = None  # storage.producers.ProducerBatch, checked at commit
+    producer: ProducerBatch | None = None  # checked at commit
     files: Mapping[int, list[DataFile]] = field(default_factory=dict)
 
     def counts(self) -> dict[int, int]:
         if self.files:
             return {p: sum(f.record_count for f in fs) for p, fs in self.files.items()}
         return {p: rows.num_rows for p, rows in self.payload.items()}
+
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        return write_log_files(table, rows)
 
     def decide(self, state: LogState, table: Table) -> Decision:
         counts = self.counts()
@@ -110,10 +134,9 @@ class AppendRequest(Request):
         if self.producer is not None:
             # Before the offset check: a re-sent batch that already landed returns its
             # original offsets even though the log has moved on since.
-            from storage import producers
 
-            expiry = producers.expiry_ms(table.metadata.properties)
-            verdict = producers.admit(self.table, state, self.producer, ranges, now_us // 1000, expiry)
+            expiry = sequences.expiry_ms(table.metadata.properties)
+            verdict = sequences.admit(self.table, state, self.producer, ranges, now_us // 1000, expiry)
             if verdict.duplicate_of is not None:
                 result = AppendResult(self.table, verdict.duplicate_of, self.commit_id, state.snapshot_id, True)
                 return Decision(state=state, result=result, write=False)
@@ -138,7 +161,7 @@ class AppendRequest(Request):
 
 
 def with_system_columns(
-    payload: pa.Table, partition: int, base: int, now_us: int, producer: Any, first_seq: int | None
+    payload: pa.Table, partition: int, base: int, now_us: int, producer: ProducerBatch | None, first_seq: int | None
 ) -> pa.Table:
     n = payload.num_rows
     system = {
@@ -216,7 +239,7 @@ class LogTable:
             **(properties or {}),
             **LogState.initial(partitions).to_properties(),
             VERSION: "0",
-            HEAD: "",  # no snapshot yet; see storage.commit.check_head
+            HEAD: "",  # no snapshot yet; see storage.core.commit.check_head
             FORMAT: FORMAT_VERSION,  # marks a log table (the producer-id system table has none)
         }
         ensure_namespace(catalog, namespace)
@@ -260,7 +283,7 @@ class LogTable:
         rows: Mapping[int, pa.Table | list[dict]],
         expected_offsets: Mapping[int, int] | None = None,
         *,
-        producer: Any = None,
+        producer: ProducerBatch | None = None,
         commit_id: str | None = None,
     ) -> AppendResult:
         """Append rows to one or more partitions in one atomic commit.
@@ -269,13 +292,13 @@ class LogTable:
             rows: Payload rows per partition (Arrow tables or lists of dicts).
             expected_offsets: Per partition, the log end offset this append expects (KIP-27).
                 The append commits only if each named partition still ends there.
-            producer: A :class:`storage.producers.ProducerBatch` for idempotent appends.
+            producer: A :class:`storage.log.sequences.ProducerBatch` for idempotent appends.
             commit_id: Idempotency key. A re-send with the same id returns the original result
                 and writes nothing while the id is in the table's commit-id registry: the last
                 ``icelog.commit-ids.keep`` commits (1,000), and older ones for
                 ``icelog.commit-ids.min-retention-ms`` (7 days), at most
-                ``storage.commit.COMMIT_IDS_MAX`` ids in all. Make ids with
-                :func:`storage.commit.new_commit_id` (a UUIDv7): past the window, a re-send of
+                ``storage.core.commit.COMMIT_IDS_MAX`` ids in all. Make ids with
+                :func:`storage.core.commit.new_commit_id` (a UUIDv7): past the window, a re-send of
                 such an id raises :class:`CommitIdForgotten` instead of writing again. An id
                 without a time cannot be judged there and is written as new.
 
@@ -304,7 +327,7 @@ class LogTable:
         files: Mapping[int, list[str]],
         expected_offsets: Mapping[int, int],
         *,
-        producer: Any = None,
+        producer: ProducerBatch | None = None,
         commit_id: str | None = None,
     ) -> AppendResult:
         """Commit Parquet files written elsewhere (e.g. by Spark executors) as one append.
@@ -332,13 +355,12 @@ class LogTable:
         files: Mapping[int, list[str]],
         expected_offsets: Mapping[int, int],
         *,
-        producer: Any = None,
+        producer: ProducerBatch | None = None,
         commit_id: str | None = None,
     ) -> AppendRequest:
         """The checked request of :meth:`commit_files`, to run alone or in a multi-table commit."""
         import uuid
 
-        from storage.files import prewritten_files
 
         table = self.table()
         state = LogState.from_metadata(table.metadata)
@@ -356,7 +378,7 @@ class LogTable:
         return self._validate(rows, {}, LogState.from_metadata(table.metadata), table)
 
     def _validate(
-        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table, producer: Any = None
+        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table, producer: ProducerBatch | None = None
     ) -> dict[int, pa.Table]:
         if not rows:
             raise InvalidInput(reason="an append needs at least one partition with rows")
@@ -386,7 +408,6 @@ class LogTable:
 
     def add_partitions(self, count: int) -> dict[str, int]:
         """Grow the table to ``count`` partitions (partitions are never removed)."""
-        from storage.maintenance import PartitionGrowth
 
         return self._commit(PartitionGrowth(self.identifier, count)).result
 

@@ -22,8 +22,9 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from storage.commit import recent_commits
+from storage.core.commit import recent_commits
 from storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
+from storage.log.sequences import ProducerBatch
 
 Batches = Callable[[int], Iterator[pa.Table]]
 MAX_LOAD_ID = 200
@@ -42,7 +43,7 @@ def bulk_load(
     """Append ``batches(skip)`` (the input without its first ``skip`` records) to ``partition``.
 
     Args:
-        log_table: A :class:`storage.log.LogTable`.
+        log_table: A :class:`storage.log.table.LogTable`.
         batches: Yields the input's records in order, as bounded Arrow batches, from record
             ``skip`` on; memory is bounded by the batch size.
         start_offset: K: record i lands at K + i; the log must end at K (or, resuming, right
@@ -105,7 +106,6 @@ def _log_end(log_table: Any, partition: int) -> int:
 
 
 def _producer_batch(producer: tuple[int, int, int] | None, partition: int, written: int) -> Any:
-    from storage.producers import ProducerBatch
 
     return ProducerBatch(producer[0], producer[1], {partition: producer[2] + written}) if producer else None
 

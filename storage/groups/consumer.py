@@ -6,15 +6,15 @@ Several consumers of one group can share one partition:
   (:func:`key_hashes`) falls in its ranges of ``0..65535``, in offset order, so per-key order
   holds;
 * by **offset chunks** (``mode="chunks"``, for unkeyed records): chunks of ``chunk_size``
-  offsets are dealt round-robin (``storage.membership.chunk_slot``).
+  offsets are dealt round-robin (``storage.groups.membership.chunk_slot``).
 
 Each member commits exactly the offsets it processed, out of order, as ranges
-(``storage.groups.CommitRanges``); ``poll`` never returns an offset that is committed or that
+(``storage.groups.offsets.CommitRanges``); ``poll`` never returns an offset that is committed or that
 this consumer fetched and has not committed yet. Near ``icelog.groups.max-ranges`` open
 ranges, ``poll`` only fetches offsets inside the gaps (back-pressure), so the gap closes and
 no state is ever dropped.
 
-The key hash is ``storage.keys.key_hash`` (low 16 bits of the key's MD5) of the table's key
+The key hash is ``storage.log.keys.key_hash`` (low 16 bits of the key's MD5) of the table's key
 column (``icelog.key-column``, default ``key``), the column writers hash into ``log_key_hash``
 so a key-range read skips row groups of other hashes. A consumer hashing any other column
 would read ranges the writers' pruning does not match, and miss records.
@@ -31,14 +31,22 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
-from storage import membership
-from storage import schema as cols
-from storage.commit import CommitRequest, commit_tables
+from storage.core.commit import CommitRequest, commit_tables
 from storage.errors import InvalidInput, StaleGeneration, UnknownPartition
-from storage.groups import GROUPS_TABLE, CommitRanges, GroupAction, group_action, group_state, ranges_request, validate_group_id
-from storage.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
-from storage.log import LogTable
-from storage.ranges import Range, RangeState, pending, to_ranges
+from storage.groups import membership
+from storage.groups.offsets import (
+    GROUPS_TABLE,
+    CommitRanges,
+    GroupAction,
+    group_action,
+    group_state,
+    ranges_request,
+    validate_group_id,
+)
+from storage.groups.ranges import Range, RangeState, pending, to_ranges
+from storage.log import schema as cols
+from storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
+from storage.log.table import LogTable
 
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
@@ -260,7 +268,7 @@ class Consumer:
         self, offsets: Mapping[tuple[str, int], list[int]] | None = None
     ) -> tuple[CommitRanges, Callable[[], None]]:
         """A range commit of what was fetched (or of ``offsets``), to run inside a multi-table
-        commit (``storage.commit.commit_tables``) with the output it produced: exactly once.
+        commit (``storage.core.commit.commit_tables``) with the output it produced: exactly once.
 
         Returns:
             The request, and a callback to call once that commit succeeded.
@@ -302,7 +310,7 @@ class Consumer:
             StaleGeneration: a rebalance happened; nothing was committed (the ``also`` parts
                 neither). The next ``poll`` syncs, and what was fetched is fetched again by
                 whoever owns it now.
-            InvalidRange, RangeLimitExceeded: see ``storage.groups.commit_ranges``.
+            InvalidRange, RangeLimitExceeded: see ``storage.groups.offsets.commit_ranges``.
         """
         request, done = self.commit_request(offsets)
         try:

@@ -11,7 +11,7 @@ ranges above it, range-encoded like Kafka's share-group state (KIP-932):
 
 An offset is *done* when it is ``<= stable`` or inside a range. Committing a range that
 closes the gap above ``stable`` advances it and drops the ranges it swallowed. Nothing here
-touches a catalog; ``storage.groups`` stores these states durably.
+touches a catalog; ``storage.groups.offsets`` stores these states durably.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ Range = tuple[int, int]
 
 
 class RangeError(ValueError):
-    """A refused range (``storage.groups`` turns it into :class:`storage.errors.InvalidRange`)."""
+    """A refused range (``storage.groups.offsets`` turns it into :class:`storage.errors.InvalidRange`)."""
 
 
 @dataclass(frozen=True)

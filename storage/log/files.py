@@ -28,10 +28,9 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import Table, TableProperties, WriteTask
 
-from storage import schema as cols
 from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, UnknownPartition
-from storage.keys import HASH_SPACE
-
+from storage.log import schema as cols
+from storage.log.keys import HASH_SPACE, key_hashes
 
 MAX_ROWS_PER_FILE = 10_000_000
 GROUPS = 32  # row groups of a clustered file: a quarter of the hash space opens ~9 of 32
@@ -40,7 +39,6 @@ MIN_GROUP_ROWS = 1_024  # smaller row groups cost more in footers than they save
 
 def with_key_hash(rows: pa.Table, key_column: str | None) -> pa.Table:
     """``rows`` with ``log_key_hash`` computed from ``key_column`` (unchanged without one)."""
-    from storage.keys import key_hashes
 
     if key_column is None:
         return rows
@@ -60,7 +58,7 @@ def clustered(rows: pa.Table) -> tuple[pa.Table, int | None]:
 
 
 def _hash_order(rows: pa.Table) -> pa.Array | np.ndarray:
-    """Row order by (hash, offset). Hashes are 16-bit (``storage.keys``): for rows in offset
+    """Row order by (hash, offset). Hashes are 16-bit (``storage.log.keys``): for rows in offset
     order without null hashes, numpy's stable sort of uint16 (a radix sort: 18 ms for a million
     rows where Arrow's two-key sort takes 120 ms) gives that order; otherwise sort on both columns."""
     hashes, offsets = rows.column(cols.KEY_HASH), rows.column(cols.OFFSET)

@@ -17,7 +17,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.utils.config import Config
 
-from storage import faults
+from storage.core import faults
 from storage.errors import CatalogUnavailable, InvalidInput
 
 EMBEDDED_NAME = "icelog"

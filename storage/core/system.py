@@ -12,8 +12,8 @@ from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, NestedField
 
-from storage.catalog import ensure_namespace
-from storage.commit import HEAD, VERSION
+from storage.core.catalog import ensure_namespace
+from storage.core.commit import HEAD, VERSION
 
 NAMESPACE = "icelog_system"
 PROPERTIES = {

@@ -27,9 +27,9 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.commit import Decision, Request, commit
+from storage.core.commit import Decision, Request, commit
+from storage.core.system import ensure_system_table
 from storage.errors import AuthorizationFailed, InvalidInput
-from storage.system import ensure_system_table
 
 ACLS_TABLE = "icelog_system.acls"
 ACLS = "icelog.acls"

@@ -1,6 +1,6 @@
 """Consumer-group membership and assignment: pure functions on one group's state.
 
-A group's membership (kept by ``storage.groups`` in the catalog) is::
+A group's membership (kept by ``storage.groups.offsets`` in the catalog) is::
 
     {"generation": 3,
      "members": {"<member>": {"heartbeat_ms": ..., "session_ms": ..., "generation": 3,
@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from storage.keys import HASH_SPACE
+from storage.log.keys import HASH_SPACE
 
 Range = tuple[int, int]
 

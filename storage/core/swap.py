@@ -10,7 +10,7 @@ SQLite never has to upgrade a read lock ("database is locked").
 
 Reads use the same table: :func:`load_tables` resolves several tables' pointers in one
 query, a consistent cut across tables. Metadata files are never deleted by a commit (see
-``storage.commit``), so a pointer read here stays loadable.
+``storage.core.commit``), so a pointer read here stays loadable.
 
 This module relies on private pyiceberg names; ``tests/storage/test_pyiceberg_contract.py``
 pins each one, so an upgrade fails loudly.
@@ -30,7 +30,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from storage import faults
+from storage.core import faults
 from storage.errors import AtomicCommitUnsupported
 
 

@@ -5,7 +5,7 @@ and they change in the same catalog commit as the data they describe. Each commi
 names its state type (:class:`LogState` for log tables, :class:`SystemState` for system
 tables); the commit core decodes the base with it and writes ``to_properties()`` back.
 The core's own bookkeeping (``icelog.version``, ``icelog.head``, ``icelog.commits``) is
-written by ``storage.commit`` for every table.
+written by ``storage.core.commit`` for every table.
 
 A log table's state (``icelog.format`` 2):
 
@@ -156,7 +156,7 @@ def _mark(start: int, end: int) -> str:
 
 
 class Producers(Mapping[str, dict]):
-    """Idempotent-producer entries by producer id, as ``storage.producers`` reads and writes them.
+    """Idempotent-producer entries by producer id, as ``storage.producers.idempotent`` reads and writes them.
 
     Immutable. Entries are parsed when read (a fresh dict each time); :meth:`with_entry` and
     :meth:`live` return a new value whose :meth:`encode` re-parses nothing it did not touch:

@@ -14,9 +14,9 @@ Consumer groups keep two more properties in the same table, apart from the stabl
 
 * ``icelog.group-ranges``: individually committed (IC) ranges above each stable offset,
   ``{"<group>": {"<table>": {"<partition>": [[first, last], ...]}}}``, at most
-  ``icelog.groups.max-ranges`` (default 1,000) per partition (``storage.ranges``);
+  ``icelog.groups.max-ranges`` (default 1,000) per partition (``storage.groups.ranges``);
 * ``icelog.group-members``: members, generation, assignment and draining hash ranges per
-  group (``storage.membership``).
+  group (``storage.groups.membership``).
 
 The seed's *stable offset* (the last offset done, inclusive) is ``committed - 1``.
 """
@@ -34,11 +34,27 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.commit import Decision, Request, commit
-from storage import membership
-from storage.errors import IcelogError, InvalidInput, InvalidOffset, InvalidRange, RangeLimitExceeded, StaleGeneration
-from storage.ranges import RangeError, RangeState, check_range, commit_range, normalize, resume_at
-from storage.system import ensure_system_table
+from storage.core.commit import Decision, Request, commit
+from storage.core.system import ensure_system_table
+from storage.errors import (
+    IcelogError,
+    InvalidInput,
+    InvalidOffset,
+    InvalidRange,
+    RangeLimitExceeded,
+    StaleGeneration,
+)
+from storage.groups import membership
+from storage.groups.ranges import (
+    RangeError,
+    RangeState,
+    check_range,
+    commit_range,
+    normalize,
+    resume_at,
+)
+from storage.log.schema import qualified
+from storage.log.table import LogTable
 
 GROUPS_TABLE = "icelog_system.group_offsets"
 OFFSETS = "icelog.group-offsets"
@@ -145,7 +161,6 @@ def log_ends(catalog: Catalog, offsets: Mapping[tuple[str, int], int]) -> dict[t
 
 def commit_request(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int], int]) -> CommitGroupOffsets:
     """A validated group-offset commit, ready to run alone or inside a transaction."""
-    from storage.schema import qualified
 
     offsets = {(qualified(t), p): o for (t, p), o in offsets.items()} if offsets else {}
     validate_offsets(group, offsets)
@@ -160,7 +175,6 @@ def commit_offsets(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int
 
 def committed_offsets(catalog: Catalog, group: str, table: str) -> dict[int, int]:
     """A group's committed next-offset-to-read per partition of ``table`` (empty: none)."""
-    from storage.schema import qualified
 
     try:
         metadata = catalog.load_table(GROUPS_TABLE).metadata
@@ -266,7 +280,6 @@ def validate_ranges(group: str, ranges: Mapping[tuple[str, int], list[tuple[int,
 
 def log_bounds(catalog: Catalog, keys: Any) -> dict[tuple[str, int], tuple[int, int]]:
     """``(log_start, log_end)`` of each source partition now."""
-    from storage.log import LogTable
 
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     for source in sorted({t for t, _ in keys}):
@@ -288,7 +301,6 @@ def ranges_request(
     generation: int | None = None,
 ) -> CommitRanges:
     """A validated range commit, ready to run alone or in a multi-table commit (``commit_tables``)."""
-    from storage.schema import qualified
 
     ranges = {(qualified(t), p): [tuple(r) for r in rs] for (t, p), rs in ranges.items()} if ranges else {}
     validate_ranges(group, ranges)  # type: ignore[arg-type]
@@ -370,7 +382,6 @@ def describe_group(catalog: Catalog, group: str, now_ms: int | None = None) -> d
     """Per table and partition: stable offset (last done, inclusive), Kafka committed offset
     (next to read), IC ranges, log bounds, lag; plus members, generation, assignment and
     draining ranges."""
-    from storage.log import LogTable
 
     now = now_ms if now_ms is not None else _now_ms()
     state = group_state(catalog)
@@ -446,8 +457,6 @@ def reset_group(catalog: Catalog, group: str, table: str, to: str, partitions: l
         StaleGeneration: the group has live members.
         InvalidOffset: an offset outside ``[log_start, log_end]``.
     """
-    from storage.log import LogTable
-    from storage.schema import qualified
 
     source = qualified(table)
     marks = LogTable.open(catalog, source).watermarks()

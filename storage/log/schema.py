@@ -26,8 +26,8 @@ from pyiceberg.types import (
     LongType,
     NestedField,
     StringType,
-    TimestamptzType,
     TimestampType,
+    TimestamptzType,
 )
 
 from storage.errors import InvalidIdentifier, InvalidInput, SchemaMismatch
@@ -38,8 +38,8 @@ TIMESTAMP = "log_timestamp"
 PRODUCER_ID = "producer_id"
 PRODUCER_EPOCH = "producer_epoch"
 PRODUCER_SEQ = "producer_seq"
-# The key hash of the table's key column (storage.keys.key_hash), filled by every writer; files
-# of many rows are written clustered by it so key-range reads skip row groups (storage.files).
+# The key hash of the table's key column (storage.log.keys.key_hash), filled by every writer; files
+# of many rows are written clustered by it so key-range reads skip row groups (storage.log.files).
 KEY_HASH = "log_key_hash"
 SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
 KEY_COLUMN_PROPERTY = "icelog.key-column"  # the payload column whose hash is log_key_hash

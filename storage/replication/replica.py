@@ -10,7 +10,7 @@ not consecutive is refused up front (:class:`CorruptBatch`). It also carries the
 log start (retention), partition count, producer state and lineage, so idempotent producers
 and retention behave the same on the copy.
 
-Writing with offsets needs the ``replicator-write`` permission (``storage.acls``):
+Writing with offsets needs the ``replicator-write`` permission (``storage.replication.acls``):
 :func:`write_with_offsets` checks it before committing.
 """
 
@@ -26,11 +26,20 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage import schema as cols
-from storage.commit import Decision, Request, commit
-from storage.errors import CorruptBatch, InvalidInput, InvalidProduceOffset, PlanOutdated, UnknownPartition
-from storage.files import file_offset_range, file_partition
-from storage.state import LogState
+from storage.core.commit import Decision, Request, commit
+from storage.core.state import LogState
+from storage.errors import (
+    CorruptBatch,
+    InvalidInput,
+    InvalidProduceOffset,
+    PlanOutdated,
+    UnknownPartition,
+)
+from storage.log import schema as cols
+from storage.log.files import file_offset_range, file_partition, write_log_files
+from storage.log.maintenance import files_by_partition
+from storage.log.table import LogTable
+from storage.replication.acls import REPLICATOR_WRITE, authorize
 
 SOURCE_SNAPSHOT = "icelog.source-snapshot-id"
 
@@ -136,6 +145,9 @@ class OffsetWriteRequest(Request):
     commit_id: str = ""
     expect_properties: Mapping[str, str | None] = field(default_factory=dict)  # None: not set
 
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        return write_log_files(table, rows)
+
     def decide(self, state: LogState, table: Table) -> Decision:
         for key, value in self.expect_properties.items():
             if table.metadata.properties.get(key) != value:
@@ -174,7 +186,6 @@ class OffsetWriteRequest(Request):
         starts = {p: s for p, s in self.log_starts.items() if s > state.watermarks[p].start}
         if not starts:
             return state, ()
-        from storage.maintenance import files_by_partition
 
         state = state.with_ends({p: s for p, s in starts.items() if s > state.end(p)}).with_starts(starts)
         drop = tuple(
@@ -233,8 +244,6 @@ def write_with_offsets(
         CorruptBatch: a batch's offsets are not consecutive.
         UnknownPartition, SchemaMismatch: bad input. Nothing is written on any error.
     """
-    from storage.acls import REPLICATOR_WRITE, authorize
-    from storage.log import LogTable
 
     log_table = LogTable.open(catalog, identifier)
     authorize(catalog, principal, REPLICATOR_WRITE, log_table.identifier)

@@ -28,10 +28,19 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage import schema as cols
-from storage.commit import READ_ONLY, Decision, Request, commit, icelog_head, is_system_table
+from storage.core.commit import (
+    READ_ONLY,
+    Decision,
+    Request,
+    commit,
+    icelog_head,
+    is_system_table,
+)
+from storage.core.state import LogState
 from storage.errors import InvalidInput, TerminalError
-from storage.state import LogState
+from storage.log import schema as cols
+from storage.log.keys import key_hashes
+from storage.log.table import LogTable
 
 Mode = Literal["auto", "adopt", "rollback"]
 
@@ -116,7 +125,6 @@ def _row_keys(table: Table, files: Iterable[DataFile]) -> Counter:
 
 
 def _wrong_hashes(rows: Any, key: str) -> bool:
-    from storage.keys import key_hashes
 
     given = rows.column(cols.KEY_HASH)
     known = pc.is_valid(given).to_numpy(zero_copy_only=False)  # a missing hash is only never skipped
@@ -181,7 +189,6 @@ def repair(catalog: Catalog, identifier: str, mode: Mode = "auto") -> dict[str, 
     Raises:
         RepairImpossible: icelog's last snapshot is gone, or ``adopt`` was impossible.
     """
-    from storage.log import LogTable
 
     if mode not in ("auto", "adopt", "rollback"):
         raise InvalidInput(reason=f"repair mode is auto, adopt or rollback, not {mode!r}")

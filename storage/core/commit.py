@@ -11,7 +11,7 @@ one-table case.
    are retained.
 2. Refuse to build on a foreign commit: ``icelog.head`` names the snapshot icelog's last
    commit left current; a different current snapshot was made by another writer
-   (:class:`ForeignCommit`, repaired by ``storage.repair``). Refuse, as well, what a request
+   (:class:`ForeignCommit`, repaired by ``storage.log.repair``). Refuse, as well, what a request
    may not write: a read-only mirror target (:class:`ReadOnlyTable`; only the mirror's own
    writes and its promotion may), and a system table ``icelog_system.*`` (only icelog's own
    state requests may: a forged journal record or producer-id lease would be believed).
@@ -19,7 +19,7 @@ one-table case.
    Each request names its state type (log table or system table).
 4. Write data files (reused across attempts while the decision's offsets stay the same).
 5. Swap every table's metadata pointer from the exact base the decision read, all or nothing
-   (``storage.swap``). pyiceberg's own commit retry, which rebases an append onto a
+   (``storage.core.swap``). pyiceberg's own commit retry, which rebases an append onto a
    different base, is never involved.
 6. On a lost race, reload and decide again. On an unknown outcome, reload and look for the
    commit id before deciding again.
@@ -32,7 +32,7 @@ one-table case.
 
 A commit never deletes the metadata file it replaced: a reader may hold that pointer.
 Every commit sweeps metadata files superseded more than ``icelog.metadata.delete-grace-ms``
-ago (default 60 s; ``storage.metadata_files``), so files still inside the grace at one
+ago (default 60 s; ``storage.core.metadata_files``), so files still inside the grace at one
 commit go at a later one. The table properties the core reads (``storage.properties``) are
 read before anything is written: a malformed one refuses the commit, and nothing after the
 swap may fail a commit that landed.
@@ -47,10 +47,13 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
-import structlog
 from pydantic import Field
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+)
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import CommitTableResponse, Table
@@ -67,8 +70,10 @@ from pyiceberg.table.update import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from storage import faults, metadata_files
 from storage import properties as props
+from storage.core import faults, metadata_files
+from storage.core.state import LogState, TableState
+from storage.core.swap import TableSwap, check_atomic, load_tables, swap
 from storage.errors import (
     CatalogUnavailable,
     CommitConflict,
@@ -81,10 +86,9 @@ from storage.errors import (
     StorageUnavailable,
     UnknownTable,
 )
-from storage.state import LogState, TableState
-from storage.swap import TableSwap, check_atomic, load_tables, swap
+from storage.logs import get_logger
 
-log = structlog.get_logger("icelog.commit")
+log = get_logger("commit")
 
 VERSION = "icelog.version"
 HEAD = "icelog.head"
@@ -163,6 +167,8 @@ class CommitRequest(Protocol):
 
     def from_receipt(self, receipt: Any) -> Any: ...
 
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]: ...
+
 
 class Request:
     """Defaults for commit requests: a log table's state, and no receipt worth keeping.
@@ -185,6 +191,10 @@ class Request:
 
     def from_receipt(self, receipt: Any) -> Any:
         return receipt
+
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        """Write a decision's ``rows`` as data files: the core knows tables, the request knows its format."""
+        raise NotImplementedError(f"{type(self).__name__} decided rows but has no file writer")
 
 
 @dataclass
@@ -414,13 +424,10 @@ def commit_tables(
         ForeignCommit: a table's current snapshot was not made by icelog.
         TerminalError, AbortableError: whatever a request's ``decide`` raises.
     """
-    from storage.files import write_log_files
-
     identifiers = [ident for ident, _ in parts]
     if len(set(identifiers)) != len(identifiers):
         raise InvalidInput(reason=f"each table at most once per commit: {identifiers}")
     check_atomic(catalog, len(identifiers))
-    write_rows = write_rows or write_log_files
     resent = commit_id is not None  # a caller's id may have been sent before; ours is new
     commit_id = commit_id or new_commit_id()
     bound = log.bind(tables=identifiers, commit_id=commit_id)
@@ -483,7 +490,7 @@ def commit_tables(
                 if not any(p[4].write for p in plans):
                     return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
 
-                for ident, _, table, _, decision in plans:
+                for ident, req, table, _, decision in plans:
                     if not decision.write:
                         continue
                     key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
@@ -491,7 +498,7 @@ def commit_tables(
                         if ident in written:
                             # The commit id is not in the table, so the last attempt's files never landed.
                             _discard(table, written[ident][1])
-                        written[ident] = (key, write_rows(table, decision.rows) if decision.rows else [])
+                        written[ident] = (key, (write_rows or req.write_rows)(table, decision.rows) if decision.rows else [])
                 faults.checkpoint(faults.AFTER_DATA_FILES)
 
                 staged = [
@@ -617,7 +624,7 @@ def _backoff(attempt: int) -> None:
 
 
 def _delete_superseded_metadata(io: FileIO, response: CommitTableResponse, grace_ms: int) -> None:
-    """After a commit landed: sweep superseded metadata files (``storage.metadata_files``).
+    """After a commit landed: sweep superseded metadata files (``storage.core.metadata_files``).
 
     Nothing here may fail the commit: its caller must hear that it landed.
     """
@@ -632,7 +639,7 @@ def _discard(table: Table, files: list[DataFile]) -> None:
         try:
             table.io.delete(data_file.file_path)
         except OSError:
-            pass  # orphan cleanup (storage.maintenance) gets it later
+            pass  # orphan cleanup (storage.log.maintenance) gets it later
 
 
 def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:

@@ -48,18 +48,29 @@ from typing import Any, Callable, Mapping, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import structlog
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage import schema as cols
-from storage.acls import REPLICATOR_WRITE, authorize
-from storage.catalog import ensure_namespace
-from storage.commit import COMMITS, FORGOTTEN, HEAD, READ_ONLY, VERSION, Decision, Request, commit, commit_tables, load, refuse_system_table
-from storage.commit import _discard as discard_files
+from storage.core.catalog import ensure_namespace
+from storage.core.commit import (
+    COMMITS,
+    FORGOTTEN,
+    HEAD,
+    READ_ONLY,
+    VERSION,
+    Decision,
+    Request,
+    commit,
+    commit_tables,
+    load,
+    refuse_system_table,
+)
+from storage.core.commit import _discard as discard_files
+from storage.core.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
+from storage.core.system import ensure_system_table
 from storage.errors import (
     CatalogUnavailable,
     CommitOutcomeUnknown,
@@ -72,14 +83,21 @@ from storage.errors import (
     NotALogTable,
     PlanOutdated,
 )
-from storage.files import data_files_from_parquet, file_offset_range, file_partition
-from storage.groups import GROUPS_TABLE, GroupOffsetsState
-from storage.producers import producer_id_floor, reserve_producer_ids_below
-from storage.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
-from storage.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
-from storage.system import ensure_system_table
+from storage.groups.offsets import GROUPS_TABLE, GroupOffsetsState
+from storage.log import schema as cols
+from storage.log.files import (
+    data_files_from_parquet,
+    file_offset_range,
+    file_partition,
+    local_path,
+)
+from storage.log.maintenance import _read_file, live_files
+from storage.logs import get_logger
+from storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
+from storage.replication.acls import REPLICATOR_WRITE, authorize
+from storage.replication.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
 
-log = structlog.get_logger("icelog.mirror")
+log = get_logger("mirror")
 
 MIRROR = "icelog.mirror"  # JSON: {"catalog", "table", "uuid", "snapshot", "version"}
 PROMOTED = "icelog.mirror.promoted"
@@ -311,7 +329,6 @@ def _copy_delta(
         return {}, {}
     candidates = _added_since(source, since) if since is not None else None
     if candidates is None:
-        from storage.maintenance import live_files
 
         result.incremental = False
         candidates = live_files(source)
@@ -362,7 +379,6 @@ def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
     ``copy_file_range`` (``shutil.copyfile``), others through pyarrow's filesystems."""
     from pyarrow import fs as pafs
 
-    from storage.files import local_path
 
     def one(pair: tuple[str, str]) -> None:
         src, dst = pair
@@ -382,7 +398,6 @@ def _is_local(uri: str) -> bool:
 
 
 def _read(table: Table, data_file: DataFile) -> pa.Table:
-    from storage.maintenance import _read_file
 
     return _read_file(table, data_file)
 

@@ -1,6 +1,6 @@
 """Maintenance: partition growth, retention, snapshot expiry, compaction and orphan cleanup.
 
-Each state change is a :class:`storage.commit.Decision` run through the commit core, so it
+Each state change is a :class:`storage.core.commit.Decision` run through the commit core, so it
 is decided on the exact base it replaces, like every append.
 """
 
@@ -20,13 +20,26 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
-from storage import metadata_files, properties
-from storage import schema as cols
-from storage.commit import READ_ONLY, Decision, Request, commit, load, refuse_read_only
+from storage import properties
+from storage.core import metadata_files
+from storage.core.commit import (
+    READ_ONLY,
+    Decision,
+    Request,
+    commit,
+    load,
+    refuse_read_only,
+)
+from storage.core.staging import pending_files
+from storage.core.state import LogState
 from storage.errors import InvalidInput
-from storage.files import file_offset_range, file_partition, local_path, write_log_files
-from storage.state import LogState
-from storage.transactions import pending_files
+from storage.log import schema as cols
+from storage.log.files import (
+    file_offset_range,
+    file_partition,
+    local_path,
+    write_log_files,
+)
 
 RETENTION_MS = "icelog.retention.ms"
 RETENTION_BYTES = "icelog.retention.bytes"
@@ -116,7 +129,7 @@ class Compaction(Request):
     The runs are fixed at the first decision: on a lost race, each run whose source files are
     all still live is committed again with the merged files already written; files appended
     meanwhile wait for the next compaction, so a retry costs a reload and a stage, not a
-    rewrite. Exclusive (``storage.commit`` step 7): under appends landing faster than its
+    rewrite. Exclusive (``storage.core.commit`` step 7): under appends landing faster than its
     commit stages, it takes the table's lease rather than lose every race.
     """
 

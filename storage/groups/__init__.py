@@ -1,0 +1,5 @@
+"""Consumer groups: committed offsets with individually committed ranges, membership,
+key-hash-range assignment and the Kafka-shaped consumer (I10).
+
+May import: ``storage.log``, ``storage.core``, ``storage.errors``, ``storage.properties``.
+"""

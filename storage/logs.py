@@ -1,0 +1,41 @@
+"""icelog's loggers: stdlib loggers under ``icelog``, their events rendered by structlog.
+
+A library leaves logging to the application: nothing is configured on import. Unconfigured,
+Python shows warnings and up on stderr; Airflow's task runner shows INFO and up in the task
+log. icelog's own entry points (the CLI, the demo) call :func:`configure`, which applies
+``ICELOG_LOG_LEVEL`` (``debug`` logs every commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import structlog
+
+ROOT = "icelog"
+_RENDER = [
+    structlog.stdlib.filter_by_level,  # first: a disabled level costs no rendering on the hot path
+    structlog.processors.format_exc_info,
+    structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0),
+]
+
+
+def get_logger(name: str) -> Any:
+    """A structlog bound logger over the stdlib logger ``icelog.<name>``."""
+    return structlog.wrap_logger(logging.getLogger(f"{ROOT}.{name}"), processors=_RENDER, wrapper_class=structlog.stdlib.BoundLogger)
+
+
+def configure(level: str | None = None) -> None:
+    """Entry points only: icelog's events at ``level`` (default ``ICELOG_LOG_LEVEL``, else WARNING) on stderr."""
+    name = (level or os.environ.get("ICELOG_LOG_LEVEL") or "WARNING").strip().upper()
+    logger = logging.getLogger(ROOT)
+    logger.setLevel(logging.getLevelName(name) if isinstance(logging.getLevelName(name), int) else logging.WARNING)
+    if not any(getattr(h, "icelog", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.icelog = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False  # shown once, by this handler
