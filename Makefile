@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo test test-slow bench lock clean airflow chaos
+.PHONY: setup demo test test-slow bench lock clean airflow chaos lint format
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_install.py infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
@@ -25,6 +25,15 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow"
+
+# ruff, configured in pyproject.toml as pyiceberg configures it; CI runs `make lint`.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # The long versions of the slowest scenarios (minutes each on 2 cores).
 test-slow: setup
