@@ -474,38 +474,15 @@ def commit_tables(
                 attempt -= 1
                 continue
             deciding = True
-            settings: dict[str, props.CommitSettings] = {}
             try:
-                plans = []
-                for ident, request in parts:
-                    table = tables[ident]
-                    if not getattr(request, "allow_foreign", False):
-                        check_head(ident, table.metadata)
-                    check_writable(ident, table.metadata, request)
-                    state = request.state_type.from_metadata(table.metadata)
-                    settings[ident] = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
-                    # A decision may write files itself (compaction's merged files): inside the try.
-                    plans.append((ident, request, table, state, request.decide(state, table)))
+                plans = _decide(parts, tables)
                 deciding = False
-                if not any(p[4].write for p in plans):
-                    return [CommitOutcome(d.result, s.snapshot_id, attempt, True) for _, _, _, s, d in plans]
-
-                for ident, req, table, _, decision in plans:
-                    if not decision.write:
-                        continue
-                    key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
-                    if ident not in written or written[ident][0] != key:
-                        if ident in written:
-                            # The commit id is not in the table, so the last attempt's files never landed.
-                            _discard(table, written[ident][1])
-                        written[ident] = (key, (write_rows or req.write_rows)(table, decision.rows) if decision.rows else [])
+                if not any(plan.decision.write for plan in plans):
+                    return [CommitOutcome(plan.decision.result, plan.state.snapshot_id, attempt, True) for plan in plans]
+                _write_files(plans, written, write_rows)
                 faults.checkpoint(faults.AFTER_DATA_FILES)
-
-                staged = [
-                    (ident, table, decision, _stage(table, state, decision, written[ident][1], commit_id, request, settings[ident]))
-                    for ident, request, table, state, decision in plans
-                    if decision.write
-                ]
+                staged = [plan for plan in plans if plan.decision.write]
+                swaps = [_stage(p.table, p.state, p.decision, written[p.ident][1], commit_id, p.request, p.settings) for p in staged]
             except OSError as e:
                 if deciding and isinstance(e, FileNotFoundError):
                     raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
@@ -515,7 +492,7 @@ def commit_tables(
                     _discard(tables[ident], files)
                 raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
             try:
-                responses = swap(catalog, _one_instant([s[3] for s in staged]))
+                responses = swap(catalog, _one_instant(swaps))
             except CommitFailedException as e:
                 bound.debug("commit lost the race", attempt=attempt, reason=str(e))
                 unknown = None
@@ -527,16 +504,7 @@ def commit_tables(
             else:
                 swapped = True  # (it ended any lease of ours)
                 faults.checkpoint(faults.AFTER_CATALOG_SWAP)
-                snapshots: dict[str, int | None] = {}
-                for (ident, table, decision, _), response in zip(staged, responses):
-                    _delete_superseded_metadata(table.io, response, settings[ident].metadata_grace_ms)
-                    snapshots[ident] = response.metadata.current_snapshot_id
-                    _attach_snapshot(decision.result, snapshots[ident])
-                bound.debug("committed", attempt=attempt, snapshots=snapshots)
-                return [
-                    CommitOutcome(d.result, snapshots.get(ident, s.snapshot_id), attempt, not d.write)
-                    for ident, _, _, s, d in plans
-                ]
+                return _landed_now(plans, staged, responses, attempt, bound)
             if time.monotonic() - started > deadline_s:
                 break
             _backoff(attempt)
@@ -549,6 +517,64 @@ def commit_tables(
     finally:
         if exclusive and lost >= EXCLUSIVE_AFTER and not swapped:  # it may hold the lease (it gave up, or
             _release_lease(catalog, identifiers, commit_id, bound)  # found nothing to do): no need to wait out the TTL
+
+
+@dataclass
+class _Plan:
+    """One table's part of an attempt: the request, the base it read, and what it decided."""
+
+    ident: str
+    request: CommitRequest
+    table: Table
+    state: TableState
+    settings: props.CommitSettings
+    decision: Decision
+
+
+def _decide(parts: Sequence[tuple[str, CommitRequest]], tables: Mapping[str, Table]) -> list[_Plan]:
+    """Steps 2 and 3: refuse what may not be built on or written, then decide on the exact base."""
+    plans = []
+    for ident, request in parts:
+        table = tables[ident]
+        if not getattr(request, "allow_foreign", False):
+            check_head(ident, table.metadata)
+        check_writable(ident, table.metadata, request)
+        state = request.state_type.from_metadata(table.metadata)
+        settings = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
+        # A decision may write files itself (compaction's merged files): the caller handles OSError.
+        plans.append(_Plan(ident, request, table, state, settings, request.decide(state, table)))
+    return plans
+
+
+def _write_files(
+    plans: list[_Plan],
+    written: dict[str, tuple[str, list[DataFile]]],
+    write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None,
+) -> None:
+    """Step 4: write each decision's rows, reusing the last attempt's files while its offsets hold."""
+    for plan in plans:
+        decision = plan.decision
+        if not decision.write:
+            continue
+        key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
+        if plan.ident in written and written[plan.ident][0] == key:
+            continue
+        if plan.ident in written:
+            # The commit id is not in the table, so the last attempt's files never landed.
+            _discard(plan.table, written[plan.ident][1])
+        files = (write_rows or plan.request.write_rows)(plan.table, decision.rows) if decision.rows else []
+        written[plan.ident] = (key, files)
+
+
+def _landed_now(plans: list[_Plan], staged: list[_Plan], responses: Sequence[CommitTableResponse], attempt: int, bound: Any) -> list[CommitOutcome]:
+    """After the swap: sweep superseded metadata and give every result its snapshot."""
+    snapshots: dict[str, int | None] = {}
+    for plan, response in zip(staged, responses, strict=True):
+        _delete_superseded_metadata(plan.table.io, response, plan.settings.metadata_grace_ms)
+        snapshots[plan.ident] = response.metadata.current_snapshot_id
+        _attach_snapshot(plan.decision.result, snapshots[plan.ident])
+    bound.debug("committed", attempt=attempt, snapshots=snapshots)
+    return [CommitOutcome(p.decision.result, snapshots.get(p.ident, p.state.snapshot_id), attempt, not p.decision.write) for p in plans]
 
 
 def _lease(metadata: TableMetadata) -> tuple[str, float]:
