@@ -35,7 +35,15 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
-from storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, TerminalError
+from storage.errors import (
+    AuthorizationFailed,
+    ConflictError,
+    IcelogError,
+    InvalidInput,
+    MalformedInput,
+    SchemaMismatch,
+    TerminalError,
+)
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
 
@@ -832,8 +840,8 @@ def parse_as_of(text: str) -> int:
 @click.pass_obj
 def maintain(ctx: Context, table: str, retention_ms: int | None, retention_bytes: int | None, keep_snapshots: int, orphan_age_s: float) -> None:
     """Retention, compaction, snapshot expiry and orphan cleanup for TABLE."""
-    from storage.log.table import LogTable
     from storage.log.maintenance import maintain as run
+    from storage.log.table import LogTable
 
     name = LogTable.open(ctx.catalog, table).identifier
     with _progress(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
@@ -894,8 +902,8 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
 
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {_clip(txn_id)!r}")
-    from storage.producers.transactional import ensure_journal
     from storage.core.staging import JOURNAL
+    from storage.producers.transactional import ensure_journal
 
     ensure_journal(ctx.catalog)
     con = connect(ctx.catalog, only=JOURNAL)

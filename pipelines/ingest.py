@@ -37,6 +37,7 @@ from storage.log.files import clustered
 from storage.log.keys import SPARK_SQL_KEY_HASH
 from storage.log.table import LogTable
 from storage.logs import get_logger
+from storage.properties import KEY_COLUMN
 
 log = get_logger("ingest")
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}
@@ -137,7 +138,7 @@ def ingest(
         raise InvalidInput(reason=f"partitions {sorted(only_partitions)} are not all in 0..{partitions - 1}")
     wanted = set(range(partitions) if only_partitions is None else only_partitions)
     if partition_column is None:
-        key_column = key_column or iceberg.metadata.properties.get(cols.KEY_COLUMN_PROPERTY, cols.DEFAULT_KEY_COLUMN)
+        key_column = key_column or iceberg.metadata.properties.get(KEY_COLUMN, cols.DEFAULT_KEY_COLUMN)
     bound = log.bind(table=ident, run_key=run_key)
 
     listed = [ledger.SourceFile.stat(p) for p in source_files(source)]

@@ -84,9 +84,8 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
     if report:
         import json
 
-        from validations.report import build_report
-
         from pipelines.spark import spark_session
+        from validations.report import build_report
 
         page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier, full=full, spark=lambda: spark_session(app_name=f"icelog-validate-{table}"))
         summary["report"] = str(page)
@@ -99,8 +98,8 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
 
 def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
-    from storage.log.table import LogTable
     from storage.log.maintenance import maintain as run
+    from storage.log.table import LogTable
 
     cat = open_catalog(catalog)
     return run(cat, LogTable.open(cat, table).identifier)

@@ -1,4 +1,5 @@
-"""The ``icelog.*`` table properties the commit core reads: key, type, default and bounds, in one place.
+"""Every ``icelog.*`` table property: the knobs users set (key, type, default, bounds) and the
+keys icelog keeps its own state in, in one place.
 
 A malformed value is refused when icelog sets it (:func:`validate`, e.g. ``LogTable.create``)
 and again whenever a commit reads it (:func:`read`, before anything is written): a value set
@@ -22,7 +23,7 @@ class IntProperty:
     """An integer table property with inclusive bounds."""
 
     key: str
-    default: int
+    default: int | None  # None: unset means "no limit"
     minimum: int
     maximum: int = INT64_MAX
 
@@ -44,17 +45,57 @@ COMMIT_IDS_KEEP = IntProperty("icelog.commit-ids.keep", 1000, minimum=1)
 COMMIT_IDS_MIN_RETENTION_MS = IntProperty("icelog.commit-ids.min-retention-ms", 7 * 24 * 3600 * 1000, minimum=0)
 METADATA_DELETE_GRACE_MS = IntProperty("icelog.metadata.delete-grace-ms", 60_000, minimum=0)
 
-KNOWN = {p.key: p for p in (SNAPSHOTS_KEEP, COMMIT_IDS_KEEP, COMMIT_IDS_MIN_RETENTION_MS, METADATA_DELETE_GRACE_MS)}
+RETENTION_MS = IntProperty("icelog.retention.ms", None, minimum=1)
+RETENTION_BYTES = IntProperty("icelog.retention.bytes", None, minimum=1)
+PRODUCER_EXPIRY_MS = IntProperty("icelog.producer.expiry-ms", 7 * 24 * 3600 * 1000, minimum=1)
+TRANSACTION_TIMEOUT_MS = IntProperty("icelog.transaction.timeout-ms", 60_000, minimum=1)
+GROUP_MAX_RANGES = IntProperty("icelog.groups.max-ranges", 1000, minimum=1)
+
+KNOWN = {
+    p.key: p
+    for p in (
+        SNAPSHOTS_KEEP, COMMIT_IDS_KEEP, COMMIT_IDS_MIN_RETENTION_MS, METADATA_DELETE_GRACE_MS,
+        RETENTION_MS, RETENTION_BYTES, PRODUCER_EXPIRY_MS, TRANSACTION_TIMEOUT_MS, GROUP_MAX_RANGES,
+    )
+}
+
+# Knobs that are not integers.
+KEY_COLUMN = "icelog.key-column"  # the payload column whose hash is log_key_hash (default "key")
+CHECK_EXPECTED_OFFSETS = "icelog.check-expected-offsets"  # "true": every append must name its offsets
+
+# icelog's own state, written by its commits only (a hand-set value is a foreign change).
+FORMAT = "icelog.format"  # marks a log table
+VERSION = "icelog.version"  # bumped by every commit: the compare-and-swap's witness
+HEAD = "icelog.head"  # the snapshot icelog's last commit left current
+COMMITS = "icelog.commits"  # the commit-id registry
+COMMIT_ID = "icelog.commit-id"  # in a snapshot's summary
+RANGES = "icelog.ranges"  # in a snapshot's summary: the offsets it added
+FORGOTTEN = "icelog.commits.forgotten-ms"  # the newest commit time the registry dropped
+LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>"
+READ_ONLY = "icelog.read-only"  # a mirror target
+PARTITIONS = "icelog.partitions"
+WATERMARKS = "icelog.watermarks"
+PRODUCERS = "icelog.producers"  # idempotent producers' epochs and sequences
+NEXT_PRODUCER_ID = "icelog.next-producer-id"
+TRANSACTIONS = "icelog.transactions"  # the coordinator's state, on the journal
+TXN_ID = "icelog.txn-id"  # in a snapshot's summary
+GROUP_OFFSETS = "icelog.group-offsets"
+GROUP_RANGES = "icelog.group-ranges"
+GROUP_MEMBERS = "icelog.group-members"
+ACLS = "icelog.acls"
+MIRROR = "icelog.mirror"  # JSON: {"catalog", "table", "uuid", "snapshot", "version"}
+PROMOTED = "icelog.mirror.promoted"
+SOURCE_SNAPSHOT = "icelog.source-snapshot-id"  # in a mirrored snapshot's summary
 
 
-def read(properties: Mapping[str, str], prop: IntProperty, table: str | None = None) -> int:
+def read(properties: Mapping[str, str], prop: IntProperty, table: str | None = None) -> int | None:
     """``prop``'s value in a table's ``properties`` (its default when unset).
 
     Raises:
         InvalidProperty: the value is malformed or out of bounds.
     """
     raw = properties.get(prop.key)
-    return prop.default if raw is None else prop.parse(raw, table)
+    return prop.default if raw is None or raw == "" and prop.default is None else prop.parse(raw, table)
 
 
 @dataclass(frozen=True)
@@ -69,7 +110,7 @@ class CommitSettings:
     @classmethod
     def of(cls, properties: Mapping[str, str], table: str | None = None) -> CommitSettings:
         return cls(
-            snapshots_keep=read(properties, SNAPSHOTS_KEEP, table),
+            snapshots_keep=read(properties, SNAPSHOTS_KEEP, table),  # type: ignore[arg-type] - never None
             commit_ids_keep=read(properties, COMMIT_IDS_KEEP, table),
             commit_ids_min_retention_ms=read(properties, COMMIT_IDS_MIN_RETENTION_MS, table),
             metadata_grace_ms=read(properties, METADATA_DELETE_GRACE_MS, table),
@@ -83,5 +124,7 @@ def validate(properties: Mapping[str, str], table: str | None = None) -> None:
         InvalidProperty: the first malformed value.
     """
     for key, raw in properties.items():
-        if key in KNOWN:
+        if key in KNOWN and not (raw == "" and KNOWN[key].default is None):
             KNOWN[key].parse(raw, table)
+        elif key == CHECK_EXPECTED_OFFSETS and raw.strip().lower() not in ("true", "false"):
+            raise InvalidProperty(table=table, key=key, value=raw, reason="must be true or false")

@@ -21,8 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
-from storage.groups.consumer import Consumer
 from storage.errors import StaleGeneration
+from storage.groups.consumer import Consumer
 from storage.log.table import AppendRequest, LogTable
 from tests.catalogs import CatalogSpec
 

@@ -29,9 +29,9 @@ import sys
 import time
 
 from storage.core import faults
+from storage.core.state import LogState
 from storage.errors import IcelogError
 from storage.log.table import LogTable
-from storage.core.state import LogState
 from storage.producers.transactional import TransactionalProducer
 from tests.catalogs import CatalogSpec
 
@@ -124,8 +124,8 @@ def loop(catalog, args: dict) -> None:
 def reader(catalog, args: dict) -> None:
     import duckdb
 
-    from storage.log.scan import planned_paths
     from storage.core.swap import load_tables
+    from storage.log.scan import planned_paths
 
     names = [args["a"], args["b"]]
     con = duckdb.connect()

@@ -16,8 +16,8 @@ from validations.contiguity import check_contiguity
 from validations.groups import check_groups
 from validations.mirror import check_mirror_parity
 from validations.producers import check_producers
-from validations.transactions import check_transactions
 from validations.sql import resolve_snapshot
+from validations.transactions import check_transactions
 from validations.violations import CheckReport
 
 Check = Callable[[Table, "int | None"], CheckReport]

@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
+from storage.core.state import LogState
 from storage.log import schema as cols
 from storage.log.files import file_offset_range, file_partition, local_path
-from storage.core.state import LogState
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"

@@ -21,8 +21,8 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from storage.log import schema as cols
 from storage.core.commit import recent_commits
+from storage.log import schema as cols
 from storage.log.scan import planned_paths
 
 

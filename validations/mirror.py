@@ -19,9 +19,10 @@ from typing import Any
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.commit import VERSION, load
-from storage.replication.mirror import mirror_record
+from storage.core.commit import load
 from storage.core.state import LogState
+from storage.properties import VERSION
+from storage.replication.mirror import mirror_record
 from validations.sql import planned_paths
 from validations.violations import CheckReport, Violation
 

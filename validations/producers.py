@@ -7,9 +7,9 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.producers.idempotent import derive_state
-from storage.log.sequences import expiry_ms, live_producers
 from storage.core.state import LogState
+from storage.log.sequences import expiry_ms, live_producers
+from storage.producers.idempotent import derive_state
 from validations.sql import planned_paths
 from validations.violations import CheckReport, Violation
 

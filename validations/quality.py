@@ -34,19 +34,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from pyiceberg.table import Table
 
-from storage.log import schema as cols
 from storage.core.catalog import icelog_home
-from storage.core.commit import COMMIT_ID, RANGES
+from storage.core.state import LogState
 from storage.errors import InvalidInput
+from storage.log import schema as cols
 from storage.log.files import local_path
 from storage.log.scan import check_snapshot
-from storage.core.state import LogState
+from storage.properties import COMMIT_ID, RANGES
 
 SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")

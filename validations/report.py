@@ -23,16 +23,15 @@ import html
 import json
 import shutil
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from storage.core.state import LogState
 from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
 from storage.log.scan import planned_paths
-from storage.core.state import LogState
 from validations.checks import run_checks
 from validations.history import commit_log, freshness_ms, human_age, iso, rows_per_day
 

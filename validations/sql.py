@@ -21,13 +21,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from storage.log import scan
-from storage.errors import HistoryExpired, UnknownSnapshot
 from storage.core.commit import load
-from storage.ingest.ledger import LEDGER_TABLE
-from storage.log.table import LogTable, list_log_tables
 from storage.core.swap import load_tables
 from storage.core.system import NAMESPACE as SYSTEM_NAMESPACE
+from storage.errors import HistoryExpired, UnknownSnapshot
+from storage.ingest.ledger import LEDGER_TABLE
+from storage.log import scan
+from storage.log.table import LogTable, list_log_tables
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:

@@ -15,12 +15,13 @@ import duckdb
 from pyiceberg.table import Table
 
 from storage.core.commit import recent_commits
-from storage.errors import UnknownTable
-from storage.log.table import LogTable
-from storage.log.scan import planned_paths
-from storage.core.state import LogState
-from storage.producers.transactional import ABORTED, COMMITTED, TXN_ID
 from storage.core.staging import JOURNAL, JournalState
+from storage.core.state import LogState
+from storage.errors import UnknownTable
+from storage.log.scan import planned_paths
+from storage.log.table import LogTable
+from storage.producers.transactional import ABORTED, COMMITTED
+from storage.properties import TXN_ID
 from validations.violations import CheckReport, Violation
 
 CHECK = "transactions"

@@ -38,8 +38,8 @@ from storage.errors import (
     TransientError,
     UnknownTable,
 )
-from storage.log.table import LogTable
 from storage.log.schema import OFFSET
+from storage.log.table import LogTable
 
 
 class TooManyConflicts(ConflictError, TransientError):

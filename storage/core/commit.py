@@ -87,24 +87,17 @@ from storage.errors import (
     UnknownTable,
 )
 from storage.logs import get_logger
+from storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
 
 log = get_logger("commit")
 
-VERSION = "icelog.version"
-HEAD = "icelog.head"
-COMMITS = "icelog.commits"
-COMMIT_ID = "icelog.commit-id"
-RANGES = "icelog.ranges"
 KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
 METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
-FORGOTTEN = "icelog.commits.forgotten-ms"  # the newest commit time the registry dropped: see step 1
 COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-ids.keep): bounded metadata
 CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
-LEASE = "icelog.lease"  # "<commit id> <expiry, epoch ms>": see step 7
 LEASE_TTL_S = 10.0
 # Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
-READ_ONLY = "icelog.read-only"
 SYSTEM_NAMESPACE = "icelog_system"
 EXCLUSIVE_AFTER = 3
 _NOT_FOUND = object()

@@ -20,9 +20,9 @@ from pyiceberg.table.metadata import TableMetadata
 from storage.core.commit import load
 from storage.core.state import LogState
 from storage.errors import UnknownTable
+from storage.properties import TRANSACTIONS
 
 JOURNAL = "icelog_system.transactions"
-STATE = "icelog.transactions"
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ class JournalState(LogState):
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> JournalState:
         base = LogState.from_metadata(metadata)
-        return cls(base.watermarks, base.producers, base.snapshot_id, json.loads(metadata.properties.get(STATE, "{}")))
+        return cls(base.watermarks, base.producers, base.snapshot_id, json.loads(metadata.properties.get(TRANSACTIONS, "{}")))
 
     def to_properties(self) -> dict[str, str]:
-        return {**super().to_properties(), STATE: json.dumps(self.transactions, sort_keys=True, separators=(",", ":"))}
+        return {**super().to_properties(), TRANSACTIONS: json.dumps(self.transactions, sort_keys=True, separators=(",", ":"))}
 
 
 def staging_dir(table_location: str, txn_id: str) -> str:

@@ -40,11 +40,8 @@ from urllib.parse import quote, unquote
 from pyiceberg.table.metadata import TableMetadata
 
 from storage.errors import UnsupportedFormat
+from storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
 
-PARTITIONS = "icelog.partitions"
-WATERMARKS = "icelog.watermarks"
-PRODUCERS = "icelog.producers"
-FORMAT = "icelog.format"
 FORMAT_VERSION = "2"
 READABLE_FORMATS = ("1", "2")
 

@@ -13,7 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, NestedField
 
 from storage.core.catalog import ensure_namespace
-from storage.core.commit import HEAD, VERSION
+from storage.properties import HEAD, VERSION
 
 NAMESPACE = "icelog_system"
 PROPERTIES = {

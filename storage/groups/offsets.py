@@ -34,6 +34,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
+from storage import properties
 from storage.core.commit import Decision, Request, commit
 from storage.core.system import ensure_system_table
 from storage.errors import (
@@ -55,13 +56,9 @@ from storage.groups.ranges import (
 )
 from storage.log.schema import qualified
 from storage.log.table import LogTable
+from storage.properties import GROUP_MEMBERS, GROUP_OFFSETS, GROUP_RANGES
 
 GROUPS_TABLE = "icelog_system.group_offsets"
-OFFSETS = "icelog.group-offsets"
-RANGES = "icelog.group-ranges"
-MEMBERS = "icelog.group-members"
-MAX_RANGES = "icelog.groups.max-ranges"
-MAX_RANGES_DEFAULT = 1000
 
 
 @dataclass(frozen=True)
@@ -70,24 +67,24 @@ class GroupOffsetsState:
     snapshot_id: int | None = None
     ranges: Mapping[str, Mapping[str, Mapping[str, list[list[int]]]]] = field(default_factory=dict)
     members: Mapping[str, Any] = field(default_factory=dict)
-    max_ranges: int = MAX_RANGES_DEFAULT
+    max_ranges: int = properties.GROUP_MAX_RANGES.default  # type: ignore[assignment]
 
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> GroupOffsetsState:
         props = metadata.properties
         return cls(
-            json.loads(props.get(OFFSETS, "{}")),
+            json.loads(props.get(GROUP_OFFSETS, "{}")),
             metadata.current_snapshot_id,
-            json.loads(props.get(RANGES, "{}")),
-            json.loads(props.get(MEMBERS, "{}")),
-            int(props.get(MAX_RANGES, MAX_RANGES_DEFAULT)),
+            json.loads(props.get(GROUP_RANGES, "{}")),
+            json.loads(props.get(GROUP_MEMBERS, "{}")),
+            properties.read(props, properties.GROUP_MAX_RANGES, GROUPS_TABLE),
         )
 
     def to_properties(self) -> dict[str, str]:
         def dump(value: Any) -> str:
             return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
-        return {OFFSETS: dump(self.offsets), RANGES: dump(self.ranges), MEMBERS: dump(self.members)}
+        return {GROUP_OFFSETS: dump(self.offsets), GROUP_RANGES: dump(self.ranges), GROUP_MEMBERS: dump(self.members)}
 
     def range_state(self, group: str, table: str, partition: int, log_start: int) -> RangeState:
         """One partition's stable offset and IC ranges, resumed at ``log_start`` after retention."""

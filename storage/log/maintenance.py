@@ -22,14 +22,7 @@ from pyiceberg.types import TimestamptzType
 
 from storage import properties
 from storage.core import metadata_files
-from storage.core.commit import (
-    READ_ONLY,
-    Decision,
-    Request,
-    commit,
-    load,
-    refuse_read_only,
-)
+from storage.core.commit import Decision, Request, commit, load, refuse_read_only
 from storage.core.staging import pending_files
 from storage.core.state import LogState
 from storage.errors import InvalidInput
@@ -40,9 +33,8 @@ from storage.log.files import (
     local_path,
     write_log_files,
 )
+from storage.properties import READ_ONLY
 
-RETENTION_MS = "icelog.retention.ms"
-RETENTION_BYTES = "icelog.retention.bytes"
 MAX_PARTITIONS = 100_000
 COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone
 
@@ -306,9 +298,8 @@ def maintain(
     explicit = retention_ms is not None or retention_bytes is not None
     table = load(catalog, identifier)
     props = table.metadata.properties
-    retention_ms = retention_ms if retention_ms is not None else _opt_int(RETENTION_MS, props.get(RETENTION_MS))
-    retention_bytes = retention_bytes if retention_bytes is not None else _opt_int(RETENTION_BYTES, props.get(RETENTION_BYTES))
-    _check_positive(**{RETENTION_MS: retention_ms, RETENTION_BYTES: retention_bytes})  # the properties too
+    retention_ms = retention_ms if retention_ms is not None else properties.read(props, properties.RETENTION_MS, identifier)
+    retention_bytes = retention_bytes if retention_bytes is not None else properties.read(props, properties.RETENTION_BYTES, identifier)
     report: dict[str, Any] = {"table": identifier, "started": datetime.now(timezone.utc).isoformat()}
     if props.get(READ_ONLY):
         if explicit:
@@ -332,13 +323,6 @@ def remove_superseded_metadata(catalog: Catalog, identifier: str) -> list[str]:
     table = load(catalog, identifier)
     grace_ms = properties.read(table.metadata.properties, properties.METADATA_DELETE_GRACE_MS, identifier)
     return metadata_files.delete_superseded(table.io, table.metadata, table.metadata_location, grace_ms)
-
-
-def _opt_int(name: str, value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError as e:
-        raise InvalidInput(reason=f"table property {name} must be an integer, not {value!r}") from e
 
 
 def _check_positive(**values: int | None) -> None:

@@ -28,19 +28,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage.core.commit import (
-    READ_ONLY,
-    Decision,
-    Request,
-    commit,
-    icelog_head,
-    is_system_table,
-)
+from storage.core.commit import Decision, Request, commit, icelog_head, is_system_table
 from storage.core.state import LogState
 from storage.errors import InvalidInput, TerminalError
 from storage.log import schema as cols
 from storage.log.keys import key_hashes
 from storage.log.table import LogTable
+from storage.properties import READ_ONLY
 
 Mode = Literal["auto", "adopt", "rollback"]
 

@@ -31,6 +31,7 @@ from pyiceberg.types import (
 )
 
 from storage.errors import InvalidIdentifier, InvalidInput, SchemaMismatch
+from storage.properties import KEY_COLUMN
 
 PARTITION = "log_partition"
 OFFSET = "log_offset"
@@ -42,7 +43,6 @@ PRODUCER_SEQ = "producer_seq"
 # of many rows are written clustered by it so key-range reads skip row groups (storage.log.files).
 KEY_HASH = "log_key_hash"
 SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
-KEY_COLUMN_PROPERTY = "icelog.key-column"  # the payload column whose hash is log_key_hash
 DEFAULT_KEY_COLUMN = "key"
 
 DEFAULT_NAMESPACE = "logs"
@@ -150,7 +150,7 @@ def key_column(schema: Schema, properties: Mapping[str, str]) -> str | None:
 
 def declared_key_column(properties: Mapping[str, str]) -> str:
     """The table's key column as its properties name it (``icelog.key-column``, default ``key``)."""
-    return properties.get(KEY_COLUMN_PROPERTY, DEFAULT_KEY_COLUMN)
+    return properties.get(KEY_COLUMN, DEFAULT_KEY_COLUMN)
 
 
 def log_partition_spec(schema: Schema) -> PartitionSpec:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from storage import properties as properties_
 from storage.core.state import LogState, Producers
 from storage.errors import (
     DuplicateSequence,
@@ -23,8 +24,6 @@ from storage.errors import (
 )
 
 BATCHES_KEPT = 5
-EXPIRY_MS = "icelog.producer.expiry-ms"
-EXPIRY_MS_DEFAULT = 7 * 24 * 3600 * 1000
 MAX_INT32 = 2**31 - 1
 
 
@@ -56,7 +55,7 @@ class Admission:
 
 
 def expiry_ms(properties: Mapping[str, str]) -> int:
-    return int(properties.get(EXPIRY_MS, EXPIRY_MS_DEFAULT))
+    return properties_.read(properties, properties_.PRODUCER_EXPIRY_MS)  # type: ignore[return-value] - has a default
 
 
 def live_producers(producers: Mapping[str, Any], now_ms: int, expiry: int) -> Producers:
@@ -70,7 +69,7 @@ def admit(
     batch: ProducerBatch,
     ranges: Mapping[int, tuple[int, int]],
     now_ms: int | None = None,
-    expiry: int = EXPIRY_MS_DEFAULT,
+    expiry: int = properties_.PRODUCER_EXPIRY_MS.default,  # type: ignore[assignment]
 ) -> Admission:
     """Decide one producer batch against the base state (pure).
 

@@ -29,17 +29,8 @@ from pyiceberg.types import IntegerType, LongType, StringType
 
 from storage import properties as icelog_properties
 from storage.core.catalog import ensure_namespace
-from storage.core.commit import (
-    HEAD,
-    VERSION,
-    CommitOutcome,
-    Decision,
-    Request,
-    commit,
-    load,
-    refuse_system_table,
-)
-from storage.core.state import FORMAT, FORMAT_VERSION, LogState, Watermark
+from storage.core.commit import CommitOutcome, Decision, Request, commit, load, refuse_system_table
+from storage.core.state import FORMAT_VERSION, LogState, Watermark
 from storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
@@ -57,6 +48,7 @@ from storage.log.files import prewritten_files, write_log_files
 from storage.log.maintenance import PartitionGrowth
 from storage.log.scan import check_snapshot
 from storage.log.sequences import ProducerBatch
+from storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
 
 TABLE_DEFAULTS = {
     "format-version": "2",
@@ -90,7 +82,6 @@ class AppendResult:
         return asdict(self)
 
 
-CHECK_EXPECTED_OFFSETS = "icelog.check-expected-offsets"
 
 
 @dataclass
@@ -225,9 +216,9 @@ class LogTable:
         if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 100_000:
             raise InvalidInput(reason=f"partitions must be an integer in 1..100000, got {partitions!r}")
         fields = cols.payload_fields(payload)
-        key_column = (properties or {}).get(cols.KEY_COLUMN_PROPERTY, cols.DEFAULT_KEY_COLUMN)
-        if cols.KEY_COLUMN_PROPERTY in (properties or {}) and key_column not in {f[0] for f in fields}:
-            raise InvalidInput(reason=f"{cols.KEY_COLUMN_PROPERTY}={key_column!r} is not a payload column")
+        key_column = (properties or {}).get(icelog_properties.KEY_COLUMN, cols.DEFAULT_KEY_COLUMN)
+        if icelog_properties.KEY_COLUMN in (properties or {}) and key_column not in {f[0] for f in fields}:
+            raise InvalidInput(reason=f"{icelog_properties.KEY_COLUMN}={key_column!r} is not a payload column")
         # log_key_hash exists only when the payload has the key column it hashes, of a type
         # every engine turns into the same string.
         hashable = {name for name, t, _ in fields if isinstance(t, (StringType, IntegerType, LongType))}

@@ -39,9 +39,9 @@ from storage.log.sequences import (
     live_producers,
 )
 from storage.log.table import LogTable
+from storage.properties import NEXT_PRODUCER_ID
 
 SYSTEM_TABLE = "icelog_system.producer_ids"
-NEXT_ID = "icelog.next-producer-id"
 
 
 # --- producer ids -------------------------------------------------------------------------------
@@ -58,10 +58,10 @@ class LeaseProducerIds(Request):
     writes_system = True
 
     def decide(self, state: LogState, table: Table) -> Decision:
-        allocated = int(table.metadata.properties.get(NEXT_ID, "0"))
+        allocated = int(table.metadata.properties.get(NEXT_PRODUCER_ID, "0"))
         first = max(allocated, self.floor)
         nxt = first + self.count
-        return Decision(state=state, result=range(first, nxt), properties={NEXT_ID: str(nxt)}, write=nxt != allocated)
+        return Decision(state=state, result=range(first, nxt), properties={NEXT_PRODUCER_ID: str(nxt)}, write=nxt != allocated)
 
     def receipt(self, result: range) -> list[int]:
         return [result.start, result.stop]
@@ -75,7 +75,7 @@ def lease_producer_ids(catalog: Catalog, count: int = 1, floor: int = 0) -> rang
     """Lease ``count`` producer ids, unique in the catalog and never reused, none below ``floor``."""
     if not isinstance(count, int) or count < 1:
         raise InvalidInput(reason=f"lease at least one producer id, not {count!r}")
-    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_ID: "0"})
+    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_PRODUCER_ID: "0"})
     return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count, floor=floor)).result
 
 
@@ -94,7 +94,7 @@ def reserve_producer_ids_below(catalog: Catalog, floor: int) -> None:
     """
     if floor <= 0:
         return
-    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_ID: "0"})
+    ensure_system_table(catalog, SYSTEM_TABLE, {NEXT_PRODUCER_ID: "0"})
     commit(catalog, SYSTEM_TABLE, LeaseProducerIds(0, floor=floor))
 
 

@@ -50,6 +50,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from storage import properties as props
 from storage.core import faults
 from storage.core.catalog import database_clock
 from storage.core.commit import (
@@ -80,17 +81,10 @@ from storage.errors import (
 from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
 from storage.log import schema as cols
 from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
-from storage.log.table import (
-    CHECK_EXPECTED_OFFSETS,
-    AppendRequest,
-    LogTable,
-    with_system_columns,
-)
+from storage.log.table import AppendRequest, LogTable, with_system_columns
 from storage.producers.idempotent import lease_producer_ids
+from storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
 
-TIMEOUT_MS = "icelog.transaction.timeout-ms"
-TIMEOUT_MS_DEFAULT = 60_000
-TXN_ID = "icelog.txn-id"
 ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
 JOURNAL_PAYLOAD = [
     {"name": "txn_id", "type": "string"},
@@ -180,7 +174,7 @@ class JournalStep(Request):
         txns = json.loads(json.dumps(state.transactions))  # a deep copy to edit
         records: list[dict[str, Any]] = []
         aborted: list[dict[str, Any]] = []
-        default_timeout = int(table.metadata.properties.get(TIMEOUT_MS, TIMEOUT_MS_DEFAULT))
+        default_timeout = props.read(table.metadata.properties, props.TRANSACTION_TIMEOUT_MS, JOURNAL)
         # Every coordinator action aborts transactions idle past their timeout (not prepared ones:
         # those are rolled forward by recovery).
         for tid, entry in txns.items():

@@ -30,9 +30,9 @@ from pyiceberg.table.metadata import TableMetadata
 from storage.core.commit import Decision, Request, commit
 from storage.core.system import ensure_system_table
 from storage.errors import AuthorizationFailed, InvalidInput
+from storage.properties import ACLS
 
 ACLS_TABLE = "icelog_system.acls"
-ACLS = "icelog.acls"
 PRINCIPAL_ENV = "ICELOG_PRINCIPAL"
 REPLICATOR_WRITE = "replicator-write"
 OPERATIONS = (REPLICATOR_WRITE,)

@@ -55,21 +55,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from storage.core.catalog import ensure_namespace
-from storage.core.commit import (
-    COMMITS,
-    FORGOTTEN,
-    HEAD,
-    READ_ONLY,
-    VERSION,
-    Decision,
-    Request,
-    commit,
-    commit_tables,
-    load,
-    refuse_system_table,
-)
+from storage.core.commit import Decision, Request, commit, commit_tables, load, refuse_system_table
 from storage.core.commit import _discard as discard_files
-from storage.core.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState
+from storage.core.state import LogState
 from storage.core.system import ensure_system_table
 from storage.errors import (
     CatalogUnavailable,
@@ -94,13 +82,25 @@ from storage.log.files import (
 from storage.log.maintenance import _read_file, live_files
 from storage.logs import get_logger
 from storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
+from storage.properties import (
+    COMMITS,
+    FORGOTTEN,
+    FORMAT,
+    HEAD,
+    MIRROR,
+    PARTITIONS,
+    PRODUCERS,
+    PROMOTED,
+    READ_ONLY,
+    SOURCE_SNAPSHOT,
+    VERSION,
+    WATERMARKS,
+)
 from storage.replication.acls import REPLICATOR_WRITE, authorize
-from storage.replication.replica import SOURCE_SNAPSHOT, OffsetWriteRequest, batch_spans
+from storage.replication.replica import OffsetWriteRequest, batch_spans
 
 log = get_logger("mirror")
 
-MIRROR = "icelog.mirror"  # JSON: {"catalog", "table", "uuid", "snapshot", "version"}
-PROMOTED = "icelog.mirror.promoted"
 # Never copied from the source: the target's own state, bookkeeping and mirror marks.
 _OWN_PROPERTIES = {VERSION, HEAD, COMMITS, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
 COPY_THREADS = int(os.environ.get("ICELOG_MIRROR_THREADS", "8"))

@@ -41,8 +41,6 @@ from storage.log.maintenance import files_by_partition
 from storage.log.table import LogTable
 from storage.replication.acls import REPLICATOR_WRITE, authorize
 
-SOURCE_SNAPSHOT = "icelog.source-snapshot-id"
-
 
 @dataclass
 class OffsetWriteResult:

@@ -32,12 +32,12 @@ import pyarrow.parquet as pq
 
 from storage.core.catalog import LogSqlCatalog
 from storage.log.keys import key_hashes
+from storage.log.scan import planned_paths
+from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
-from storage.log.sequences import ProducerBatch
-from validations.contiguity import check_contiguity
-from storage.log.scan import planned_paths
 from tests.bench.report import Figure, Target, figure, render_section, render_table, replace_section
+from validations.contiguity import check_contiguity
 
 RESULTS: list[Figure] = []
 
@@ -278,8 +278,8 @@ def bench_spark_scale(root: Path, rows: int) -> None:
 
 def bench_ledger(root: Path, entries: int, commits: int) -> None:
     """Ingest-ledger lookups (skip decisions of one run) with ``entries`` entries for the table."""
-    from storage.ingest import ledger
     from storage.core.commit import commit_tables
+    from storage.ingest import ledger
     from storage.log.files import write_log_files
 
     cat = catalog(root, "ledger")

@@ -25,9 +25,9 @@ from typing import Any, Callable
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
+from storage.log.sequences import BATCHES_KEPT, ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
-from storage.log.sequences import BATCHES_KEPT, ProducerBatch
 from tests.bench.run import batch, catalog
 
 Record = Callable[..., None]

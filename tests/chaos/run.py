@@ -539,8 +539,8 @@ class Controller:
 
 
 def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
-    from storage.replication.acls import add_acl
     from storage.log.table import LogTable
+    from storage.replication.acls import add_acl
 
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)

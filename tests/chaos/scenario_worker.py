@@ -26,8 +26,8 @@ import sys
 import time
 
 from storage.core import faults
-from storage.producers import transactional as tx
 from storage.errors import IcelogError
+from storage.producers import transactional as tx
 from tests.catalogs import CatalogSpec
 from tests.txn_worker import _arm, emit
 

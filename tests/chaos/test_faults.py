@@ -430,8 +430,8 @@ def test_disk_full_compaction_raises_a_typed_error_and_changes_nothing(tmp_path)
     """Compaction writes its merged files while it decides, before the commit core's writes."""
     from storage.core.commit import commit
     from storage.errors import StorageUnavailable
-    from storage.log.table import LogTable
     from storage.log.maintenance import COMPACT_MIN_FILES, Compaction
+    from storage.log.table import LogTable
 
     with small_warehouse(tmp_path / "warehouse", 8) as warehouse:
         spec = CatalogSpec("sqlite", "full", f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{warehouse}")

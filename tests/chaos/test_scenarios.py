@@ -40,13 +40,14 @@ from sqlalchemy.exc import OperationalError
 
 from storage.core import commit as core
 from storage.core import faults
-from storage.producers import transactional as tx
 from storage.core.commit import KEEP_COMMIT_IDS, commit
 from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
 from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
-from storage.log.table import LogTable
 from storage.log.maintenance import Retention, expire_snapshots, remove_orphan_files
+from storage.log.table import LogTable
+from storage.producers import transactional as tx
 from storage.producers.transactional import InvalidTxnState, TransactionalProducer
+from storage.properties import TRANSACTIONS
 from tests.storage.test_faults import kill_9
 from tests.storage.test_faults import run_to_end as run_append_worker
 from tests.storage.test_transactions import (
@@ -237,7 +238,7 @@ def set_epoch(catalog, tid: str, epoch: int) -> None:
     """Test set-up: move a transactional id's epoch (as if it had been initialised that often)."""
     state = tx.describe(catalog)
     state[tid]["epoch"] = epoch
-    set_properties(catalog, tx.JOURNAL, {tx.STATE: json.dumps(state, sort_keys=True, separators=(",", ":"))})
+    set_properties(catalog, tx.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
 
 
 @pytest.mark.parametrize("zombie_epoch", [1, 2**31 - 3, 2**31 - 2], ids=["low", "takeover-reaches-the-bound", "takeover-rotates-the-id"])

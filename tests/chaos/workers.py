@@ -105,8 +105,8 @@ def _until_stopped(step: Callable[[], bool], pause_s: float = 0.0) -> None:
 def producer(args: dict) -> None:
     """An idempotent producer: a batch is re-sent with the same (id, epoch, sequence) until
     acknowledged, across restarts (the id, epoch and sequence live in ``state.json``)."""
-    from storage.producers.idempotent import init_producer
     from storage.log.sequences import ProducerBatch
+    from storage.producers.idempotent import init_producer
 
     files, name, p, size = WorkerFiles(args["dir"]), args["name"], args["partition"], args["batch"]
     catalog = _catalog(args)

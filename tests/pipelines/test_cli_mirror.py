@@ -75,8 +75,8 @@ def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
 
 def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
     from pipelines.mirror import mirror_table
-    from storage.replication.acls import add_acl
     from storage.errors import InvalidInput
+    from storage.replication.acls import add_acl
 
     for key, value in {**sqlite_spec.env(), **target_spec.env()}.items():
         if key.startswith(("PYICEBERG_CATALOG__", "ICELOG_CATALOG")):

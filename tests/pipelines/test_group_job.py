@@ -12,13 +12,13 @@ import pytest
 
 from pipelines.group_job import _hash_expression, group_job, take
 from storage.core import faults
+from storage.errors import StaleGeneration
 from storage.groups import membership
 from storage.groups.consumer import Consumer, key_hash
-from storage.errors import StaleGeneration
 from storage.groups.offsets import group_state
-from storage.log.table import LogTable
-from storage.log.maintenance import remove_orphan_files
 from storage.groups.ranges import RangeState
+from storage.log.maintenance import remove_orphan_files
+from storage.log.table import LogTable
 from tests.pipelines.test_fanout import env_catalog, spark  # noqa: F401 (fixtures)
 from tests.storage.test_faults import kill_at
 from validations.checks import run_checks

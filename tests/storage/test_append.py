@@ -9,8 +9,10 @@ import pickle
 import pyarrow as pa
 import pytest
 
+from storage.core.commit import commit
 from storage.errors import (
     AbortableError,
+    CommitConflict,
     EmptyBatch,
     IcelogError,
     InvalidIdentifier,
@@ -21,11 +23,9 @@ from storage.errors import (
     TableAlreadyExists,
     TerminalError,
     TransientError,
-    CommitConflict,
     UnknownPartition,
     UnknownTable,
 )
-from storage.core.commit import commit
 from storage.log.table import AppendRequest, LogTable
 from tests.interleave import Interleaved
 from validations.contiguity import check_contiguity

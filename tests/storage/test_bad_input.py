@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from storage.errors import InvalidInput, InvalidProperty, UnknownSnapshot
-from storage.log.table import LogTable
 from storage.log.maintenance import maintain
 from storage.log.schema import load_payload_spec, payload_fields
+from storage.log.table import LogTable
 
 
 def fingerprint(t: LogTable) -> tuple:

@@ -15,8 +15,8 @@ from pyiceberg.table.update import SetPropertiesUpdate
 from storage.core.catalog import LogSqlCatalog
 from storage.core.commit import commit
 from storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
-from storage.log.table import AppendRequest, LogTable
 from storage.log.maintenance import PartitionGrowth
+from storage.log.table import AppendRequest, LogTable
 from tests.interleave import Interleaved
 from validations.contiguity import check_contiguity
 

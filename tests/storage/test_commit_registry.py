@@ -6,15 +6,15 @@ so a caller whose response was lost can always re-send with the same commit id.
 
 from __future__ import annotations
 
-import pytest
-
 import time
 
-from storage.core.commit import COMMITS, KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
-from storage.properties import COMMIT_IDS_MIN_RETENTION_MS
+import pytest
+
+from storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
+from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
 from storage.log.table import AppendRequest, LogTable
 from storage.producers.idempotent import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
-from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
+from storage.properties import COMMIT_IDS_MIN_RETENTION_MS, COMMITS
 
 MIN_RETENTION_MS = COMMIT_IDS_MIN_RETENTION_MS.key
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from storage.core import faults
-from storage.log.table import LogTable
 from storage.log.maintenance import files_by_partition, remove_orphan_files
-from storage.producers.idempotent import init_producer
 from storage.log.sequences import ProducerBatch
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer
 from tests.storage.test_maintenance import files_on_disk, files_referenced
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers

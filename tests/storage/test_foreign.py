@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from storage.log import schema as cols
 from storage.errors import ForeignCommit
-from storage.log.table import LogTable
+from storage.log import schema as cols
 from storage.log.repair import RepairImpossible, repair
+from storage.log.table import LogTable
 from validations.checks import run_checks
 
 
@@ -140,8 +140,8 @@ def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlit
     """A foreign engine's commit wedges icelog_system.transactions (every journal step raises
     ForeignCommit, which says: run repair); repair must roll it back, and must never adopt a
     forged record even when it extends the journal exactly."""
-    from storage.producers.transactional import TransactionalProducer, ensure_journal
     from storage.core.staging import JOURNAL
+    from storage.producers.transactional import TransactionalProducer, ensure_journal
 
     catalog = sqlite_catalog
     LogTable.create(catalog, "db.t", 1)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from storage.core.commit import commit_tables
+from storage.core.commit import commit, commit_tables
 from storage.errors import InvalidInput, InvalidRange, RangeLimitExceeded, StaleGeneration
+from storage.groups import membership
 from storage.groups.offsets import (
     GROUPS_TABLE,
     GroupAction,
@@ -18,10 +19,8 @@ from storage.groups.offsets import (
     ranges_request,
     reset_group,
 )
-from storage.log.table import AppendRequest, LogTable
 from storage.log.maintenance import Retention
-from storage.core.commit import commit
-from storage.groups import membership
+from storage.log.table import AppendRequest, LogTable
 
 
 def _log(catalog, name="db.events", partitions=1, rows=60):

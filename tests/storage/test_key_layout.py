@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.log import schema as cols
 from storage.groups.consumer import Consumer
+from storage.log import schema as cols
 from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path, write_log_files
 from storage.log.keys import HASH_SPACE, key_hash
-from storage.log.table import LogTable
 from storage.log.maintenance import maintain
+from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
+from storage.properties import KEY_COLUMN
 from validations.contiguity import check_contiguity, offset_runs
 
 QUARTER = (0, 16383)
@@ -50,7 +51,7 @@ def test_only_tables_with_a_hashable_key_column_get_the_hash_column(sqlite_catal
     assert cols.KEY_HASH not in unkeyed.table().schema().column_names
     unkeyed.append({0: [{"amount": 1.0}] * 3})
     assert unkeyed.read(0, key_ranges=[QUARTER]).num_rows == 3  # nothing to prune by: every row
-    by_user = LogTable.create(sqlite_catalog, "db.by_user", 1, payload=[{"name": "user", "type": "long"}], properties={cols.KEY_COLUMN_PROPERTY: "user"})
+    by_user = LogTable.create(sqlite_catalog, "db.by_user", 1, payload=[{"name": "user", "type": "long"}], properties={KEY_COLUMN: "user"})
     by_user.append({0: [{"user": 42}]})
     assert by_user.read(0).column(cols.KEY_HASH).to_pylist() == [key_hash("42")]
 

@@ -12,10 +12,11 @@ import pytest
 import structlog
 
 import storage.core.commit as core
-from storage.core.commit import EXCLUSIVE_AFTER, LEASE, Decision, commit
+from storage.core.commit import EXCLUSIVE_AFTER, Decision, commit
 from storage.errors import CommitConflict, InvalidInput
-from storage.log.table import LogTable
 from storage.log.maintenance import Compaction, Retention
+from storage.log.table import LogTable
+from storage.properties import LEASE
 from tests.storage.test_concurrency import worker_processes
 from validations.contiguity import check_contiguity
 

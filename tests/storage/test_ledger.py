@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from storage.ingest import ledger
 from storage.core.commit import commit_tables
 from storage.errors import SourceFileChanged
+from storage.ingest import ledger
 from storage.log.files import write_log_files
 
 

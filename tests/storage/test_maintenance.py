@@ -11,9 +11,9 @@ import pytest
 
 from storage.core.commit import Decision, Request, commit
 from storage.errors import InvalidInput
-from storage.log.files import local_path
-from storage.log.table import LogTable
+from storage.log.files import local_path, write_log_files
 from storage.log.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
+from storage.log.table import LogTable
 from validations.contiguity import check_contiguity
 
 
@@ -128,6 +128,9 @@ class CommitAt(Request):
     partition: int
     offsets: list[int]
     commit_id: str = ""
+
+    def write_rows(self, table, rows):
+        return write_log_files(table, rows)
 
     def decide(self, state, table) -> Decision:
         from tests.validations.test_contiguity import rows_at

@@ -13,8 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
-from storage.log import schema as cols
-from storage.replication.acls import add_acl
+from storage.core.commit import commit
 from storage.errors import (
     AuthorizationFailed,
     CorruptBatch,
@@ -26,12 +25,13 @@ from storage.errors import (
     ReadOnlyTable,
 )
 from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log.table import LogTable
+from storage.log import schema as cols
 from storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
-from storage.core.commit import commit
-from storage.replication.mirror import mirror, mirror_record, promote
-from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
 from storage.log.sequences import ProducerBatch
+from storage.log.table import LogTable
+from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
+from storage.replication.acls import add_acl
+from storage.replication.mirror import mirror, mirror_record, promote
 from storage.replication.replica import write_with_offsets
 from tests.catalogs import CatalogSpec
 

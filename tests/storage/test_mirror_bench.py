@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from storage.replication.acls import add_acl
 from storage.core.commit import commit
 from storage.log.files import write_log_files
 from storage.log.table import LogTable, with_system_columns
+from storage.replication.acls import add_acl
 from storage.replication.mirror import mirror
 from storage.replication.replica import OffsetWriteRequest, batch_spans
 from tests.catalogs import CatalogSpec

@@ -16,10 +16,10 @@ from dataclasses import asdict
 import pytest
 
 from storage.core import faults
-from storage.groups.offsets import GROUPS_TABLE, committed_offsets
+from storage.groups.offsets import committed_offsets
+from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
-from storage.log.sequences import ProducerBatch
 from storage.producers.transactional import TransactionalProducer
 from tests.storage.test_faults import kill_at
 from tests.storage.test_mirror import PRINCIPAL, assert_parity, rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401

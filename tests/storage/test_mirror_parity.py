@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.log.table import LogTable
 from storage.log.maintenance import live_files
+from storage.log.table import LogTable
 from tests.storage.test_mirror import rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401
 from validations.checks import run_checks
 from validations.mirror import check_mirror_parity

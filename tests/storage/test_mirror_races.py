@@ -8,10 +8,10 @@ import threading
 from storage.core.commit import commit
 from storage.errors import MirrorPromoted
 from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log.table import LogTable
 from storage.log.maintenance import Retention
-from storage.replication.mirror import copy_files, mirror, promote
+from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
+from storage.replication.mirror import copy_files, mirror, promote
 from tests.storage.test_mirror import (  # noqa: F401  (fixtures)
     PRINCIPAL,
     _race_once,

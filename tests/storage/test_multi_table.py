@@ -16,10 +16,10 @@ import pytest
 
 from storage.core import faults
 from storage.core.commit import commit_tables, was_committed
-from storage.errors import AtomicCommitUnsupported
-from storage.log.table import AppendRequest, LogTable
 from storage.core.state import LogState
 from storage.core.swap import load_tables
+from storage.errors import AtomicCommitUnsupported
+from storage.log.table import AppendRequest, LogTable
 from tests.catalogs import forwarding_catalog
 from tests.interleave import Interleaved
 from tests.multi_worker import two_table_append

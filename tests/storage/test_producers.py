@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from storage.core.commit import commit
+from storage.core.state import LogState, Producers, Watermark
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -17,11 +19,10 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
+from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
 from storage.log.table import AppendRequest, LogTable
 from storage.producers.idempotent import derive_state, init_producer, rebuild
-from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
-from storage.core.commit import commit
-from storage.core.state import PRODUCERS, LogState, Producers, Watermark
+from storage.properties import PRODUCERS
 from tests.interleave import Interleaved
 from tests.storage.test_concurrency import finish, run_workers, worker_processes
 from tests.storage.test_faults import kill_at, run_to_end, worker

@@ -6,12 +6,10 @@ A commit never deletes the metadata file it replaced; superseded files go only a
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from storage.core.commit import METADATA_GRACE_MS

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
+from storage.core.state import LogState, Producers, Watermark, Watermarks
 from storage.errors import UnsupportedFormat
+from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
-from storage.log.sequences import ProducerBatch
-from storage.core.state import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS, LogState, Producers, Watermark, Watermarks
+from storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
 

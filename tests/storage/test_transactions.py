@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from storage.core import faults
-from storage.producers import transactional as tx
 from storage.errors import (
     AtomicCommitUnsupported,
     ExpectedOffsetRequired,
@@ -36,13 +35,15 @@ from storage.errors import (
     ProducerFenced,
     RecoveryIncomplete,
 )
-from storage.log.files import local_path
 from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log.table import LogTable
+from storage.log.files import local_path
 from storage.log.maintenance import referenced_files, remove_orphan_files
+from storage.log.table import LogTable
+from storage.producers import transactional as tx
 from storage.producers.transactional import InvalidTxnState, TransactionAborted, TransactionalProducer
-from validations.checks import run_checks
+from storage.properties import TRANSACTION_TIMEOUT_MS
 from tests.catalogs import forwarding_catalog
+from validations.checks import run_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 # Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward.
@@ -161,7 +162,7 @@ def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
     return {n: catalog.load_table(n).metadata_location for n in names}
 
 
-def past_timeout(ms: int = tx.TIMEOUT_MS_DEFAULT):
+def past_timeout(ms: int = TRANSACTION_TIMEOUT_MS.default):
     return lambda: tx.now_ms() + ms + 1_000
 
 
@@ -759,10 +760,10 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     """The journal is believed by the coordinator and the transactions check: a forged record
     (an ABORTED for a committed transaction) must not get in through any user path."""
-    from storage.replication.acls import add_acl
     from storage.errors import InvalidIdentifier
     from storage.log.maintenance import maintain
     from storage.producers.idempotent import init_producer
+    from storage.replication.acls import add_acl
     from storage.replication.replica import write_with_offsets
 
     LogTable.create(catalog, "db.a", 1)

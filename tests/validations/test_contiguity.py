@@ -13,8 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from storage.core.state import LogState, Watermark
 from storage.log.table import LogTable
-from storage.core.state import WATERMARKS, LogState, Watermark
+from storage.properties import WATERMARKS
 from validations.contiguity import FileSpan, check_contiguity, check_files, tile
 from validations.violations import Violation
 
