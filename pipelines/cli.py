@@ -883,7 +883,7 @@ def transactions() -> None:
 @click.pass_obj
 def transactions_list(ctx: Context) -> None:
     """Every transactional id with its producer id, epoch and open transaction."""
-    from storage.producers.transactional import describe
+    from storage.producers.journal import describe
 
     state = describe(ctx.catalog)
     rows = [
@@ -903,7 +903,7 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {_clip(txn_id)!r}")
     from storage.core.staging import JOURNAL
-    from storage.producers.transactional import ensure_journal
+    from storage.producers.journal import ensure_journal
 
     ensure_journal(ctx.catalog)
     con = connect(ctx.catalog, only=JOURNAL)

@@ -20,7 +20,7 @@ from storage.core.state import LogState
 from storage.errors import UnknownTable
 from storage.log.scan import planned_paths
 from storage.log.table import LogTable
-from storage.producers.transactional import ABORTED, COMMITTED
+from storage.producers.journal import ABORTED, COMMITTED
 from storage.properties import TXN_ID
 from validations.violations import CheckReport, Violation
 

@@ -40,17 +40,15 @@ import contextlib
 import json
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyiceberg.catalog import Catalog
-from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage import properties as props
 from storage.core import faults
 from storage.core.catalog import database_clock
 from storage.core.commit import (
@@ -73,7 +71,6 @@ from storage.errors import (
     PreparedFilesMissing,
     ProducerFenced,
     RecoveryIncomplete,
-    TableAlreadyExists,
     TerminalError,
     TransientError,
     UnknownPartition,
@@ -81,234 +78,23 @@ from storage.errors import (
 from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
 from storage.log import schema as cols
 from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
-from storage.log.table import AppendRequest, LogTable, with_system_columns
+from storage.log.table import LogTable, with_system_columns
 from storage.producers.idempotent import lease_producer_ids
+from storage.producers.journal import (
+    PREPARE_COMMIT,
+    AbortTransaction,
+    CommitTransaction,
+    ExpireTransactions,
+    ForceAbort,
+    InitTransactions,
+    InvalidTxnState,
+    JournalStep,
+    PrepareCommit,
+    RegisterPartitions,
+    TransactionAborted,
+    ensure_journal,
+)
 from storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
-
-ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
-JOURNAL_PAYLOAD = [
-    {"name": "txn_id", "type": "string"},
-    {"name": "transactional_id", "type": "string"},
-    {"name": "txn_producer_id", "type": "long"},
-    {"name": "txn_epoch", "type": "int"},
-    {"name": "txn_state", "type": "string"},
-    {"name": "detail", "type": "string"},
-]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class InvalidTxnState(TerminalError):
-    """The call does not fit the transaction's state (e.g. commit without begin)."""
-
-    def __init__(self, *, transactional_id: str, reason: str) -> None:
-        self.transactional_id, self.reason = transactional_id, reason
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"transactional id {self.transactional_id!r}: {self.reason}"
-
-
-class TransactionAborted(AbortableError):
-    """The transaction was aborted (timed out, or aborted by a newer instance or recovery)."""
-
-    def __init__(self, *, transactional_id: str, txn_id: str, reason: str) -> None:
-        self.transactional_id, self.txn_id, self.reason = transactional_id, txn_id, reason
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"transaction {self.txn_id} of {self.transactional_id!r} was aborted: {self.reason}"
-
-
-# --- coordinator state ----------------------------------------------------------------------------
-
-
-def ensure_journal(catalog: Catalog) -> LogTable:
-    try:
-        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True)
-    except TableAlreadyExists:
-        return LogTable.open(catalog, JOURNAL)
-
-
-def _record(tid: str, entry: Mapping[str, Any], txn_id: str, state: str, detail: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "txn_id": txn_id,
-        "transactional_id": tid,
-        "txn_producer_id": entry["producer_id"],
-        "txn_epoch": entry["epoch"],
-        "txn_state": state,
-        "detail": json.dumps(detail, sort_keys=True),
-    }
-
-
-@dataclass
-class JournalStep(Request):
-    """One coordinator step on the journal, decided on its exact base (so epochs fence).
-
-    ``step`` is one of ``init``, ``register``, ``prepare``, ``commit``, ``abort``, ``expire``.
-    """
-
-    step: str
-    transactional_id: str = ""
-    producer_id: int | None = None
-    epoch: int | None = None
-    txn_id: str = ""
-    partitions: Mapping[str, list[int]] = field(default_factory=dict)
-    prepared: Mapping[str, Any] = field(default_factory=dict)
-    fresh_producer_id: int | None = None
-    timeout_ms: int | None = None
-    committed_ranges: Callable[[], Mapping[str, Any]] | None = None
-    clock: Callable[[], int] = now_ms
-    commit_id: str = ""
-    begins: bool = True  # register: the producer has registered nothing in this transaction yet
-    state_type = JournalState
-    writes_system = True
-
-    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
-        return write_log_files(table, rows)  # the journal record, a row of the journal log
-
-    def decide(self, state: JournalState, table: Table) -> Decision:
-        now = self.clock()
-        txns = json.loads(json.dumps(state.transactions))  # a deep copy to edit
-        records: list[dict[str, Any]] = []
-        aborted: list[dict[str, Any]] = []
-        default_timeout = props.read(table.metadata.properties, props.TRANSACTION_TIMEOUT_MS, JOURNAL)
-        # Every coordinator action aborts transactions idle past their timeout (not prepared ones:
-        # those are rolled forward by recovery).
-        for tid, entry in txns.items():
-            txn = entry.get("txn")
-            if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout) and tid != self.transactional_id:
-                records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": "timeout"}))
-                aborted.append({"transactional_id": tid, "txn": txn})
-                _end_aborted(entry, txn)
-        result: dict[str, Any] = {"aborted": aborted}
-        entry = txns.get(self.transactional_id)
-        if self.step == "init":
-            result.update(self._init(txns, entry, records, aborted, now))
-            if result.get("roll_forward"):
-                return Decision(state=state, result=result, write=False)
-        elif self.step != "expire":
-            entry = self._check_epoch(entry)
-            txn = entry.get("txn")
-            if txn and txn["state"] == ONGOING and txn["last_ms"] < now - entry.get("timeout_ms", default_timeout):
-                records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "timeout"}))
-                aborted.append({"transactional_id": self.transactional_id, "txn": txn})
-                _end_aborted(entry, txn)
-                txn = None
-                if self.step != "abort":  # record the abort; the caller raises TransactionAborted
-                    result["timed_out"] = self.txn_id
-            if "timed_out" not in result:
-                getattr(self, f"_{self.step}")(entry, txn, records, now, result)
-        if not records and self.step == "expire":
-            return Decision(state=state, result=result, write=False)
-        if not records and txns == state.transactions:  # e.g. a late abort, a re-sent prepare
-            return Decision(state=state, result=result, write=False)
-        new_state = replace(state, transactions=txns)
-        if not records:
-            return Decision(state=new_state, result=result)
-        payload = pa.Table.from_pylist(records, schema=cols.payload_arrow_schema(table.schema()))
-        decision = AppendRequest(JOURNAL, {0: payload}, {}, self.commit_id).decide(new_state, table)
-        decision.result = result
-        decision.lineage = {**decision.lineage, **({TXN_ID: self.txn_id} if self.txn_id else {})}
-        return decision
-
-    def _check_epoch(self, entry: dict[str, Any] | None) -> dict[str, Any]:
-        if entry is None:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason="not initialised: call init_transactions()")
-        # Another producer id means a newer instance reached the epoch's upper bound and was
-        # given a fresh id: this instance is as fenced as one with an older epoch (KAFKA-19367).
-        if entry["producer_id"] != self.producer_id or self.epoch != entry["epoch"]:
-            raise ProducerFenced(table=JOURNAL, producer_id=self.producer_id, epoch=self.epoch, current_epoch=entry["epoch"])
-        return entry
-
-    def _init(self, txns: dict, entry: dict | None, records: list, aborted: list, now: int) -> dict[str, Any]:
-        if entry is None:
-            entry = txns[self.transactional_id] = {"producer_id": self.fresh_producer_id, "epoch": -1, "txn": None}
-        txn = entry.get("txn")
-        if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
-            return {"roll_forward": {"transactional_id": self.transactional_id, "entry": entry}}
-        # The caller deleted these before this step (and deletes them again after it).
-        leftovers = {key: entry.pop(key) for key in ("last_committed", "last_aborted") if entry.get(key)}
-        if txn:
-            records.append(_record(self.transactional_id, entry, txn["id"], ABORTED, {"reason": "a new instance initialised"}))
-            aborted.append({"transactional_id": self.transactional_id, "txn": txn})
-            _end_aborted(entry, txn)
-        if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
-            entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
-        entry.update(epoch=entry["epoch"] + 1, txn=None)
-        if self.timeout_ms is not None:
-            entry["timeout_ms"] = self.timeout_ms
-        return {"producer_id": entry["producer_id"], "epoch": entry["epoch"], "leftovers": leftovers}
-
-    def _register(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
-        if txn is None:
-            if self.txn_id in {a["txn"]["id"] for a in result["aborted"]}:
-                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
-            if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
-                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
-            txn = entry["txn"] = {"id": self.txn_id, "state": ONGOING, "started_ms": now, "last_ms": now, "partitions": {}}
-            kind = "BEGIN"
-        elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
-        else:
-            kind = "ADD_PARTITIONS"
-        for t, ps in self.partitions.items():
-            txn["partitions"][t] = sorted(set(txn["partitions"].get(t, [])) | set(ps))
-        txn["last_ms"] = now
-        records.append(_record(self.transactional_id, entry, self.txn_id, kind, {"partitions": self.partitions}))
-
-    def _ongoing(self, txn: dict | None, result: dict) -> dict:
-        if txn is None or txn["id"] != self.txn_id:
-            reason = "timed out" if self.txn_id in {a["txn"]["id"] for a in result["aborted"]} else "aborted"
-            raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason=reason)
-        return txn
-
-    def _prepare(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
-        txn = self._ongoing(txn, result)
-        if txn["state"] == PREPARE_COMMIT and txn.get("prepared") == json.loads(json.dumps(self.prepared)):
-            return  # an earlier attempt whose outcome was unknown landed
-        if txn["state"] != ONGOING:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
-        unregistered = [(t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])]
-        if unregistered:  # a late append to a partition the journal never registered (KAFKA-17754-like)
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered")
-        txn.update(state=PREPARE_COMMIT, last_ms=now, prepared=dict(self.prepared))
-        records.append(_record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])}))
-
-    def _commit(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
-        txn = self._ongoing(txn, result)
-        if txn["state"] != PREPARE_COMMIT:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared")
-        ranges = self.committed_ranges() if self.committed_ranges else {}
-        entry["txn"] = None
-        # Its staged payload files are deleted after the commit; if the process dies first,
-        # the next init_transactions or recover deletes them (idempotent).
-        entry["last_committed"] = {"id": txn["id"], "partitions": txn["partitions"]}
-        records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
-        result["ranges"] = ranges
-
-    def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
-        if txn is None or txn["id"] != self.txn_id:
-            return  # already aborted (by timeout, a new instance, or an earlier attempt)
-        if txn["state"] == PREPARE_COMMIT:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
-        _end_aborted(entry, txn)
-        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": "aborted by the producer"}))
-        result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
-
-    def receipt(self, result: Any) -> Any:
-        return {k: v for k, v in result.items() if k in ("producer_id", "epoch", "ranges")}
-
-
-def _end_aborted(entry: dict[str, Any], txn: Mapping[str, Any]) -> None:
-    """End the entry's transaction as aborted, remembering where it staged files: whoever
-    aborts it deletes them after the commit, and if that process dies first, the next
-    ``init_transactions`` or ``recover`` does (as ``last_committed`` for a commit)."""
-    entry["txn"] = None
-    entry["last_aborted"] = {"id": txn["id"], "partitions": txn.get("partitions", {})}
-
 
 # --- the data side of a transaction ---------------------------------------------------------------
 
@@ -470,7 +256,7 @@ class TransactionalProducer:
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
             _delete_leftovers(self.catalog, entry or {})  # before the init step forgets them
             fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
-            step = JournalStep("init", self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
+            step = InitTransactions(self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
             result = commit(self.catalog, JOURNAL, step).result
             _clean_aborted(self.catalog, result)
             if result.get("roll_forward"):
@@ -509,7 +295,7 @@ class TransactionalProducer:
             raise InvalidInput(reason=f"an expected offset is an integer >= 0, not {expected_offset!r}")
         name = log_table.identifier
         if partition not in self._registered.get(name, set()):
-            self._journal("register", partitions={name: [partition]})
+            self._journal(RegisterPartitions, partitions={name: [partition]})
             self._registered.setdefault(name, set()).add(partition)
             faults.checkpoint(faults.AFTER_TXN_BEGIN)
         sends = self._sends.setdefault(name, [])
@@ -549,7 +335,7 @@ class TransactionalProducer:
                 cursor += f.record_count
         new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
         if new:
-            self._journal("register", partitions={name: new})
+            self._journal(RegisterPartitions, partitions={name: new})
             self._registered.setdefault(name, set()).update(new)
         self._sends.setdefault(name, []).extend(staged)
         return sum(s.rows for s in staged)
@@ -587,12 +373,12 @@ class TransactionalProducer:
                 self.txn_id = None  # nothing was sent: nothing to commit
                 return {}
             if not self._sends:  # offsets alone still go through the journal
-                self._journal("register", partitions={})
+                self._journal(RegisterPartitions, partitions={})
             prepared = {
                 "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
                 "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]} if self._offsets else None,
             }
-            self._journal("prepare", prepared=prepared)
+            self._journal(PrepareCommit, prepared=prepared)
             self._prepared = prepared
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
@@ -601,7 +387,7 @@ class TransactionalProducer:
             raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
         except (AbortableError, TerminalError) as e:
             if _can_never_commit(e):  # else fenced or already ended: the journal's owner decides
-                self._journal("abort", force=True)
+                self._journal(ForceAbort)
             elif isinstance(e, ProducerFenced):
                 self._discard_staged()
             self.txn_id = self._prepared = None
@@ -617,7 +403,7 @@ class TransactionalProducer:
         if self._prepared is not None:  # its commit failed with an unknown outcome
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again")
         try:
-            self._journal("abort")
+            self._journal(AbortTransaction)
         except ProducerFenced:
             self._discard_staged()
             self.txn_id = None
@@ -667,11 +453,10 @@ class TransactionalProducer:
             self._tables[table] = log_table
         return self._tables[table]
 
-    def _journal(self, step: str, *, partitions: Mapping[str, list[int]] | None = None, prepared: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
-        begins = not any(self._registered.values())
-        request = JournalStep(step, self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", partitions=partitions or {}, prepared=prepared or {}, clock=self.clock, begins=begins)
-        if force:  # abort a prepared transaction whose commit can never succeed
-            request = _ForceAbort(**{f: getattr(request, f) for f in ("step", "transactional_id", "producer_id", "epoch", "txn_id", "clock")})
+    def _journal(self, step: type[JournalStep], **fields: Any) -> dict[str, Any]:
+        if step is RegisterPartitions:
+            fields["begins"] = not any(self._registered.values())
+        request = step(self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", clock=self.clock, **fields)
         try:
             result = commit(self.catalog, JOURNAL, request).result
         except TransactionAborted:
@@ -687,20 +472,6 @@ class TransactionalProducer:
             self.txn_id = None
             raise TransactionAborted(transactional_id=self.transactional_id, txn_id=result["timed_out"], reason="timed out")
         return result
-
-
-@dataclass
-class _ForceAbort(JournalStep):
-    """Abort a prepared transaction whose commit can never succeed (e.g. an offset mismatch)."""
-
-    reason: str = "its commit can never succeed"
-
-    def _abort(self, entry: dict, txn: dict | None, records: list, now: int, result: dict) -> None:
-        if txn is None or txn["id"] != self.txn_id:
-            return
-        _end_aborted(entry, txn)
-        records.append(_record(self.transactional_id, entry, self.txn_id, ABORTED, {"reason": self.reason}))
-        result["aborted"].append({"transactional_id": self.transactional_id, "txn": txn})
 
 
 def _can_never_commit(error: BaseException) -> bool:
@@ -726,7 +497,7 @@ def _commit_prepared(
         spec = prepared["offsets"]
         parts.append((GROUPS_TABLE, commit_request(catalog, spec["group"], {(t, p): o for t, p, o in spec["offsets"]})))
     committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
-    parts.append((JOURNAL, JournalStep("commit", tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
+    parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
     try:
         outcomes = commit_tables(catalog, parts, commit_id=txn_id)
     except FileNotFoundError:
@@ -754,7 +525,7 @@ def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any], clock: Ca
             return {"txn_id": txn["id"], "action": "finished_elsewhere"}
         if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
-        step = _ForceAbort("abort", tid, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=str(e))
+        step = ForceAbort(tid, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
         return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
     return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
@@ -803,7 +574,7 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict
                 continue
             if done["action"] != "finished_elsewhere":
                 report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
-    result = commit(catalog, JOURNAL, JournalStep("expire", clock=clock)).result
+    result = commit(catalog, JOURNAL, ExpireTransactions(clock=clock)).result
     _clean_aborted(catalog, result)
     report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
     if failed:
@@ -827,7 +598,7 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry["txn"]
     clock = database_clock(catalog)
-    step = JournalStep("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock)
+    step: AbortTransaction = AbortTransaction(transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock)
     if missing_files and txn["state"] == PREPARE_COMMIT:
         step = _abort_prepared_without_files(transactional_id, entry, clock)
     result = commit(catalog, JOURNAL, step).result
@@ -837,21 +608,11 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
     return {"transactional_id": transactional_id, "aborted": aborted}
 
 
-def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any], clock: Callable[[], int]) -> JournalStep:
+def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any], clock: Callable[[], int]) -> ForceAbort:
     txn = entry["txn"]
     missing = missing_files(txn["prepared"])
     if not missing:  # every file is there: aborting would undo a commit recovery can still make
         reason = f"transaction {txn['id']} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
         raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
     reason = f"aborted by an operator: {len(missing)} staged files missing"
-    return _ForceAbort("abort", transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=reason)
-
-
-def describe(catalog: Catalog) -> dict[str, Any]:
-    """The coordinator state: every transactional id, its producer, epoch and open transaction.
-
-    A read creates nothing: a catalog without a journal has no transactional ids.
-    """
-    if not catalog.table_exists(JOURNAL):
-        return {}
-    return dict(JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions)
+    return ForceAbort(transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=reason)

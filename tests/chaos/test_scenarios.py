@@ -45,8 +45,10 @@ from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
 from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
 from storage.log.maintenance import Retention, expire_snapshots, remove_orphan_files
 from storage.log.table import LogTable
+from storage.producers import journal
 from storage.producers import transactional as tx
-from storage.producers.transactional import InvalidTxnState, TransactionalProducer
+from storage.producers.journal import InvalidTxnState
+from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
 from tests.storage.test_faults import kill_9
 from tests.storage.test_faults import run_to_end as run_append_worker
@@ -137,8 +139,8 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     a, b = (LogTable.create(catalog, name, 1, properties={**SMALL, **forgetful}) for name in ("db.a", "db.b"))
     source(catalog)
     commit_offsets(catalog, "other", {("db.src", 0): 1})
-    tx.ensure_journal(catalog)
-    for name in (tx.JOURNAL, GROUPS_TABLE):
+    journal.ensure_journal(catalog)
+    for name in (journal.JOURNAL, GROUPS_TABLE):
         set_properties(catalog, name, forgetful)
     producer = TransactionalProducer(catalog, "seq")
     producer.init_transactions()
@@ -167,14 +169,14 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
                 t.append({0: [{"key": f"other{i}", "value": "0"}]})
         for position in (2, 3):
             commit_offsets(catalog, "other", {("db.src", 0): position})
-        ongoing = tx.describe(catalog)["seq"]["txn"]
+        ongoing = journal.describe(catalog)["seq"]["txn"]
         assert ongoing["id"] == second and ongoing["state"] == "ONGOING"
         data, staged = metadata_locations(catalog, "db.a", "db.b"), staged_files(a) + staged_files(b)
 
         assert late_abort.release()[-1] == {"event": "report", "transactional_id": "seq", "aborted": None}
         assert recoverers[1].release()[-1] == {"event": "report", "rolled_forward": [], "aborted": []}
 
-    assert tx.describe(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
+    assert journal.describe(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
     assert metadata_locations(catalog, "db.a", "db.b") == data, "a delayed step of N committed"
     assert staged_files(a) + staged_files(b) == staged
     assert journal_states(catalog, first).count("COMMITTED") == 1 and "ABORTED" not in journal_states(catalog, first)
@@ -204,9 +206,9 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     """
     catalog = heavy_spec.open()
     a, b = two_tables(catalog)
-    tx.ensure_journal(catalog)
+    journal.ensure_journal(catalog)
     with held(heavy_spec, "late", {"tid": "late", "a": "db.a", "b": "db.b"}, tmp_path, "late", faults.AFTER_TXN_BEGIN) as late:
-        txn_id = tx.describe(catalog)["late"]["txn"]["id"]
+        txn_id = journal.describe(catalog)["late"]["txn"]["id"]
         assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": [txn_id]}
         seen = late.release()
     assert seen[-1]["event"] == "refused" and seen[-1]["error"] == "TransactionAborted", seen
@@ -220,13 +222,13 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     producer.init_transactions()
     skipped = producer.begin_transaction()
     producer.send("db.a", 0, [{"key": "registered", "value": "1"}])
-    journal_before = catalog.load_table(tx.JOURNAL).metadata_location
+    journal_before = catalog.load_table(journal.JOURNAL).metadata_location
     prepared = {"sends": {"db.a": [[0, None, "a.parquet", 1, False]], "db.b": [[0, None, "b.parquet", 1, False]]}, "offsets": None}
-    step = tx.JournalStep("prepare", "skips", producer.producer_id, producer.epoch, skipped, prepared=prepared)
+    step = journal.PrepareCommit("skips", producer.producer_id, producer.epoch, skipped, prepared=prepared)
     with pytest.raises(InvalidTxnState, match="never registered"):
-        commit(catalog, tx.JOURNAL, step)
-    assert catalog.load_table(tx.JOURNAL).metadata_location == journal_before
-    assert tx.describe(catalog)["skips"]["txn"]["state"] == "ONGOING"
+        commit(catalog, journal.JOURNAL, step)
+    assert catalog.load_table(journal.JOURNAL).metadata_location == journal_before
+    assert journal.describe(catalog)["skips"]["txn"]["state"] == "ONGOING"
     producer.abort_transaction()
     assert rows(a) == rows(b) == [] and staged_files(a) == []
 
@@ -236,9 +238,9 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
 
 def set_epoch(catalog, tid: str, epoch: int) -> None:
     """Test set-up: move a transactional id's epoch (as if it had been initialised that often)."""
-    state = tx.describe(catalog)
+    state = journal.describe(catalog)
     state[tid]["epoch"] = epoch
-    set_properties(catalog, tx.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
+    set_properties(catalog, journal.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
 
 
 @pytest.mark.parametrize("zombie_epoch", [1, 2**31 - 3, 2**31 - 2], ids=["low", "takeover-reaches-the-bound", "takeover-rotates-the-id"])
@@ -357,7 +359,7 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     """
     catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE)
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
-    assert tx.describe(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
+    assert journal.describe(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
     with worker("recover", heavy_spec, {}, outs[0], module=SCENARIOS) as one, worker("recover", heavy_spec, {}, outs[1], module=SCENARIOS) as two:
         assert TransactionalProducer(catalog, "copier-1").init_transactions()["epoch"] == epoch + 1
@@ -445,7 +447,7 @@ def emptied_by_retention(catalog) -> tuple[LogTable, LogTable]:
     for t in (a, b):
         for i in range(3):
             t.append({0: [{"key": f"old{i}", "value": "0"}]})
-        commit(catalog, t.identifier, Retention(t.identifier, retention_ms=1, now_ms=tx.now_ms() + 60_000))
+        commit(catalog, t.identifier, Retention(t.identifier, retention_ms=1, now_ms=journal.now_ms() + 60_000))
         expire_snapshots(catalog, t.identifier, keep=1)
         remove_orphan_files(catalog, t.identifier, older_than_s=0)
         assert t.read(0).num_rows == 0 and (t.watermarks()[0].start, t.watermarks()[0].end) == (3, 3)

@@ -15,7 +15,7 @@ from pipelines.fanout import fanout
 from storage.core import faults
 from storage.groups.offsets import committed_offsets
 from storage.log.table import LogTable
-from storage.producers.transactional import describe
+from storage.producers.journal import describe
 from tests.storage.test_faults import kill_at
 from validations.checks import run_checks
 from validations.transactions import check_transactions

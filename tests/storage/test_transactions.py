@@ -39,8 +39,10 @@ from storage.groups.offsets import commit_offsets, committed_offsets
 from storage.log.files import local_path
 from storage.log.maintenance import referenced_files, remove_orphan_files
 from storage.log.table import LogTable
+from storage.producers import journal as coordinator
 from storage.producers import transactional as tx
-from storage.producers.transactional import InvalidTxnState, TransactionAborted, TransactionalProducer
+from storage.producers.journal import InvalidTxnState, TransactionAborted
+from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTION_TIMEOUT_MS
 from tests.catalogs import forwarding_catalog
 from validations.checks import run_checks
@@ -123,7 +125,7 @@ def run_to_end(spec, mode: str, args: dict, out: Path, timeout: float = 300) -> 
 
 
 def journal(catalog) -> list[dict]:
-    rows = LogTable(catalog, tx.JOURNAL).read(0)
+    rows = LogTable(catalog, coordinator.JOURNAL).read(0)
     return rows.select(["log_offset", "txn_id", "transactional_id", "txn_state", "detail"]).to_pylist()
 
 
@@ -158,12 +160,12 @@ def contiguous(log_table: LogTable) -> None:
 def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
     from storage.groups.offsets import GROUPS_TABLE
 
-    names = [*identifiers, tx.JOURNAL, GROUPS_TABLE]
+    names = [*identifiers, coordinator.JOURNAL, GROUPS_TABLE]
     return {n: catalog.load_table(n).metadata_location for n in names}
 
 
 def past_timeout(ms: int = TRANSACTION_TIMEOUT_MS.default):
-    return lambda: tx.now_ms() + ms + 1_000
+    return lambda: coordinator.now_ms() + ms + 1_000
 
 
 def two_tables(catalog, partitions: int = 1) -> tuple[LogTable, LogTable]:
@@ -196,7 +198,7 @@ def check_all_or_nothing(catalog, a, b, before, txn_id, point) -> None:
     """The killed transaction is either wholly visible once (it had reached PREPARE_COMMIT)
     or not at all; no staged or orphan file is left; recovery again changes nothing."""
     states = journal_states(catalog, txn_id)
-    assert tx.describe(catalog)["copier-1"]["txn"] is None
+    assert coordinator.describe(catalog)["copier-1"]["txn"] is None
     if point in BEFORE_PREPARE:
         assert (rows(a), rows(b)) == before, "an aborted transaction became visible"
         assert committed_offsets(catalog, "g", "db.src") == {0: 3}
@@ -219,7 +221,7 @@ def check_all_or_nothing(catalog, a, b, before, txn_id, point) -> None:
         remove_orphan_files(catalog, t.identifier, older_than_s=0)
         assert unreferenced_data_files(t) == []
         contiguous(t)
-    contiguous(LogTable(catalog, tx.JOURNAL))
+    contiguous(LogTable(catalog, coordinator.JOURNAL))
 
     # Idempotent: recovery again does nothing at all.
     settled = metadata_locations(catalog, "db.a", "db.b")
@@ -235,7 +237,7 @@ def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_
     catalog, a, b, before, txn_id, epoch = kill_one_transaction(catalog_spec, tmp_path, point)
     producer = TransactionalProducer(catalog, "copier-1")  # the restarted instance
     assert producer.init_transactions()["epoch"] == epoch + 1
-    assert tx.describe(catalog)["copier-1"]["epoch"] == epoch + 1
+    assert coordinator.describe(catalog)["copier-1"]["epoch"] == epoch + 1
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
     # Nothing stays locked or half-done: the new instance commits its own transaction,
     # numbered right after what the log held.
@@ -414,7 +416,7 @@ def test_i5_racing_transactions_on_the_same_tables_never_mix(heavy_spec, tmp_pat
     catalog_spec = heavy_spec
     catalog = catalog_spec.open()
     a, b = two_tables(catalog)
-    tx.ensure_journal(catalog)
+    coordinator.ensure_journal(catalog)
     runs = 10
     outs = [tmp_path / f"racer{i}.out" for i in range(2)]
     barrier = tmp_path / "barrier"
@@ -646,7 +648,7 @@ def test_i9_i10_copier_killed_repeatedly_copies_every_record_exactly_once(heavy_
     assert {key: value for _, key, value in copied} == {f"src:{i}": f"V{i}" for i in range(records)}
     assert committed_offsets(catalog, "copy", "db.src") == {0: records}
     contiguous(out)
-    assert tx.describe(catalog)["copier"]["txn"] is None
+    assert coordinator.describe(catalog)["copier"]["txn"] is None
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
     assert staged_files(out) == []
 
@@ -719,7 +721,7 @@ def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
     assert tx.recover(catalog, clock=past_timeout())["rolled_forward"] == []  # must not raise
     assert TransactionalProducer(catalog, "bad").init_transactions()["epoch"] == 1
     assert rows(a) == [] and committed_offsets(catalog, "g", "db.src") == {}
-    assert "COMMITTED" not in journal_states(catalog, txn_id) and tx.describe(catalog)["bad"]["txn"] is None
+    assert "COMMITTED" not in journal_states(catalog, txn_id) and coordinator.describe(catalog)["bad"]["txn"] is None
     assert staged_files(a) == []
 
 
@@ -729,7 +731,7 @@ def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
 def refused_transaction(sqlite_catalog) -> tuple[LogTable, LogTable, dict]:
     a, b = two_tables(sqlite_catalog)
     a.append({0: [{"key": "before", "value": "1"}]})
-    tx.ensure_journal(sqlite_catalog)
+    coordinator.ensure_journal(sqlite_catalog)
     before = {t.identifier: t.table().metadata_location for t in (a, b)}
     producer = TransactionalProducer(forwarding_catalog(sqlite_catalog), "elsewhere")
     with pytest.raises(AtomicCommitUnsupported) as caught:
@@ -758,7 +760,7 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
 
 
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
-    """The journal is believed by the coordinator and the transactions check: a forged record
+    """The journal_table is believed by the coordinator and the transactions check: a forged record
     (an ABORTED for a committed transaction) must not get in through any user path."""
     from storage.errors import InvalidIdentifier
     from storage.log.maintenance import maintain
@@ -771,27 +773,27 @@ def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     producer.init_transactions()
     with producer.transaction():
         producer.send("db.a", 0, [{"key": "x"}])
-    journal = LogTable.open(catalog, tx.JOURNAL)
-    end = journal.watermarks()[0].end
-    record = journal.read(0, 0, end).to_pylist()[-1] | {"txn_state": tx.ABORTED, "log_offset": end}  # COMMITTED, forged
-    forged = {k: v for k, v in record.items() if k in journal.payload_schema().names}
+    journal_table = LogTable.open(catalog, coordinator.JOURNAL)
+    end = journal_table.watermarks()[0].end
+    record = journal_table.read(0, 0, end).to_pylist()[-1] | {"txn_state": coordinator.ABORTED, "log_offset": end}  # COMMITTED, forged
+    forged = {k: v for k, v in record.items() if k in journal_table.payload_schema().names}
     add_acl(catalog, "replicator", "*")  # a replicator granted every table
     writes = {
-        "append": lambda: journal.append({0: [forged]}),
-        "producers init": lambda: init_producer(catalog, tx.JOURNAL, "forger"),
-        "add-partitions": lambda: journal.add_partitions(2),
-        "retention": lambda: maintain(catalog, tx.JOURNAL, retention_bytes=1),
-        "write with offsets": lambda: write_with_offsets(catalog, tx.JOURNAL, {0: [record]}, principal="replicator"),
+        "append": lambda: journal_table.append({0: [forged]}),
+        "producers init": lambda: init_producer(catalog, coordinator.JOURNAL, "forger"),
+        "add-partitions": lambda: journal_table.add_partitions(2),
+        "retention": lambda: maintain(catalog, coordinator.JOURNAL, retention_bytes=1),
+        "write with offsets": lambda: write_with_offsets(catalog, coordinator.JOURNAL, {0: [record]}, principal="replicator"),
     }
     for name, write in writes.items():
-        with unchanged(journal), pytest.raises(InvalidIdentifier, match="icelog_system"):
+        with unchanged(journal_table), pytest.raises(InvalidIdentifier, match="icelog_system"):
             write()
     forger = TransactionalProducer(catalog, "forger")
     forger.init_transactions()
-    with unchanged(journal):
+    with unchanged(journal_table):
         forger.begin_transaction()
         with pytest.raises(InvalidIdentifier):
-            forger.send(tx.JOURNAL, 0, [forged])
+            forger.send(coordinator.JOURNAL, 0, [forged])
         forger.abort_transaction()
     with unchanged(catalog=catalog), pytest.raises(InvalidIdentifier):
         LogTable.create(catalog, "icelog_system.mine", 1)

@@ -1,0 +1,333 @@
+"""The transaction coordinator's journal: its state, and one commit request per coordinator step (I5).
+
+The journal is a log table, ``icelog_system.transactions`` (Kafka's transaction-state topic):
+one row per record (BEGIN, ADD_PARTITIONS, PREPARE_COMMIT, COMMITTED, ABORTED). Its properties
+hold the coordinator state (:class:`storage.core.staging.JournalState`): per transactional id
+the producer id, the epoch, and the open transaction.
+
+Each step is a request decided on the journal's exact base, so epochs fence zombies. Every
+step first aborts other transactions idle past their timeout (prepared ones are rolled
+forward by recovery, never aborted).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar, Mapping
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from storage import properties as props
+from storage.core.commit import Decision, Request
+from storage.core.staging import JOURNAL, JournalState
+from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError
+from storage.log import schema as cols
+from storage.log.files import write_log_files
+from storage.log.table import AppendRequest, LogTable
+from storage.properties import TXN_ID
+
+ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
+JOURNAL_PAYLOAD = [
+    {"name": "txn_id", "type": "string"},
+    {"name": "transactional_id", "type": "string"},
+    {"name": "txn_producer_id", "type": "long"},
+    {"name": "txn_epoch", "type": "int"},
+    {"name": "txn_state", "type": "string"},
+    {"name": "detail", "type": "string"},
+]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+class InvalidTxnState(TerminalError):
+    """The call does not fit the transaction's state (e.g. commit without begin)."""
+
+    def __init__(self, *, transactional_id: str, reason: str) -> None:
+        self.transactional_id, self.reason = transactional_id, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"transactional id {self.transactional_id!r}: {self.reason}"
+
+
+class TransactionAborted(AbortableError):
+    """The transaction was aborted (timed out, or aborted by a newer instance or recovery)."""
+
+    def __init__(self, *, transactional_id: str, txn_id: str, reason: str) -> None:
+        self.transactional_id, self.txn_id, self.reason = transactional_id, txn_id, reason
+        super().__init__()
+
+    def describe(self) -> str:
+        return f"transaction {self.txn_id} of {self.transactional_id!r} was aborted: {self.reason}"
+
+
+def ensure_journal(catalog: Catalog) -> LogTable:
+    try:
+        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True)
+    except TableAlreadyExists:
+        return LogTable.open(catalog, JOURNAL)
+
+
+def _record(tid: str, entry: Mapping[str, Any], txn_id: str, state: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "txn_id": txn_id,
+        "transactional_id": tid,
+        "txn_producer_id": entry["producer_id"],
+        "txn_epoch": entry["epoch"],
+        "txn_state": state,
+        "detail": json.dumps(detail, sort_keys=True),
+    }
+
+
+def _end_aborted(entry: dict[str, Any], txn: Mapping[str, Any]) -> None:
+    """End the entry's transaction as aborted, remembering where it staged files: whoever
+    aborts it deletes them after the commit, and if that process dies first, the next
+    ``init_transactions`` or ``recover`` does (as ``last_committed`` for a commit)."""
+    entry["txn"] = None
+    entry["last_aborted"] = {"id": txn["id"], "partitions": txn.get("partitions", {})}
+
+
+@dataclass
+class _Step:
+    """What one step sees and leaves: the coordinator state to edit, journal records to append."""
+
+    txns: dict[str, Any]
+    records: list[dict[str, Any]]
+    aborted: list[dict[str, Any]]
+    now: int
+    default_timeout: int
+    result: dict[str, Any]
+
+    def abort(self, tid: str, entry: dict[str, Any], txn: Mapping[str, Any], reason: str) -> None:
+        self.records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": reason}))
+        self.aborted.append({"transactional_id": tid, "txn": txn})
+        _end_aborted(entry, txn)
+
+    def timed_out(self, entry: Mapping[str, Any], txn: Mapping[str, Any] | None) -> bool:
+        return bool(txn) and txn["state"] == ONGOING and txn["last_ms"] < self.now - entry.get("timeout_ms", self.default_timeout)
+
+
+@dataclass
+class JournalStep(Request):
+    """One coordinator step on the journal; subclasses say what it does in :meth:`apply`."""
+
+    transactional_id: str = ""
+    producer_id: int | None = None
+    epoch: int | None = None
+    txn_id: str = ""
+    clock: Callable[[], int] = now_ms
+    commit_id: str = ""
+    state_type = JournalState
+    writes_system = True
+
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        return write_log_files(table, rows)  # the journal records, rows of the journal log
+
+    def decide(self, state: JournalState, table: Table) -> Decision:
+        step = _Step(
+            txns=json.loads(json.dumps(state.transactions)),  # a deep copy to edit
+            records=[], aborted=[], now=self.clock(),
+            default_timeout=props.read(table.metadata.properties, props.TRANSACTION_TIMEOUT_MS, JOURNAL),  # type: ignore[arg-type]
+            result={},
+        )
+        step.result["aborted"] = step.aborted
+        for tid, entry in step.txns.items():
+            if tid != self.transactional_id and step.timed_out(entry, entry.get("txn")):
+                step.abort(tid, entry, entry["txn"], "timeout")
+        if not self.apply(step) or not step.records and step.txns == state.transactions:
+            return Decision(state=state, result=step.result, write=False)  # e.g. a late abort, a re-sent prepare
+        new_state = replace(state, transactions=step.txns)
+        if not step.records:
+            return Decision(state=new_state, result=step.result)
+        payload = pa.Table.from_pylist(step.records, schema=cols.payload_arrow_schema(table.schema()))
+        decision = AppendRequest(JOURNAL, {0: payload}, {}, self.commit_id).decide(new_state, table)
+        decision.result = step.result
+        decision.lineage = {**decision.lineage, **({TXN_ID: self.txn_id} if self.txn_id else {})}
+        return decision
+
+    def apply(self, step: _Step) -> bool:
+        """Edit ``step``; False: write nothing."""
+        raise NotImplementedError
+
+    def receipt(self, result: Any) -> Any:
+        return {k: v for k, v in result.items() if k in ("producer_id", "epoch", "ranges")}
+
+
+@dataclass
+class InitTransactions(JournalStep):
+    """Fence older instances (epoch + 1) and abort their open transaction; a prepared one is
+    rolled forward first (``roll_forward`` in the result: nothing written)."""
+
+    fresh_producer_id: int | None = None  # for a new id, or one whose epoch is exhausted
+    timeout_ms: int | None = None
+
+    def apply(self, step: _Step) -> bool:
+        entry = step.txns.get(self.transactional_id)
+        if entry is None:
+            entry = step.txns[self.transactional_id] = {"producer_id": self.fresh_producer_id, "epoch": -1, "txn": None}
+        txn = entry.get("txn")
+        if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
+            step.result["roll_forward"] = {"transactional_id": self.transactional_id, "entry": entry}
+            return False
+        # The caller deleted these before this step (and deletes them again after it).
+        leftovers = {key: entry.pop(key) for key in ("last_committed", "last_aborted") if entry.get(key)}
+        if txn:
+            step.abort(self.transactional_id, entry, txn, "a new instance initialised")
+        if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
+            entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
+        entry.update(epoch=entry["epoch"] + 1, txn=None)
+        if self.timeout_ms is not None:
+            entry["timeout_ms"] = self.timeout_ms
+        step.result.update(producer_id=entry["producer_id"], epoch=entry["epoch"], leftovers=leftovers)
+        return True
+
+
+@dataclass
+class ExpireTransactions(JournalStep):
+    """Only the common part: abort every transaction idle past its timeout."""
+
+    def apply(self, step: _Step) -> bool:
+        return bool(step.records)
+
+
+@dataclass
+class _ProducerStep(JournalStep):
+    """A step of the producer that holds the epoch: fenced if another instance took it since."""
+
+    ends_itself: ClassVar[bool] = False  # an abort of its own transaction that timed out is no error
+
+    def apply(self, step: _Step) -> bool:
+        entry = self._check_epoch(step.txns.get(self.transactional_id))
+        txn = entry.get("txn")
+        if step.timed_out(entry, txn):
+            step.abort(self.transactional_id, entry, txn, "timeout")
+            if not self.ends_itself:  # record the abort; the caller raises TransactionAborted
+                step.result["timed_out"] = self.txn_id
+                return True
+            txn = None
+        self.apply_own(step, entry, txn)
+        return True
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    def _check_epoch(self, entry: dict[str, Any] | None) -> dict[str, Any]:
+        if entry is None:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason="not initialised: call init_transactions()")
+        # Another producer id means a newer instance reached the epoch's upper bound and was
+        # given a fresh id: this instance is as fenced as one with an older epoch (KAFKA-19367).
+        if entry["producer_id"] != self.producer_id or self.epoch != entry["epoch"]:
+            raise ProducerFenced(table=JOURNAL, producer_id=self.producer_id, epoch=self.epoch, current_epoch=entry["epoch"])
+        return entry
+
+    def _ongoing(self, txn: dict | None, step: _Step) -> dict:
+        if txn is None or txn["id"] != self.txn_id:
+            reason = "timed out" if self.txn_id in {a["txn"]["id"] for a in step.aborted} else "aborted"
+            raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason=reason)
+        return txn
+
+
+@dataclass
+class RegisterPartitions(_ProducerStep):
+    """BEGIN (the first send) or ADD_PARTITIONS (Kafka's AddPartitionsToTxn)."""
+
+    partitions: Mapping[str, list[int]] = field(default_factory=dict)
+    begins: bool = True  # the producer has registered nothing in this transaction yet
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        if txn is None:
+            if self.txn_id in {a["txn"]["id"] for a in step.aborted}:
+                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
+            if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
+                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
+            txn = entry["txn"] = {"id": self.txn_id, "state": ONGOING, "started_ms": step.now, "last_ms": step.now, "partitions": {}}
+            kind = "BEGIN"
+        elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        else:
+            kind = "ADD_PARTITIONS"
+        for t, ps in self.partitions.items():
+            txn["partitions"][t] = sorted(set(txn["partitions"].get(t, [])) | set(ps))
+        txn["last_ms"] = step.now
+        step.records.append(_record(self.transactional_id, entry, self.txn_id, kind, {"partitions": self.partitions}))
+
+
+@dataclass
+class PrepareCommit(_ProducerStep):
+    """PREPARE_COMMIT: records the staged files; from here on recovery rolls it forward."""
+
+    prepared: Mapping[str, Any] = field(default_factory=dict)
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        txn = self._ongoing(txn, step)
+        if txn["state"] == PREPARE_COMMIT and txn.get("prepared") == json.loads(json.dumps(self.prepared)):
+            return  # an earlier attempt whose outcome was unknown landed
+        if txn["state"] != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        unregistered = [(t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])]
+        if unregistered:  # a late append to a partition the journal never registered (KAFKA-17754-like)
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered")
+        txn.update(state=PREPARE_COMMIT, last_ms=step.now, prepared=dict(self.prepared))
+        step.records.append(_record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])}))
+
+
+@dataclass
+class CommitTransaction(_ProducerStep):
+    """COMMITTED, in the same atomic commit as the data tables and group offsets."""
+
+    committed_ranges: Callable[[], Mapping[str, Any]] | None = None  # the data tables' decided offsets
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        txn = self._ongoing(txn, step)
+        if txn["state"] != PREPARE_COMMIT:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared")
+        ranges = self.committed_ranges() if self.committed_ranges else {}
+        entry["txn"] = None
+        # Its staged payload files are deleted after the commit; if the process dies first,
+        # the next init_transactions or recover deletes them (idempotent).
+        entry["last_committed"] = {"id": txn["id"], "partitions": txn["partitions"]}
+        step.records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
+        step.result["ranges"] = ranges
+
+
+@dataclass
+class AbortTransaction(_ProducerStep):
+    """ABORTED by the producer; a prepared transaction is refused (it will commit)."""
+
+    ends_itself: ClassVar[bool] = True
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        if txn is None or txn["id"] != self.txn_id:
+            return  # already aborted (by timeout, a new instance, or an earlier attempt)
+        if txn["state"] == PREPARE_COMMIT:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
+        step.abort(self.transactional_id, entry, txn, "aborted by the producer")
+
+
+@dataclass
+class ForceAbort(AbortTransaction):
+    """Abort a prepared transaction whose commit can never succeed (e.g. an offset mismatch,
+    or its staged files gone at an operator's word)."""
+
+    reason: str = "its commit can never succeed"
+
+    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+        if txn is None or txn["id"] != self.txn_id:
+            return
+        step.abort(self.transactional_id, entry, txn, self.reason)
+
+
+def describe(catalog: Catalog) -> dict[str, Any]:
+    """The coordinator state: every transactional id, its producer, epoch and open transaction.
+
+    A read creates nothing: a catalog without a journal has no transactional ids.
+    """
+    if not catalog.table_exists(JOURNAL):
+        return {}
+    return dict(JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions)
