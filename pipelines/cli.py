@@ -883,9 +883,9 @@ def transactions() -> None:
 @click.pass_obj
 def transactions_list(ctx: Context) -> None:
     """Every transactional id with its producer id, epoch and open transaction."""
-    from storage.producers.journal import describe
+    from storage.producers.journal import transactional_ids
 
-    state = describe(ctx.catalog)
+    state = transactional_ids(ctx.catalog)
     rows = [
         {"transactional_id": tid, "producer_id": e["producer_id"], "epoch": e["epoch"], "txn_id": (e.get("txn") or {}).get("id"), "state": (e.get("txn") or {}).get("state")}
         for tid, e in sorted(state.items())

@@ -323,7 +323,7 @@ class ForceAbort(AbortTransaction):
         step.abort(self.transactional_id, entry, txn, self.reason)
 
 
-def describe(catalog: Catalog) -> dict[str, Any]:
+def transactional_ids(catalog: Catalog) -> dict[str, Any]:
     """The coordinator state: every transactional id, its producer, epoch and open transaction.
 
     A read creates nothing: a catalog without a journal has no transactional ids.

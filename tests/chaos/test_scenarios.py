@@ -169,14 +169,14 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
                 t.append({0: [{"key": f"other{i}", "value": "0"}]})
         for position in (2, 3):
             commit_offsets(catalog, "other", {("db.src", 0): position})
-        ongoing = journal.describe(catalog)["seq"]["txn"]
+        ongoing = journal.transactional_ids(catalog)["seq"]["txn"]
         assert ongoing["id"] == second and ongoing["state"] == "ONGOING"
         data, staged = metadata_locations(catalog, "db.a", "db.b"), staged_files(a) + staged_files(b)
 
         assert late_abort.release()[-1] == {"event": "report", "transactional_id": "seq", "aborted": None}
         assert recoverers[1].release()[-1] == {"event": "report", "rolled_forward": [], "aborted": []}
 
-    assert journal.describe(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
+    assert journal.transactional_ids(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
     assert metadata_locations(catalog, "db.a", "db.b") == data, "a delayed step of N committed"
     assert staged_files(a) + staged_files(b) == staged
     assert journal_states(catalog, first).count("COMMITTED") == 1 and "ABORTED" not in journal_states(catalog, first)
@@ -208,7 +208,7 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     a, b = two_tables(catalog)
     journal.ensure_journal(catalog)
     with held(heavy_spec, "late", {"tid": "late", "a": "db.a", "b": "db.b"}, tmp_path, "late", faults.AFTER_TXN_BEGIN) as late:
-        txn_id = journal.describe(catalog)["late"]["txn"]["id"]
+        txn_id = journal.transactional_ids(catalog)["late"]["txn"]["id"]
         assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": [txn_id]}
         seen = late.release()
     assert seen[-1]["event"] == "refused" and seen[-1]["error"] == "TransactionAborted", seen
@@ -228,7 +228,7 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     with pytest.raises(InvalidTxnState, match="never registered"):
         commit(catalog, journal.JOURNAL, step)
     assert catalog.load_table(journal.JOURNAL).metadata_location == journal_before
-    assert journal.describe(catalog)["skips"]["txn"]["state"] == "ONGOING"
+    assert journal.transactional_ids(catalog)["skips"]["txn"]["state"] == "ONGOING"
     producer.abort_transaction()
     assert rows(a) == rows(b) == [] and staged_files(a) == []
 
@@ -238,7 +238,7 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
 
 def set_epoch(catalog, tid: str, epoch: int) -> None:
     """Test set-up: move a transactional id's epoch (as if it had been initialised that often)."""
-    state = journal.describe(catalog)
+    state = journal.transactional_ids(catalog)
     state[tid]["epoch"] = epoch
     set_properties(catalog, journal.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
 
@@ -359,7 +359,7 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     """
     catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE)
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
-    assert journal.describe(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
+    assert journal.transactional_ids(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
     with worker("recover", heavy_spec, {}, outs[0], module=SCENARIOS) as one, worker("recover", heavy_spec, {}, outs[1], module=SCENARIOS) as two:
         assert TransactionalProducer(catalog, "copier-1").init_transactions()["epoch"] == epoch + 1

@@ -15,7 +15,7 @@ from pipelines.fanout import fanout
 from storage.core import faults
 from storage.groups.offsets import committed_offsets
 from storage.log.table import LogTable
-from storage.producers.journal import describe
+from storage.producers.journal import transactional_ids
 from tests.storage.test_faults import kill_at
 from validations.checks import run_checks
 from validations.transactions import check_transactions
@@ -116,7 +116,7 @@ def test_i9_fanout_killed_then_rerun_writes_each_record_exactly_once(spark, env_
         assert rerun.rows == 0
     assert output_ids(catalog) == expected_ids(0, 40)
     assert committed_offsets(catalog, "copier", "db.src") == {0: 20, 1: 20}
-    assert all(e.get("txn") is None for e in describe(catalog).values())
+    assert all(e.get("txn") is None for e in transactional_ids(catalog).values())
     for table in ROUTES.values():
         assert check_transactions(catalog.load_table(table)).ok
         location = LogTable.open(catalog, table).table().metadata.location.removeprefix("file://")
