@@ -58,3 +58,34 @@ def test_overwrite_builds_its_manifest_evaluators_through_an_instance_lookup():
 
     assert list(inspect.signature(_OverwriteFiles._build_manifest_evaluator).parameters) == ["self", "spec_id"]
     assert "self._build_manifest_evaluator" in inspect.getsource(_OverwriteFiles._deleted_entries)
+
+
+def test_staging_transaction_caches_exactly_what_pyiceberg_computes(sqlite_catalog):
+    """The commit core's metadata view per staged-update tuple equals pyiceberg's own, after
+    every change a commit stages (a snapshot, properties), and moves on when they change."""
+    from pyiceberg.table.update import update_table_metadata
+
+    from storage.core.commit import _StagingTransaction
+    from storage.log.table import LogTable
+
+    log_table = LogTable.create(sqlite_catalog, "db.staging", 1)
+    log_table.append({0: [{"key": "a"}]})
+    table = log_table.table()
+    assert isinstance(Transaction.__dict__["table_metadata"], property)
+    cached = _StagingTransaction(table)
+    assert isinstance(cached._updates, tuple)
+    cached.set_properties({"x": "1"})
+
+    def pyicebergs(txn):  # what Transaction.table_metadata computes, uncached
+        return update_table_metadata(txn._table.metadata, txn._updates)
+
+    def same(a, b):  # pyiceberg stamps last_updated_ms with "now" on every computation
+        return a.model_copy(update={"last_updated_ms": 0}) == b.model_copy(update={"last_updated_ms": 0})
+
+    first = cached.table_metadata
+    assert first is cached.table_metadata  # computed once for these updates
+    assert same(first, pyicebergs(cached))
+    cached.update_snapshot().fast_append().commit()  # stages a snapshot, the table is not committed
+    cached.set_properties({"y": "2"})
+    assert cached.table_metadata is not first and same(cached.table_metadata, pyicebergs(cached))
+    assert cached.table_metadata.properties["y"] == "2"
