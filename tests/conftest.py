@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # infra/ is not an installed package
 
-from tests.catalogs import CatalogSpec  # noqa: E402
+from tests.support.catalogs import CatalogSpec  # noqa: E402
 
 # Variables that choose or configure a catalog; a test sets the ones it needs itself.
 CATALOG_VARIABLES = ("ICELOG_CATALOG", "ICELOG_HOME")

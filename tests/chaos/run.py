@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.log.table import TABLE_DEFAULTS
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 from tests.chaos.workers import RESTART_ME, UNTYPED, batch_rows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Worker processes for the named scenarios (``tests/chaos/test_scenarios.py``).
 
 ``python -m tests.chaos.scenario_worker MODE SPEC_JSON ARGS_JSON``; one JSON line per event on
-stdout (``tests.txn_worker.emit``). Besides ``pause`` (stop at a fault point and wait for
+stdout (``tests.support.workers.transactions.emit``). Besides ``pause`` (stop at a fault point and wait for
 SIGKILL), a worker can be *held*: ``hold`` names a fault point, ``hit`` which pass of it
 (default the first); there the worker writes its pid to ``held`` and waits until the file
 ``release`` exists, then goes on. A held process is a delayed one: it decided (or read the
@@ -28,8 +28,8 @@ import time
 from storage.core import faults
 from storage.errors import IcelogError
 from storage.producers import transactional as tx
-from tests.catalogs import CatalogSpec
-from tests.txn_worker import _arm, emit
+from tests.support.catalogs import CatalogSpec
+from tests.support.workers.transactions import arm, emit
 
 
 def _hold(point: str, hit: int, held: str, release: str) -> None:
@@ -94,7 +94,7 @@ if __name__ == "__main__":
     mode, spec, raw = sys.argv[1:4]
     arguments = json.loads(raw)
     if arguments.get("pause"):
-        _arm(arguments["pause"])
+        arm(arguments["pause"])
     if arguments.get("hold"):
         _hold(arguments["hold"], arguments.get("hit", 1), arguments["held"], arguments["release"])
     MODES[mode](CatalogSpec(**json.loads(spec)).open(), arguments)

@@ -29,7 +29,7 @@ from typing import Iterator
 import pytest
 
 from storage.core import faults
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 from tests.chaos.run import (
     EVENTS,
     ROOT,
@@ -84,7 +84,7 @@ ONE_APPEND = """
 import json, sys
 from storage.errors import IcelogError
 from storage.log.table import LogTable
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 args = json.loads(sys.argv[1])
 log_table = LogTable(CatalogSpec(**args["spec"]).open(), "chaos.events")
 rows = [{"key": "k", "value": f"slow:{i}"} for i in range(args["rows"])]

@@ -50,7 +50,7 @@ from typing import Any, Callable  # noqa: E402
 
 from storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
 from storage.log.table import AppendRequest, LogTable  # noqa: E402
-from tests.catalogs import CatalogSpec  # noqa: E402
+from tests.support.catalogs import CatalogSpec  # noqa: E402
 
 RESTART_ME = 75
 UNTYPED = 76  # ended by an error of no icelog type (see the module docstring)

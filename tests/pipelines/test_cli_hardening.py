@@ -363,7 +363,7 @@ def test_unexpected_error_text_one_line_traceback_only_in_debug(events, monkeypa
 
 def test_unreadable_catalog_exit_4_in_a_real_process(sqlite_spec, tmp_path):
     """A catalog URI naming a directory: SQLAlchemy cannot open it; no traceback, exit 4."""
-    from tests.catalogs import CatalogSpec
+    from tests.support.catalogs import CatalogSpec
 
     broken = Cli(CatalogSpec("sqlite", "broken", f"sqlite:///{tmp_path}", sqlite_spec.warehouse))
     done = broken.process("--output", "json", "topics", "list")

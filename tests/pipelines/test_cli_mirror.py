@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage.log.table import LogTable
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 from tests.pipelines.test_cli_hardening import Cli
 
 

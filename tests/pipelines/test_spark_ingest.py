@@ -130,7 +130,7 @@ def test_i8_bad_sources_change_nothing(spark, env_catalog, tmp_path):
 def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_catalog, tmp_path):
     t = LogTable.create(env_catalog.open(), "db.events", partitions=3)
     write_landing(tmp_path / "landing")
-    argv = [sys.executable, "-m", "tests.spark_worker", json.dumps(asdict(env_catalog)), "db.events", str(tmp_path / "landing"), "run-k"]
+    argv = [sys.executable, "-m", "tests.support.workers.ingest", json.dumps(asdict(env_catalog)), "db.events", str(tmp_path / "landing"), "run-k"]
     pause = str(tmp_path / "paused")
     with open(tmp_path / "driver.log", "w") as out:  # a file, not a pipe: a chatty driver never blocks
         driver = subprocess.Popen(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]", "ICELOG_PAUSE_AT": "after_ingest_write", "ICELOG_PAUSE_FILE": pause}, stdout=out, stderr=subprocess.STDOUT)
@@ -162,7 +162,7 @@ def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_pa
     master = spark_cluster.start(directory, workers=2)
     try:
         for table, spark_master in (("db.cluster", master), ("db.local", "local[2]")):
-            argv = [sys.executable, "-m", "tests.spark_worker", json.dumps(asdict(env_catalog)), table, str(tmp_path / "landing"), "run"]
+            argv = [sys.executable, "-m", "tests.support.workers.ingest", json.dumps(asdict(env_catalog)), table, str(tmp_path / "landing"), "run"]
             done = subprocess.run(argv, env={**os.environ, "ICELOG_SPARK_MASTER": spark_master}, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
         assert any((directory / "work0").iterdir()) or any((directory / "work1").iterdir())  # executors really ran there

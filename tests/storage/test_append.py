@@ -27,7 +27,7 @@ from storage.errors import (
     UnknownTable,
 )
 from storage.log.table import AppendRequest, LogTable
-from tests.interleave import Interleaved
+from tests.support.interleave import Interleaved
 from validations.contiguity import check_contiguity
 
 

@@ -17,7 +17,7 @@ from storage.core.commit import commit
 from storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
 from storage.log.maintenance import PartitionGrowth
 from storage.log.table import AppendRequest, LogTable
-from tests.interleave import Interleaved
+from tests.support.interleave import Interleaved
 from validations.contiguity import check_contiguity
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from storage.log.table import LogTable
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 from validations.contiguity import check_contiguity
 
 
 @contextlib.contextmanager
 def worker_processes(spec: CatalogSpec, argv_list: list[list[str]], directory: Path, env: dict | None = None):
-    """Start ``python -m tests.workers`` processes with stdout and stderr going to files.
+    """Start ``python -m tests.support.workers.log_table`` processes with stdout and stderr going to files.
 
     Files, not pipes: a process nobody reads from never blocks on a full pipe. On leaving,
     every process still running is killed and every process is waited for.
@@ -33,7 +33,7 @@ def worker_processes(spec: CatalogSpec, argv_list: list[list[str]], directory: P
             for i, argv in enumerate(argv_list):
                 out = stack.enter_context(open(directory / f"worker{i}.out", "w"))
                 err = stack.enter_context(open(directory / f"worker{i}.err", "w"))
-                procs.append(subprocess.Popen([sys.executable, "-m", "tests.workers", argv[0], spec_json, *argv[1:]], stdout=out, stderr=err, env=env))
+                procs.append(subprocess.Popen([sys.executable, "-m", "tests.support.workers.log_table", argv[0], spec_json, *argv[1:]], stdout=out, stderr=err, env=env))
             yield procs
         finally:
             for proc in procs:

@@ -33,7 +33,7 @@ def members():
             env["ICELOG_PAUSE_FILE"] = str(pause_file)
         with open(out, "w") as f:
             child = subprocess.Popen(
-                [sys.executable, "-m", "tests.consumer_worker", json.dumps(asdict(spec)), json.dumps(args)],
+                [sys.executable, "-m", "tests.support.workers.consumer", json.dumps(asdict(spec)), json.dumps(args)],
                 cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
             )
         started.append(child)

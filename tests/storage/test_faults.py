@@ -51,7 +51,7 @@ class Worker:
 
 @contextlib.contextmanager
 def worker(spec, command: str, *args: str, directory: Path, name: str = "victim", pause_at: str | None = None):
-    """``python -m tests.workers COMMAND``; output to files (never a pipe nobody drains).
+    """``python -m tests.support.workers.log_table COMMAND``; output to files (never a pipe nobody drains).
 
     With ``pause_at``, the worker stops at that fault point and waits for its SIGKILL. On
     leaving, a worker still running is killed, and every worker is waited for.
@@ -64,7 +64,7 @@ def worker(spec, command: str, *args: str, directory: Path, name: str = "victim"
     out, err = directory / f"{name}.out", directory / f"{name}.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workers", command, json.dumps(asdict(spec)), *map(str, args)],
+            [sys.executable, "-m", "tests.support.workers.log_table", command, json.dumps(asdict(spec)), *map(str, args)],
             env=env, stdout=stdout, stderr=stderr,
         )
         try:

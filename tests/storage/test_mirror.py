@@ -33,7 +33,7 @@ from storage.producers.idempotent import init_producer, lease_producer_ids, rebu
 from storage.replication.acls import add_acl
 from storage.replication.mirror import mirror, mirror_record, promote
 from storage.replication.replica import write_with_offsets
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 PRINCIPAL = "mirror-bot"
 

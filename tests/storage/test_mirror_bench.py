@@ -23,7 +23,7 @@ from storage.log.table import LogTable, with_system_columns
 from storage.replication.acls import add_acl
 from storage.replication.mirror import mirror
 from storage.replication.replica import OffsetWriteRequest, batch_spans
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 pytestmark = pytest.mark.slow
 PRINCIPAL = "bench"

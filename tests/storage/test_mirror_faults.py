@@ -33,7 +33,7 @@ def spawn(source_spec, target_spec, directory, name: str, pause_at: str | None =
     out = open(directory / f"{name}.out", "w")
     err = open(directory / f"{name}.err", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.mirror_worker", json.dumps(asdict(source_spec)), json.dumps(asdict(target_spec)), "orders", PRINCIPAL],
+        [sys.executable, "-m", "tests.support.workers.mirror", json.dumps(asdict(source_spec)), json.dumps(asdict(target_spec)), "orders", PRINCIPAL],
         env=env, stdout=out, stderr=err,
     )
     out.close(), err.close()

@@ -20,9 +20,9 @@ from storage.core.state import LogState
 from storage.core.swap import load_tables
 from storage.errors import AtomicCommitUnsupported
 from storage.log.table import AppendRequest, LogTable
-from tests.catalogs import forwarding_catalog
-from tests.interleave import Interleaved
-from tests.multi_worker import two_table_append
+from tests.support.catalogs import forwarding_catalog
+from tests.support.interleave import Interleaved
+from tests.support.workers.multi_table import two_table_append
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -73,7 +73,7 @@ def test_i5_kill_between_two_tables_swaps_leaves_neither(catalog_spec):
     env = {**os.environ, "ICELOG_PAUSE_AT": faults.BETWEEN_TABLE_SWAPS, "ICELOG_PAUSE_FILE": marker}
     spec = json.dumps(dataclasses.asdict(catalog_spec))
     with open(marker + ".log", "w") as out:
-        child = subprocess.Popen([sys.executable, "-m", "tests.multi_worker", spec, a.identifier, b.identifier, "killed"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen([sys.executable, "-m", "tests.support.workers.multi_table", spec, a.identifier, b.identifier, "killed"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 120
             while not os.path.exists(marker) and child.poll() is None and time.monotonic() < deadline:

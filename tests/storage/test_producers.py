@@ -23,7 +23,7 @@ from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
 from storage.log.table import AppendRequest, LogTable
 from storage.producers.idempotent import derive_state, init_producer, rebuild
 from storage.properties import PRODUCERS
-from tests.interleave import Interleaved
+from tests.support.interleave import Interleaved
 from tests.storage.test_concurrency import finish, run_workers, worker_processes
 from tests.storage.test_faults import kill_at, run_to_end, worker
 from validations.producers import check_producers

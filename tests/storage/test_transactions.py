@@ -3,7 +3,7 @@ point, consistent readers, racing transactions, zombies, timeouts, exactly-once 
 expected offsets, catalogs without atomic commits. The named Kafka and Jepsen cases (a delayed commit
 of transaction N, late appends, epochs at their bound, ...) are ``tests/chaos/test_scenarios.py``.
 
-Worker processes are ``tests/txn_worker.py``; their stdout goes to files (never pipes), and
+Worker processes are ``tests/support/workers/transactions.py``; their stdout goes to files (never pipes), and
 every process started here is waited for.
 """
 
@@ -44,7 +44,7 @@ from storage.producers import transactional as tx
 from storage.producers.journal import InvalidTxnState, TransactionAborted
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTION_TIMEOUT_MS
-from tests.catalogs import forwarding_catalog
+from tests.support.catalogs import forwarding_catalog
 from validations.checks import run_checks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +69,8 @@ def worker_env(pause_file: str | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.txn_worker"):
-    """A ``tests.txn_worker`` (or ``module``) process writing to ``out``; always killed (if alive) and waited for."""
+def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.support.workers.transactions"):
+    """A ``tests.support.workers.transactions`` (or ``module``) process writing to ``out``; always killed (if alive) and waited for."""
     with open(out, "w") as f:
         child = subprocess.Popen(
             [sys.executable, "-m", module, mode, spec_json(spec), json.dumps(args)],
@@ -106,7 +106,7 @@ def wait_for_pause(child: subprocess.Popen, marker: str, out: Path, timeout: flo
     assert int(Path(marker).read_text()) == child.pid
 
 
-def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str, module: str = "tests.txn_worker") -> list[dict]:
+def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str, module: str = "tests.support.workers.transactions") -> list[dict]:
     """Run a worker until it pauses at its fault point, SIGKILL it there, return its events."""
     marker, out = str(tmp / f"{tag}.paused"), tmp / f"{tag}.out"
     with worker(mode, spec, args, out, pause_file=marker, module=module) as child:

@@ -1,6 +1,6 @@
 """Worker processes for the transaction tests (``tests/storage/test_transactions.py``).
 
-``python -m tests.txn_worker MODE SPEC_JSON ARGS_JSON``
+``python -m tests.support.workers.transactions MODE SPEC_JSON ARGS_JSON``
 
 Every mode prints one JSON line per event on stdout, flushed at once, so a test that
 redirects stdout to a file and kills the process with SIGKILL still reads every event
@@ -33,7 +33,7 @@ from storage.core.state import LogState
 from storage.errors import IcelogError
 from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 # When to arm each fault point so that it pauses inside the transaction's own step.
 ARM = {
@@ -49,7 +49,7 @@ def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def _arm(point: str) -> None:
+def arm(point: str) -> None:
     os.environ["ICELOG_PAUSE_AT"] = point
 
 
@@ -59,7 +59,7 @@ def _arm_at_checkpoint(trigger: str, point: str) -> None:
 
     def checkpoint(name: str) -> None:
         if name == trigger:
-            _arm(point)
+            arm(point)
         original(name)
 
     faults.checkpoint = checkpoint
@@ -76,15 +76,15 @@ def one(catalog, args: dict) -> None:
     emit(event="begin", txn_id=txn_id)
     k = args["k"]
     if when == "before_first_send":
-        _arm(pause)
+        arm(pause)
     producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": str(k)}])
     if when == "before_last_send":
-        _arm(pause)
+        arm(pause)
     producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": str(-k)}])
     if args.get("src"):
         producer.send_offsets_to_transaction({(args["src"], 0): args["position"]}, args["group"])
     if when == "before_commit":
-        _arm(pause)
+        arm(pause)
     ranges = producer.commit_transaction()
     emit(event="committed", txn_id=txn_id, ranges=ranges)
 
@@ -175,7 +175,7 @@ def copier(catalog, args: dict) -> None:
             if trigger == "at_prepare":
                 _arm_at_checkpoint(faults.AFTER_TXN_PREPARE, args["pause"])
             else:
-                _arm(args["pause"])  # every point of the copier's next transaction can hit it
+                arm(args["pause"])  # every point of the copier's next transaction can hit it
         rows = src.read(0, position, min(end, position + args["batch"]))
         with producer.transaction():
             producer.send(out, 0, [{"key": f"src:{o}", "value": str(v).upper()} for o, v in zip(rows.column("log_offset").to_pylist(), rows.column("value").to_pylist())])
@@ -193,7 +193,7 @@ def abort(catalog, args: dict) -> None:
     emit(event="begin", txn_id=txn_id)
     producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": "1"}])
     producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": "-1"}])
-    _arm(args["pause"])
+    arm(args["pause"])
     producer.abort_transaction()
     emit(event="aborted", txn_id=txn_id)
 

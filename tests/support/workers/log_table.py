@@ -1,4 +1,4 @@
-"""Worker processes for concurrency and kill -9 tests: ``python -m tests.workers CMD ARGS``.
+"""Worker processes for concurrency and kill -9 tests: ``python -m tests.support.workers.log_table CMD ARGS``.
 
 Each prints one JSON line per outcome on stdout (logs go to stderr), so the parent can
 compare acknowledged writes with what the table holds. Every acknowledgement of a
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storage.errors import ConflictError, IcelogError
 from storage.log.table import LogTable
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 
 def _emit(**fields) -> None:

@@ -1,6 +1,6 @@
 """A group member for the cooperative-consumption kill tests (``tests/storage/test_consumer_processes.py``).
 
-``python -m tests.consumer_worker SPEC_JSON ARGS_JSON``
+``python -m tests.support.workers.consumer SPEC_JSON ARGS_JSON``
 
 Consume–transform–produce, exactly once: each polled batch of ``src`` becomes rows of
 ``out`` (key, value ``"<source offset>"``), committed in one multi-table commit with the
@@ -24,7 +24,7 @@ from pathlib import Path
 from storage.errors import StaleGeneration
 from storage.groups.consumer import Consumer
 from storage.log.table import AppendRequest, LogTable
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 
 def emit(**fields) -> None:

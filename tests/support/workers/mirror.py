@@ -1,4 +1,4 @@
-"""A mirror process for kill -9 tests: ``python -m tests.mirror_worker SOURCE TARGET TABLE PRINCIPAL [STEPS]``.
+"""A mirror process for kill -9 tests: ``python -m tests.support.workers.mirror SOURCE TARGET TABLE PRINCIPAL [STEPS]``.
 
 SOURCE and TARGET are JSON catalog specs. Runs mirror steps until killed (or STEPS done),
 printing one JSON line per step.
@@ -11,7 +11,7 @@ import sys
 import time
 
 from storage.replication.mirror import mirror
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Run the fan-out job in its own process (killed at fault points by tests).
 
-``python -m tests.fanout_worker SPEC_JSON SOURCE GROUP ROUTES_JSON``
+``python -m tests.support.workers.fanout SPEC_JSON SOURCE GROUP ROUTES_JSON``
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from pipelines.fanout import fanout
 from pipelines.spark import spark_session
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 if __name__ == "__main__":
     spec = CatalogSpec(**json.loads(sys.argv[1]))

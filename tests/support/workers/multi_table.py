@@ -1,6 +1,6 @@
 """A worker that commits to two tables in one atomic commit (killed at fault points by tests).
 
-``python -m tests.multi_worker SPEC_JSON TABLE_A TABLE_B TAG``
+``python -m tests.support.workers.multi_table SPEC_JSON TABLE_A TABLE_B TAG``
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from storage.core.commit import commit_tables
 from storage.log.table import AppendRequest
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 
 def two_table_append(catalog, a: str, b: str, tag: str, commit_id: str | None = None):

@@ -1,4 +1,4 @@
-"""Run the ingest job in its own process: ``python -m tests.spark_worker SPEC TABLE SOURCE RUN_KEY``.
+"""Run the ingest job in its own process: ``python -m tests.support.workers.ingest SPEC TABLE SOURCE RUN_KEY``.
 
 The Spark master comes from ICELOG_SPARK_MASTER (local[*] or a standalone cluster).
 """
@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from tests.catalogs import CatalogSpec
+from tests.support.catalogs import CatalogSpec
 
 if __name__ == "__main__":
     spec = CatalogSpec(**json.loads(sys.argv[1]))
