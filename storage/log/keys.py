@@ -27,7 +27,11 @@ import pyarrow.compute as pc
 HASH_SPACE = 65536
 SPARK_SQL_KEY_HASH = "conv(substr(md5(coalesce({key}, '')), 29, 4), 16, 10)"
 DUCKDB_KEY_HASH = "('0x' || right(md5(coalesce({key}, '')), 4))::INTEGER"
-_PYTHON_HASH_LIMIT = 2_000  # distinct keys hashed in Python; more go through DuckDB's md5
+# Distinct keys hashed in Python; more go through DuckDB's multi-threaded md5. A fresh DuckDB
+# costs ~20 ms, so below ~100k keys Python's md5 is faster (measured: 10k keys 7.7 ms in Python,
+# 28.5 ms through DuckDB; 1M keys 869 ms against 324 ms). No connection is kept: a cached one
+# deadlocks a forked child.
+_PYTHON_HASH_LIMIT = 100_000
 
 
 def partition_for_key(key: str | None, partitions: int) -> int:
@@ -54,9 +58,11 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     encoded = pc.dictionary_encode(pc.fill_null(keys.cast(pa.string()), ""))
     distinct = encoded.dictionary
     if len(distinct) <= _PYTHON_HASH_LIMIT:
-        lookup = np.array([key_hash(k) for k in distinct.to_pylist()], dtype=np.int32)
+        md5 = hashlib.md5  # the last two digest bytes are the last four hex digits of key_hash
+        utf8 = distinct.cast(pa.binary()).to_pylist()
+        lookup = np.fromiter((int.from_bytes(md5(k).digest()[14:], "big") for k in utf8), dtype=np.int32, count=len(utf8))
     else:
-        import duckdb
+        import duckdb  # only for very many distinct keys: an import and a connection cost more than they save below
 
         with duckdb.connect() as con:
             con.register("distinct_keys", pa.table({"k": distinct}))
