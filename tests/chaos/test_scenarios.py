@@ -50,8 +50,8 @@ from storage.producers import transactional as tx
 from storage.producers.journal import InvalidTxnState
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
-from tests.storage.test_faults import kill_9
-from tests.storage.test_faults import run_to_end as run_append_worker
+from tests.support.faults import kill_9
+from tests.support.faults import run_to_end as run_append_worker
 from tests.storage.test_transactions import (
     SMALL,
     check_all_or_nothing,

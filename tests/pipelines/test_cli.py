@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from pipelines.cli import cli
 from storage.log.table import LogTable
-from tests.validations.test_contiguity import plant
+from tests.support.planting import plant
 
 
 @pytest.fixture

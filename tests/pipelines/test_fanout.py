@@ -16,7 +16,7 @@ from storage.core import faults
 from storage.groups.offsets import committed_offsets
 from storage.log.table import LogTable
 from storage.producers.journal import transactional_ids
-from tests.storage.test_faults import kill_at
+from tests.support.faults import kill_at
 from validations.checks import run_checks
 from validations.transactions import check_transactions
 

@@ -20,7 +20,7 @@ from storage.errors import InvalidInput, SchemaMismatch
 from storage.log.keys import partition_for_key
 from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
-from tests.storage.test_faults import kill_at
+from tests.support.faults import kill_at
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
 

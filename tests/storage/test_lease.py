@@ -17,7 +17,7 @@ from storage.errors import CommitConflict, InvalidInput
 from storage.log.maintenance import Compaction, Retention
 from storage.log.table import LogTable
 from storage.properties import LEASE
-from tests.storage.test_concurrency import worker_processes
+from tests.support.processes import worker_processes
 from validations.contiguity import check_contiguity
 
 

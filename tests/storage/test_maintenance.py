@@ -14,31 +14,14 @@ from storage.errors import InvalidInput
 from storage.log.files import local_path, write_log_files
 from storage.log.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
 from storage.log.table import LogTable
+from tests.support.files import files_on_disk, files_referenced
+from tests.support.planting import rows_at
 from validations.contiguity import check_contiguity
 
 
 def fill(t: LogTable, partition: int, batches: int, size: int = 3) -> None:
     for b in range(batches):
         t.append({partition: [{"key": f"b{b}", "value": str(i)} for i in range(size)]})
-
-
-def files_on_disk(table) -> set[str]:
-    """Every file under the table's location."""
-    root = local_path(table.metadata.location)
-    return {os.path.join(d, name) for d, _, names in os.walk(root) for name in names}
-
-
-def files_referenced(table) -> set[str]:
-    """Every file the table's metadata still needs, computed here independently of
-    ``storage.log.maintenance.referenced_files``: the current metadata file and the metadata log;
-    per retained snapshot its manifest list, its manifests and the data files it reads."""
-    meta = table.metadata
-    needed = {local_path(table.metadata_location)} | {local_path(e.metadata_file) for e in meta.metadata_log}
-    for snapshot in meta.snapshots:
-        needed.add(local_path(snapshot.manifest_list))
-        needed.update(local_path(m.manifest_path) for m in snapshot.manifests(table.io))
-        needed.update(local_path(task.file.file_path) for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-    return needed
 
 
 def test_i7_retention_by_bytes_moves_log_start_and_never_reuses_offsets(catalog):
@@ -133,8 +116,6 @@ class CommitAt(Request):
         return write_log_files(table, rows)
 
     def decide(self, state, table) -> Decision:
-        from tests.validations.test_contiguity import rows_at
-
         p, first, nxt = self.partition, min(self.offsets), max(self.offsets) + 1
         rows = rows_at(table, p, self.offsets)
         return Decision(state=state.with_ends({p: max(nxt, state.end(p))}), result=None, rows={p: rows}, ranges={p: (first, nxt)})

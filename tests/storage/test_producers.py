@@ -23,9 +23,9 @@ from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
 from storage.log.table import AppendRequest, LogTable
 from storage.producers.idempotent import derive_state, init_producer, rebuild
 from storage.properties import PRODUCERS
+from tests.support.faults import kill_at, run_to_end, worker
 from tests.support.interleave import Interleaved
-from tests.storage.test_concurrency import finish, run_workers, worker_processes
-from tests.storage.test_faults import kill_at, run_to_end, worker
+from tests.support.processes import finish, run_workers, worker_processes
 from validations.producers import check_producers
 
 

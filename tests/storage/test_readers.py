@@ -14,7 +14,7 @@ from pathlib import Path
 
 from storage.core.commit import METADATA_GRACE_MS
 from storage.log.table import LogTable
-from tests.storage.test_concurrency import worker_processes
+from tests.support.processes import worker_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,26 +16,9 @@ from hypothesis import strategies as st
 from storage.core.state import LogState, Watermark
 from storage.log.table import LogTable
 from storage.properties import WATERMARKS
+from tests.support.planting import plant
 from validations.contiguity import FileSpan, check_contiguity, check_files, tile
 from validations.violations import Violation
-
-
-def rows_at(table, partition: int, offsets: list[int], key: str = "planted") -> pa.Table:
-    """Rows of a log table (system columns filled) with chosen offsets, in the given order."""
-    schema = table.schema().as_arrow()
-    n = len(offsets)
-    columns = {
-        "log_partition": [partition] * n, "log_offset": offsets, "log_timestamp": [0] * n,
-        "producer_id": [None] * n, "producer_epoch": [None] * n, "producer_seq": [None] * n, "log_key_hash": [None] * n,
-        "key": [key] * n, "value": [key] * n,
-    }
-    return pa.table({f.name: pa.array(columns[f.name]).cast(f.type) for f in schema}, schema=schema)
-
-
-def plant(log_table: LogTable, partition: int, offsets: list[int]) -> None:
-    """Append rows with chosen offsets straight through pyiceberg, bypassing icelog."""
-    table = log_table.table()
-    table.append(rows_at(table, partition, offsets))
 
 
 @pytest.fixture

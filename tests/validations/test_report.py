@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage.log.table import LogTable
-from tests.validations.test_contiguity import plant
+from tests.support.planting import plant
 from validations.report import build_index, build_report
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
