@@ -52,7 +52,7 @@ from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
 from tests.support.faults import kill_9
 from tests.support.faults import run_to_end as run_append_worker
-from tests.storage.test_transactions import (
+from tests.support.transactions import (
     SMALL,
     check_all_or_nothing,
     commit_balanced,

@@ -1,0 +1,225 @@
+"""Transaction tests' harness: ``tests.support.workers.transactions`` processes (started, held at
+a fault point, killed with SIGKILL), their events, and what a test reads back (journal states,
+rows, staged and unreferenced files) to check a transaction landed all or nothing.
+
+Worker stdout goes to files (never pipes), and every process started here is waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from storage.core import faults
+from storage.groups.offsets import commit_offsets, committed_offsets
+from storage.log.files import local_path
+from storage.log.maintenance import referenced_files, remove_orphan_files
+from storage.log.table import LogTable
+from storage.producers import journal as coordinator
+from storage.producers import transactional as tx
+from storage.producers.transactional import TransactionalProducer
+from storage.properties import TRANSACTION_TIMEOUT_MS
+from validations.checks import run_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+# Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward.
+BEFORE_PREPARE = (faults.AFTER_TXN_BEGIN, faults.AFTER_TXN_STAGE)
+# Data tables keep few snapshots: commit cost stays flat over hundreds of transactions.
+SMALL = {"icelog.snapshots.keep": "4"}
+
+
+def spec_json(spec) -> str:
+    return json.dumps(dataclasses.asdict(spec))
+
+
+def worker_env(pause_file: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ICELOG_PAUSE")}
+    if pause_file:
+        env["ICELOG_PAUSE_FILE"] = pause_file
+    return env
+
+
+@contextlib.contextmanager
+def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.support.workers.transactions"):
+    """A ``tests.support.workers.transactions`` (or ``module``) process writing to ``out``; always killed (if alive) and waited for."""
+    with open(out, "w") as f:
+        child = subprocess.Popen(
+            [sys.executable, "-m", module, mode, spec_json(spec), json.dumps(args)],
+            cwd=ROOT,
+            env=worker_env(pause_file),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+def events(out: Path) -> list[dict]:
+    """The JSON lines a worker printed (log lines and tracebacks are skipped)."""
+    found = []
+    for line in out.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+def wait_for_pause(child: subprocess.Popen, marker: str, out: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(marker) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert os.path.exists(marker), f"worker never paused (exit {child.poll()}):\n{out.read_text()[-4000:]}"
+    assert int(Path(marker).read_text()) == child.pid
+
+
+def kill_at(spec, mode: str, args: dict, tmp: Path, tag: str, module: str = "tests.support.workers.transactions") -> list[dict]:
+    """Run a worker until it pauses at its fault point, SIGKILL it there, return its events."""
+    marker, out = str(tmp / f"{tag}.paused"), tmp / f"{tag}.out"
+    with worker(mode, spec, args, out, pause_file=marker, module=module) as child:
+        wait_for_pause(child, marker, out)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+    os.remove(marker)
+    return events(out)
+
+
+def run_to_end(spec, mode: str, args: dict, out: Path, timeout: float = 300) -> list[dict]:
+    with worker(mode, spec, args, out) as child:
+        code = child.wait(timeout=timeout)
+    assert code == 0, out.read_text()[-4000:]
+    return events(out)
+
+
+def journal(catalog) -> list[dict]:
+    rows = LogTable(catalog, coordinator.JOURNAL).read(0)
+    return rows.select(["log_offset", "txn_id", "transactional_id", "txn_state", "detail"]).to_pylist()
+
+
+def journal_states(catalog, txn_id: str) -> list[str]:
+    return [r["txn_state"] for r in journal(catalog) if r["txn_id"] == txn_id]
+
+
+def rows(log_table: LogTable, partition: int = 0) -> list[tuple[int, str, str]]:
+    table = log_table.read(partition)
+    return list(zip(table.column("log_offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+
+def staged_files(log_table: LogTable) -> list[str]:
+    location = local_path(log_table.table().metadata.location)
+    return sorted(p for p in glob.glob(f"{location}/data/staging/**", recursive=True) if os.path.isfile(p))
+
+
+def unreferenced_data_files(log_table: LogTable) -> list[str]:
+    """Files under the table's data folder that no snapshot references (staging included)."""
+    table = log_table.table()
+    location = local_path(table.metadata.location)
+    keep = referenced_files(table)
+    on_disk = (p for p in glob.glob(f"{location}/data/**", recursive=True) if os.path.isfile(p))
+    return sorted(p for p in on_disk if p not in keep)
+
+
+def contiguous(log_table: LogTable) -> None:
+    report = run_checks(log_table.table(), ["contiguity-deep"])
+    assert report.ok, report
+
+
+def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
+    from storage.groups.offsets import GROUPS_TABLE
+
+    names = [*identifiers, coordinator.JOURNAL, GROUPS_TABLE]
+    return {n: catalog.load_table(n).metadata_location for n in names}
+
+
+def past_timeout(ms: int = TRANSACTION_TIMEOUT_MS.default):
+    return lambda: coordinator.now_ms() + ms + 1_000
+
+
+def two_tables(catalog, partitions: int = 1) -> tuple[LogTable, LogTable]:
+    return LogTable.create(catalog, "db.a", partitions, properties=SMALL), LogTable.create(catalog, "db.b", partitions, properties=SMALL)
+
+
+def kill_one_transaction(catalog_spec, tmp_path, point: str):
+    """Set up a, b and src with history, run one transaction in a worker, kill it at ``point``."""
+    catalog = catalog_spec.open()
+    a, b = two_tables(catalog)
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": str(i), "value": str(i)} for i in range(10)]})
+    # Earlier history that recovery must leave alone.
+    a.append({0: [{"key": "before", "value": "100"}]})
+    b.append({0: [{"key": "before", "value": "-100"}]})
+    commit_offsets(catalog, "g", {("db.src", 0): 3})
+    before = (rows(a), rows(b))
+    args = {"tid": "copier-1", "a": "db.a", "b": "db.b", "src": "db.src", "group": "g", "position": 8, "k": 5, "pause": point}
+    seen = kill_at(catalog_spec, "one", args, tmp_path, "one")
+    assert not any(e.get("event") == "committed" for e in seen)
+    txn_id = next(e["txn_id"] for e in seen if e.get("event") == "begin")
+    epoch = next(e["epoch"] for e in seen if e.get("event") == "init")
+    return catalog, a, b, before, txn_id, epoch
+
+
+def check_all_or_nothing(catalog, a, b, before, txn_id, point) -> None:
+    """The killed transaction is either wholly visible once (it had reached PREPARE_COMMIT)
+    or not at all; no staged or orphan file is left; recovery again changes nothing."""
+    states = journal_states(catalog, txn_id)
+    assert coordinator.transactional_ids(catalog)["copier-1"]["txn"] is None
+    if point in BEFORE_PREPARE:
+        assert (rows(a), rows(b)) == before, "an aborted transaction became visible"
+        assert committed_offsets(catalog, "g", "db.src") == {0: 3}
+        assert states.count("ABORTED") == 1 and "COMMITTED" not in states and "PREPARE_COMMIT" not in states, states
+    else:
+        assert rows(a) == [*before[0], (1, f"{txn_id}:a", "5")]
+        assert rows(b) == [*before[1], (1, f"{txn_id}:b", "-5")]
+        assert committed_offsets(catalog, "g", "db.src") == {0: 8}
+        assert states.count("COMMITTED") == 1 and "ABORTED" not in states, states
+        committed = next(r for r in journal(catalog) if r["txn_id"] == txn_id and r["txn_state"] == "COMMITTED")
+        assert json.loads(committed["detail"])["ranges"] == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
+
+    leaked = {}
+    for t in (a, b):
+        leaked[t.identifier] = staged_files(t)  # asserted last, so every other check runs too
+        leftovers = [p for p in unreferenced_data_files(t) if p not in leaked[t.identifier]]
+        if point != faults.BETWEEN_TABLE_SWAPS:
+            # Only a killed atomic commit leaves data files it wrote but never committed.
+            assert leftovers == [], leftovers
+        remove_orphan_files(catalog, t.identifier, older_than_s=0)
+        assert unreferenced_data_files(t) == []
+        contiguous(t)
+    contiguous(LogTable(catalog, coordinator.JOURNAL))
+
+    # Idempotent: recovery again does nothing at all.
+    settled = metadata_locations(catalog, "db.a", "db.b")
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    assert metadata_locations(catalog, "db.a", "db.b") == settled
+    assert leaked == {"db.a": [], "db.b": []}, f"recovery left staged files after a kill at {point}"
+
+
+def commit_balanced(producer: TransactionalProducer, k: int) -> None:
+    """One transaction: +k to db.a, -k to db.b (so the sum over both tables stays 0)."""
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": producer.txn_id, "value": str(k)}])
+        producer.send("db.b", 0, [{"key": producer.txn_id, "value": str(-k)}])
+
+
+def whole_transaction_reads(out: Path) -> list[dict]:
+    """A ``reader`` worker's reads, each checked: no error, both tables' sums add up to 0, equal
+    log ends, and as many rows as offsets (a transaction seen in part, or an aborted one that
+    wrote unbalanced rows, fails it)."""
+    seen = events(out)
+    errors = [e["error"] for e in seen if "error" in e]
+    assert not errors, errors[:5]
+    partial = [e for e in seen if sum(e["sums"]) != 0 or e["ends"][0] != e["ends"][1] or e["rows"] != e["ends"]]
+    assert not partial, f"a reader saw part of a transaction, or an aborted one: {partial[:5]}"
+    return seen
