@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from pipelines.ingest import _spark_type, slice_bases, write_slices
+from pipelines.spark import read_log
 from storage.core import faults
 from storage.core.catalog import open_catalog
 from storage.errors import InvalidInput
@@ -91,8 +92,6 @@ def fanout(
         ProducerFenced: a newer instance of this copier took over.
     """
     from pyspark.sql import functions as F
-
-    from pipelines.spark import read_log
 
     started = time.perf_counter()
     if not routes:

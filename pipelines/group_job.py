@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from pipelines.fanout import write_target
+from pipelines.spark import read_log
 from storage.core import faults
 from storage.core.catalog import open_catalog
 from storage.core.commit import commit_tables
@@ -238,8 +239,6 @@ def _read(
 ) -> dict[int, tuple[Any, list[Range]]]:
     """Per source partition: this member's pending records to consume, and their offsets as ranges."""
     from pyspark.sql import functions as F
-
-    from pipelines.spark import read_log
 
     budget = max_records
     frames: dict[int, tuple[Any, list[Range]]] = {}

@@ -33,7 +33,7 @@ from storage.core.swap import load_tables
 from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from storage.ingest import ledger
 from storage.log import schema as cols
-from storage.log.files import clustered
+from storage.log.files import clustered, write_log_files
 from storage.log.keys import SPARK_SQL_KEY_HASH
 from storage.log.table import LogTable
 from storage.logs import get_logger
@@ -237,8 +237,6 @@ def _local(uri: str) -> str:
 
 
 def _ledger_request(catalog: Any, ident: str, plan: ledger.Plan, file_ranges: dict, partitions: int, run_key: str | None, commit_id: str) -> ledger.LedgerAppend:
-    from storage.log.files import write_log_files
-
     book = catalog.load_table(ledger.LEDGER_TABLE)
     rows = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
     files = write_log_files(book, {ident: rows})

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from storage.core.catalog import open_catalog
+from storage.errors import InvalidInput
+from storage.replication.mirror import copy_files, mirror
+
 MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
 
 
@@ -22,10 +26,6 @@ def mirror_table(source: str, target_catalog: str | None = None, target_table: s
         AuthorizationFailed, MirrorGap, MirrorSourceChanged, MirrorPromoted: terminal; see
             ``storage.replication.mirror.mirror``. Transient errors are safe to retry: a step resumes.
     """
-    from storage.core.catalog import open_catalog
-    from storage.errors import InvalidInput
-    from storage.replication.mirror import mirror
-
     name = target_catalog or os.environ.get(MIRROR_CATALOG_ENV)
     if not name:
         raise InvalidInput(reason=f"no target catalog: pass one or set {MIRROR_CATALOG_ENV}")
@@ -47,8 +47,6 @@ def spark_copier(spark: Any) -> Any:
 
 
 def _copy_slice(pairs: Any) -> None:
-    from storage.replication.mirror import copy_files
-
     copy_files(list(pairs))
 
 
@@ -57,6 +55,4 @@ def mirror_bulk(spark: Any, source_catalog: Any, source_table: str, target_catal
 
     Same guarantees as ``storage.replication.mirror.mirror``: it is the same step with another copier.
     """
-    from storage.replication.mirror import mirror
-
     return mirror(source_catalog, source_table, target_catalog, target_table, principal=principal, copier=spark_copier(spark))

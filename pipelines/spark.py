@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from storage.errors import InvalidInput
+from storage.log import schema as cols
 
 
 class SparkUnavailable(InvalidInput):
@@ -83,8 +84,6 @@ def read_log(spark: Any, table: Any, partition: int | None = None, start: int | 
     """
     from pyiceberg.expressions import AlwaysTrue, And, EqualTo, GreaterThanOrEqual, LessThan
     from pyspark.sql import functions as F
-
-    from storage.log import schema as cols
 
     iceberg = table.table()
     condition: Any = AlwaysTrue()

@@ -14,11 +14,13 @@ both hold, and a target that holds offsets its source never had is a violation.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import duckdb
 from pyiceberg.table import Table
 
+from storage.core.catalog import open_catalog
 from storage.core.commit import load
 from storage.core.state import LogState
 from storage.properties import VERSION
@@ -38,10 +40,6 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
         snapshot_id: The target's snapshot to check.
         source: The source table (default: loaded from the catalog the target records).
     """
-    import time
-
-    from storage.core.catalog import open_catalog
-
     started = time.perf_counter()
     name = ".".join(table.name()[-2:])
     record = mirror_record(table.metadata)

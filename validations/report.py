@@ -29,9 +29,12 @@ from typing import Any, Callable
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from storage.core.commit import load
 from storage.core.state import LogState
+from storage.errors import IcelogError
 from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
 from storage.log.scan import planned_paths
+from storage.log.table import list_log_tables
 from validations.checks import run_checks
 from validations.history import commit_log, freshness_ms, human_age, iso, rows_per_day
 
@@ -205,7 +208,7 @@ def build_report(
     checks = run_checks(table)
     quality = None
     if gx:
-        from validations.quality import run_suite
+        from validations.quality import run_suite  # imports great_expectations (~14 s): only when asked for
 
         quality = run_suite(table, expectations_file=expectations_file, full=full, engine=engine, spark=spark, docs_root=docs_root)
         if quality.data_docs:
@@ -314,9 +317,6 @@ def build_index(catalog: Catalog, out: str | Path, *, tables: list[str] | None =
 
     A table whose report fails is listed with its error; the others are still written.
     """
-    from storage.core.commit import load
-    from storage.errors import IcelogError
-    from storage.log.table import list_log_tables
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

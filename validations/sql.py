@@ -24,7 +24,7 @@ from pyiceberg.table.snapshots import Snapshot
 from storage.core.commit import load
 from storage.core.swap import load_tables
 from storage.core.system import NAMESPACE as SYSTEM_NAMESPACE
-from storage.errors import HistoryExpired, UnknownSnapshot
+from storage.errors import HistoryExpired, InvalidInput, UnknownSnapshot
 from storage.ingest.ledger import LEDGER_TABLE
 from storage.log import scan
 from storage.log.table import LogTable, list_log_tables
@@ -195,8 +195,6 @@ def connect(
         UnknownTable, NotALogTable, InvalidIdentifier: ``only`` is not a log table.
         UnknownSnapshot, HistoryExpired: the time travel asks for history that is not retained.
     """
-    from storage.errors import InvalidInput
-
     if snapshot_id is not None and only is None:
         raise InvalidInput(reason="a snapshot id names one table's snapshot: pass only=TABLE")
     if snapshot_id is not None and as_of_ms is not None:
