@@ -9,12 +9,20 @@ however long ago the day was loaded, and load a late file that landed since.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from pipelines.fanout import fanout as run_fanout
+from pipelines.ingest import ingest
+from pipelines.spark import spark_session
 from storage.core.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
+from storage.log.maintenance import maintain as run_maintenance
+from storage.log.table import LogTable
+from validations.checks import run_checks
+from validations.report import build_report
 
 
 class ValidationFailed(IcelogError):
@@ -42,9 +50,6 @@ def run_key(table: str, day: str) -> str:
 
 def ingest_day(table: str, day: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None, reload_changed: bool = False) -> dict[str, Any]:
     """Ingest one day's landing folder: the files not loaded yet (each file exactly once)."""
-    from pipelines.ingest import ingest
-    from pipelines.spark import spark_session
-
     dt.date.fromisoformat(day)
     folder = day_folder(landing, table, day)
     result = ingest(spark_session(app_name=f"icelog-ingest-{table}"), table, str(folder), run_key(table, day), fmt=fmt, key_column=key_column, catalog_name=catalog, only_partitions=partitions, reload_changed=reload_changed)
@@ -74,19 +79,11 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
     Great Expectations validates only the rows committed since its last pass (``full``: all),
     on Spark when the scope is large (``$ICELOG_GX_SPARK_ROWS``)."""
-    from storage.log.table import LogTable
-    from validations.checks import run_checks
-
     log_table = LogTable.open(open_catalog(catalog), table)
     iceberg = log_table.table()
     checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers", "transactions"))
     summary = checks.to_dict()
     if report:
-        import json
-
-        from pipelines.spark import spark_session
-        from validations.report import build_report
-
         page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier, full=full, spark=lambda: spark_session(app_name=f"icelog-validate-{table}"))
         summary["report"] = str(page)
         quality = json.loads((page.parent / "report.json").read_text())["quality"]
@@ -98,19 +95,13 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
 
 
 def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
-    from storage.log.maintenance import maintain as run
-    from storage.log.table import LogTable
-
     cat = open_catalog(catalog)
-    return run(cat, LogTable.open(cat, table).identifier)
+    return run_maintenance(cat, LogTable.open(cat, table).identifier)
 
 
 def fanout(source: str, group: str, routes: dict[str, str], *, route_column: str = "key", key_column: str = "key", catalog: str | None = None) -> dict[str, Any]:
     """Copy a log table's new records to the routed tables in one transaction (exactly once)."""
-    from pipelines.fanout import fanout as run
-    from pipelines.spark import spark_session
-
     if not isinstance(routes, dict) or not routes or not all(isinstance(k, str) and isinstance(v, str) for k, v in routes.items()):
         raise InvalidInput(reason=f"routes must be a non-empty {{value: table}} mapping, not {routes!r}")
-    result = run(spark_session(app_name=f"icelog-fanout-{source}"), source, group, routes, route_column=route_column, key_column=key_column, catalog_name=catalog)
+    result = run_fanout(spark_session(app_name=f"icelog-fanout-{source}"), source, group, routes, route_column=route_column, key_column=key_column, catalog_name=catalog)
     return result.to_dict()

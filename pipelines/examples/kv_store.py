@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from pyiceberg.catalog import Catalog
 
+from pipelines.cli import exit_code
+from storage.core.catalog import open_catalog
 from storage.errors import (
     ConflictError,
     IcelogError,
@@ -237,9 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     incr.add_argument("--times", type=int, default=1)
     ops.add_parser("dump", help="print the whole state")
     args = parser.parse_args(argv)
-
-    from pipelines.cli import exit_code
-    from storage.core.catalog import open_catalog
 
     def emit(doc: dict) -> None:
         print(json.dumps(doc), flush=True)
