@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from storage.log.table import LogTable
-from tests.support.catalogs import CatalogSpec
 from tests.pipelines.test_cli_hardening import Cli
+from tests.support.catalogs import CatalogSpec
+from tests.support.mirror import assert_parity
 
 
 @pytest.fixture
@@ -102,7 +103,6 @@ def spark():
 def test_i6_spark_bulk_mirror_copies_on_executors_and_keeps_parity(spark, sqlite_spec, target_spec):
     from pipelines.mirror import mirror_bulk
     from storage.replication.acls import add_acl
-    from tests.storage.test_mirror import assert_parity
 
     source, target = sqlite_spec.open(), target_spec.open()
     add_acl(target, "bulk", "*")

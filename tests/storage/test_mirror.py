@@ -5,8 +5,6 @@ Every test runs SQLite -> SQLite and SQLite -> PostgreSQL.
 
 from __future__ import annotations
 
-import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,63 +28,9 @@ from storage.log.maintenance import Compaction, Retention, expire_snapshots, liv
 from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
-from storage.replication.acls import add_acl
 from storage.replication.mirror import mirror, mirror_record, promote
 from storage.replication.replica import write_with_offsets
-from tests.support.catalogs import CatalogSpec
-
-PRINCIPAL = "mirror-bot"
-
-
-@pytest.fixture
-def source_spec(sqlite_spec) -> CatalogSpec:
-    return sqlite_spec
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def target_spec(request, tmp_path) -> CatalogSpec:
-    warehouse = tmp_path / "target-warehouse"
-    warehouse.mkdir()
-    if request.param == "sqlite":
-        return CatalogSpec("sqlite", "mirrorcat", f"sqlite:///{tmp_path / 'target.db'}", f"file://{warehouse}")
-    base = request.getfixturevalue("postgres_server")
-    return CatalogSpec("postgres", f"pg{uuid.uuid4().hex[:10]}", base, f"file://{warehouse}")
-
-
-@pytest.fixture
-def source(source_spec):
-    return source_spec.open()
-
-
-@pytest.fixture
-def target(target_spec):
-    catalog = target_spec.open()
-    add_acl(catalog, PRINCIPAL, "logs.*")
-    return catalog
-
-
-def rows(n: int, tag: str = "v") -> list[dict]:
-    return [{"key": f"k{i}", "value": f"{tag}{i}"} for i in range(n)]
-
-
-def run_mirror(source, target, table="orders", **kwargs):
-    return mirror(source, table, target, principal=PRINCIPAL, **kwargs)
-
-
-def assert_parity(source, target, table: str = "orders") -> None:
-    """Same partitions, same [log_start, log_end), same rows (every column) at each offset,
-    and no data file referenced twice in the target."""
-    src, dst = LogTable.open(source, table), LogTable.open(target, table)
-    assert dst.watermarks() == src.watermarks()
-    for p, mark in src.watermarks().items():
-        a = src.read(p, mark.start, mark.end)
-        b = dst.read(p, mark.start, mark.end)
-        assert b.num_rows == mark.end - mark.start
-        assert b.to_pylist() == a.to_pylist(), f"partition {p} differs"
-    assert dst.state().producers == src.state().producers
-    paths = [f.file_path for f in live_files(dst.table())]
-    assert not [p for p, n in Counter(paths).items() if n > 1], "a data file is referenced twice"
-
+from tests.support.mirror import PRINCIPAL, assert_parity, mirror_threads, race_once, rows, run_mirror
 
 # --- writes with offsets ----------------------------------------------------------------------
 
@@ -358,36 +302,6 @@ def test_i6_source_schema_gaining_a_column_fails_fast(source, target):
     assert LogTable.open(target, "orders").watermarks()[0].end == 2
 
 
-def mirror_threads(source_spec, target_spec, n: int, more: Callable[[int], bool], before: Callable[[], Any] = lambda: None):
-    """Start ``n`` threads, each with its own catalogs, running ``before()`` then mirror steps of
-    ``orders`` while ``more(steps so far)``. Returns ``join(timeout)``: it fails on any error."""
-    import threading
-
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        mine_source, mine_target = source_spec.open(), target_spec.open()
-        try:
-            before()
-            steps = 0
-            while more(steps):
-                mirror(mine_source, "orders", mine_target, principal=PRINCIPAL)
-                steps += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=run) for _ in range(n)]
-    for t in threads:
-        t.start()
-
-    def join(timeout: float = 300) -> None:
-        for t in threads:
-            t.join(timeout)
-        assert not errors, errors
-
-    return join
-
-
 def test_i6_concurrent_mirror_steps_into_one_target_end_in_parity(source_spec, target_spec, target):
     source = source_spec.open()
     src = LogTable.create(source, "orders", 2)
@@ -426,28 +340,6 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
     assert_parity(source, target)
 
 
-def _race_once(monkeypatch, name: str, race, *, skip: int = 0, before: bool = False) -> list:
-    """Run ``race()`` once, right after (or ``before``) call number ``skip + 1`` of
-    ``storage.replication.mirror.<name>`` (the real function still runs): a concurrent step at an exact
-    point of this one."""
-    import storage.replication.mirror as mirror_module
-
-    real, calls, fired = getattr(mirror_module, name), [], []
-
-    def wrapped(*args, **kwargs):
-        calls.append(1)
-        mine = len(calls) == skip + 1  # once: the race's own calls come later
-        if mine and before:
-            fired.append(race())
-        out = real(*args, **kwargs)
-        if mine and not before:
-            fired.append(race())
-        return out
-
-    monkeypatch.setattr(mirror_module, name, wrapped)
-    return fired
-
-
 def test_i6_a_step_whose_target_moved_on_after_it_read_the_source_is_not_a_changed_source(source_spec, target_spec, target, monkeypatch):
     """CI saw this race: a step read the source, another step mirrored newer rows, then the
     first read the target, found it ahead of its (older) view of the source and refused with
@@ -462,7 +354,7 @@ def test_i6_a_step_whose_target_moved_on_after_it_read_the_source_is_not_a_chang
         return mirror(source_spec.open(), "orders", target_spec.open(), principal=PRINCIPAL)
 
     # skip=1: the call's first load is its goal; the second is the step's read of the source.
-    raced = _race_once(monkeypatch, "load", race, skip=1)
+    raced = race_once(monkeypatch, "load", race, skip=1)
     result = run_mirror(source, target)  # the old order raised MirrorSourceChanged here
     assert raced and raced[0].ranges == {0: (3, 5)}
     assert result.up_to_date  # it was asked for offsets up to 3: the target holds them
@@ -479,7 +371,7 @@ def test_i6_a_stale_step_never_moves_the_targets_group_offsets_back(source, targ
         commit_offsets(source, "workers", {("orders", 0): 7})
         return run_mirror(source, target)
 
-    raced = _race_once(monkeypatch, "commit_tables", race, before=True)
+    raced = race_once(monkeypatch, "commit_tables", race, before=True)
     run_mirror(source, target)
     assert raced and raced[0].groups == 1
     assert committed_offsets(target, "workers", "orders") == committed_offsets(source, "workers", "orders") == {0: 7}
@@ -495,7 +387,7 @@ def test_i6_a_stale_step_never_moves_the_targets_progress_or_producers_back(sour
         init_producer(source, "logs.orders", "second")
         return run_mirror(source, target)
 
-    raced = _race_once(monkeypatch, "commit_tables", race, before=True)
+    raced = race_once(monkeypatch, "commit_tables", race, before=True)
     run_mirror(source, target)
     assert raced
     assert set(LogTable.open(target, "orders").state().producers) == set(src.state().producers)

@@ -21,8 +21,8 @@ from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
 from storage.producers.transactional import TransactionalProducer
-from tests.storage.test_mirror import PRINCIPAL, assert_parity, rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401
 from tests.support.faults import kill_at
+from tests.support.mirror import PRINCIPAL, assert_parity, rows, run_mirror
 
 
 def spawn(source_spec, target_spec, directory, name: str, pause_at: str | None = None):

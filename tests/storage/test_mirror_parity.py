@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from storage.log.maintenance import live_files
 from storage.log.table import LogTable
-from tests.storage.test_mirror import rows, run_mirror, source, source_spec, target, target_spec  # noqa: F401
+from tests.support.mirror import rows, run_mirror
 from validations.checks import run_checks
 from validations.mirror import check_mirror_parity
 

@@ -12,18 +12,7 @@ from storage.log.maintenance import Retention
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
 from storage.replication.mirror import copy_files, mirror, promote
-from tests.storage.test_mirror import (  # noqa: F401  (fixtures)
-    PRINCIPAL,
-    _race_once,
-    assert_parity,
-    mirror_threads,
-    rows,
-    run_mirror,
-    source,
-    source_spec,
-    target,
-    target_spec,
-)
+from tests.support.mirror import PRINCIPAL, assert_parity, mirror_threads, race_once, rows, run_mirror
 
 
 def test_i6_retention_after_the_step_read_the_target_is_not_a_gap(source_spec, target_spec, target, monkeypatch):
@@ -44,7 +33,7 @@ def test_i6_retention_after_the_step_read_the_target_is_not_a_gap(source_spec, t
         return done
 
     # After the step's read of the target's group offsets (the target itself was read just before).
-    raced = _race_once(monkeypatch, "_target_groups", race)
+    raced = race_once(monkeypatch, "_target_groups", race)
     run_mirror(source, target)  # raised MirrorGap (partition 0, [2, 6)) before it re-checked the target
     assert raced and raced[0].log_ends == {0: 8}
     assert_parity(source, target)
@@ -129,7 +118,7 @@ def test_i6_a_promotion_between_plan_and_commit_refuses_the_step(source, target,
         promote(target, "orders")
         bumped.append(init_producer(target, "logs.orders", "writer"))  # the new primary fences the old epoch
 
-    _race_once(monkeypatch, "commit_tables", race, before=True)
+    race_once(monkeypatch, "commit_tables", race, before=True)
     before = LogTable.open(target, "orders").table().metadata.properties["icelog.producers"]
     raised = None
     try:
