@@ -17,8 +17,7 @@ from storage.log import schema as cols
 
 
 class SparkUnavailable(InvalidInput):
-    def describe(self) -> str:
-        return f"cannot start Spark: {self.reason}"
+    message = "cannot start Spark: {reason}"
 
 
 def check_java() -> str:

@@ -28,12 +28,10 @@ from validations.report import build_report
 class ValidationFailed(IcelogError):
     """A validation found violations (the Airflow task fails; the report names them)."""
 
-    def __init__(self, *, table: str, count: int, first: str) -> None:
-        self.table, self.count, self.first = table, count, first
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"{self.table}: {self.count} violations, first: {self.first}"
+    table: str
+    count: int
+    first: str
+    message = "{table}: {count} violations, first: {first}"
 
 
 def landing_root(landing: str | None = None) -> Path:

@@ -430,8 +430,7 @@ def web_assets_dir() -> Path:
 
 
 class WebAssetsMissing(InvalidInput):
-    def describe(self) -> str:
-        return f"offline Data Docs need the pinned web assets: {self.reason}"
+    message = "offline Data Docs need the pinned web assets: {reason}"
 
 
 def offline_data_docs(site: Path, assets: Path | None = None) -> list[str]:

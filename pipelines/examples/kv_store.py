@@ -50,15 +50,11 @@ class TooManyConflicts(ConflictError, TransientError):
     The store has caught up each time, so calling the operation again is safe.
     """
 
-    def __init__(self, *, table: str, partition: int, key: str, attempts: int) -> None:
-        self.table, self.partition, self.key, self.attempts = table, partition, key, attempts
-        super().__init__()
-
-    def describe(self) -> str:
-        return (
-            f"{self.table} partition {self.partition}: write of key {self.key!r} lost to "
-            f"other leaders {self.attempts} times in a row"
-        )
+    table: str
+    partition: int
+    key: str
+    attempts: int
+    message = "{table} partition {partition}: write of key {key!r} lost to other leaders {attempts} times in a row"
 
 
 class ReplayGap(TerminalError):
@@ -68,15 +64,13 @@ class ReplayGap(TerminalError):
     moved by retention (there is no log compaction or state snapshot here).
     """
 
-    def __init__(self, *, table: str, partition: int, offset: int) -> None:
-        self.table, self.partition, self.offset = table, partition, offset
-        super().__init__()
-
-    def describe(self) -> str:
-        return (
-            f"{self.table} partition {self.partition}: record {self.offset} is missing "
-            "(removed by retention?), so the key-value state cannot be rebuilt"
-        )
+    table: str
+    partition: int
+    offset: int
+    message = (
+        "{table} partition {partition}: record {offset} is missing "
+        "(removed by retention?), so the key-value state cannot be rebuilt"
+    )
 
 
 @dataclass

@@ -24,16 +24,13 @@ EMBEDDED_NAME = "icelog"
 
 
 class CatalogNotConfigured(InvalidInput):
-    def __init__(self, *, catalog: str) -> None:
-        self.catalog = catalog
-        super().__init__(reason="catalog not configured")
+    catalog: str
+    reason = "catalog not configured"
+    message = "catalog {catalog!r} is not configured: set {variable} (and __WAREHOUSE) or add it to .pyiceberg.yaml"
 
-    def describe(self) -> str:
-        var = f"PYICEBERG_CATALOG__{self.catalog.upper()}__URI"
-        return (
-            f"catalog {self.catalog!r} is not configured: set {var} "
-            "(and __WAREHOUSE) or add it to .pyiceberg.yaml"
-        )
+    @property
+    def variable(self) -> str:
+        return f"PYICEBERG_CATALOG__{self.catalog.upper()}__URI"
 
 
 class LogSqlCatalog(SqlCatalog):

@@ -42,12 +42,9 @@ Mode = Literal["auto", "adopt", "rollback"]
 class RepairImpossible(TerminalError):
     """The table cannot be repaired automatically (e.g. icelog's last snapshot expired)."""
 
-    def __init__(self, *, table: str, reason: str) -> None:
-        self.table, self.reason = table, reason
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"{self.table}: cannot repair: {self.reason}"
+    table: str
+    reason: str
+    message = "{table}: cannot repair: {reason}"
 
 
 def _files(table: Table, snapshot_id: int | None) -> dict[str, DataFile]:

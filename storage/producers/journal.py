@@ -45,26 +45,22 @@ JOURNAL_PAYLOAD = [
 def now_ms() -> int:
     return int(time.time() * 1000)
 
+
 class InvalidTxnState(TerminalError):
     """The call does not fit the transaction's state (e.g. commit without begin)."""
 
-    def __init__(self, *, transactional_id: str, reason: str) -> None:
-        self.transactional_id, self.reason = transactional_id, reason
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"transactional id {self.transactional_id!r}: {self.reason}"
+    transactional_id: str
+    reason: str
+    message = "transactional id {transactional_id!r}: {reason}"
 
 
 class TransactionAborted(AbortableError):
     """The transaction was aborted (timed out, or aborted by a newer instance or recovery)."""
 
-    def __init__(self, *, transactional_id: str, txn_id: str, reason: str) -> None:
-        self.transactional_id, self.txn_id, self.reason = transactional_id, txn_id, reason
-        super().__init__()
-
-    def describe(self) -> str:
-        return f"transaction {self.txn_id} of {self.transactional_id!r} was aborted: {self.reason}"
+    transactional_id: str
+    txn_id: str
+    reason: str
+    message = "transaction {txn_id} of {transactional_id!r} was aborted: {reason}"
 
 
 def ensure_journal(catalog: Catalog) -> LogTable:
