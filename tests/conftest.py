@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # infra/ is not an installed package
 
 from tests.support.catalogs import CatalogSpec  # noqa: E402
+from tests.support.spark import local_session  # noqa: E402
 
 # Variables that choose or configure a catalog; a test sets the ones it needs itself.
 CATALOG_VARIABLES = ("ICELOG_CATALOG", "ICELOG_HOME")
@@ -87,6 +88,14 @@ def heavy_spec(request, tmp_path) -> CatalogSpec:
 @pytest.fixture
 def sqlite_spec(request, tmp_path) -> CatalogSpec:
     return _spec("sqlite", tmp_path, request)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One ``local[2]`` SparkSession for the whole run (Spark keeps one per process), stopped at the end."""
+    session = local_session()
+    yield session
+    session.stop()
 
 
 @pytest.fixture

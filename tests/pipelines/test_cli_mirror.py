@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from storage.log.table import LogTable
-from tests.pipelines.test_cli_hardening import Cli
 from tests.support.catalogs import CatalogSpec
+from tests.support.cli import Cli
 from tests.support.mirror import assert_parity
 
 
@@ -91,13 +91,6 @@ def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
     monkeypatch.setenv("ICELOG_MIRROR_CATALOG", "drcat")
     assert mirror_table("orders")["log_ends"] == {0: 1}
     assert mirror_table("orders")["up_to_date"] is True
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from pipelines.spark import spark_session
-
-    return spark_session("local[2]", "icelog-tests")  # shared, stopped by whoever made it first
 
 
 def test_i6_spark_bulk_mirror_copies_on_executors_and_keeps_parity(spark, sqlite_spec, target_spec):

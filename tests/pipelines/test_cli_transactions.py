@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
-from tests.pipelines.test_cli_hardening import Cli
-
-
-@pytest.fixture
-def icelog(sqlite_spec) -> Cli:
-    return Cli(sqlite_spec)
 
 
 def test_transactions_list_on_a_catalog_without_a_journal_creates_nothing(icelog, sqlite_spec):

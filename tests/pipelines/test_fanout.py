@@ -24,20 +24,6 @@ PAYLOAD = [{"name": "key", "type": "string"}, {"name": "route", "type": "string"
 ROUTES = {"a": "db.out_a", "b": "db.out_b"}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pipelines.spark import spark_session
-
-    return spark_session("local[2]", "icelog-tests")  # the session-wide one (getOrCreate)
-
-
-@pytest.fixture
-def env_catalog(sqlite_spec, monkeypatch):
-    for key, value in sqlite_spec.env().items():
-        monkeypatch.setenv(key, value)
-    return sqlite_spec
-
-
 def make_tables(catalog) -> LogTable:
     source = LogTable.create(catalog, "db.src", 2, payload=PAYLOAD)
     for table in ROUTES.values():

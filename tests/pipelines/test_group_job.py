@@ -19,8 +19,8 @@ from storage.groups.offsets import group_state
 from storage.groups.ranges import RangeState
 from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
-from tests.pipelines.test_fanout import env_catalog, spark  # noqa: F401 (fixtures)
-from tests.storage.test_faults import kill_at
+from tests.support.faults import kill_at
+from tests.support.spark import local_session
 from validations.checks import run_checks
 
 PAYLOAD = [{"name": "key", "type": "string"}, {"name": "id", "type": "long"}]
@@ -40,14 +40,8 @@ def join(catalog, *members: str) -> None:
         Consumer(catalog, "g", member_id=m, session_timeout_ms=LONG).subscribe("db.src")
 
 
-def run(env_catalog, member: str | None, **options):  # noqa: F811
-    return group_job(_spark(), "db.src", "db.out", "g", member_id=member, session_timeout_ms=LONG, catalog_name=env_catalog.name, **options)
-
-
-def _spark():
-    from pipelines.spark import spark_session
-
-    return spark_session("local[2]", "icelog-tests")
+def run(env_catalog, member: str | None, **options):
+    return group_job(local_session(), "db.src", "db.out", "g", member_id=member, session_timeout_ms=LONG, catalog_name=env_catalog.name, **options)
 
 
 def output(catalog) -> list[dict]:
@@ -97,7 +91,7 @@ def test_take_caps_records_and_open_ranges():
     assert take(full, [(0, 0), (6, 6)], None, 2) == [(0, 0)]  # extends (one more gap stays) but (6, 6) would not fit
 
 
-def test_spark_hash_expressions_agree_with_python(spark):  # noqa: F811
+def test_spark_hash_expressions_agree_with_python(spark):
     keys = [f"user-{i}" for i in range(300)] + [None, ""]
     df = spark.createDataFrame([(k, i * 37) for i, k in enumerate(keys)], "key string, log_offset long")
     rows = df.select("key", "log_offset", _hash_expression("key", "key", 1).alias("h"), _hash_expression("chunks", "key", 7).alias("c")).collect()
@@ -105,7 +99,7 @@ def test_spark_hash_expressions_agree_with_python(spark):  # noqa: F811
     assert [r["c"] for r in rows] == [membership.chunk_slot(r["log_offset"] // 7) for r in rows]
 
 
-def test_i9_two_members_share_one_partition_by_key_range_each_record_once(env_catalog):  # noqa: F811
+def test_i9_two_members_share_one_partition_by_key_range_each_record_once(env_catalog):
     catalog = env_catalog.open()
     make_tables(catalog)
     join(catalog, "a", "b")
@@ -123,7 +117,7 @@ def test_i9_two_members_share_one_partition_by_key_range_each_record_once(env_ca
     assert output(catalog) == before
 
 
-def test_i10_a_rebalance_between_read_and_commit_is_fenced_and_writes_nothing(env_catalog):  # noqa: F811
+def test_i10_a_rebalance_between_read_and_commit_is_fenced_and_writes_nothing(env_catalog):
     catalog = env_catalog.open()
     make_tables(catalog)
     join(catalog, "a", "b")
@@ -143,7 +137,7 @@ def test_i10_a_rebalance_between_read_and_commit_is_fenced_and_writes_nothing(en
     assert_each_record_once(catalog)
 
 
-def test_i9_explicit_key_ranges_max_records_and_a_transform(env_catalog):  # noqa: F811
+def test_i9_explicit_key_ranges_max_records_and_a_transform(env_catalog):
     from pyspark.sql import functions as F
 
     catalog = env_catalog.open()
@@ -161,7 +155,7 @@ def test_i9_explicit_key_ranges_max_records_and_a_transform(env_catalog):  # noq
 @pytest.mark.integration
 @pytest.mark.fault
 @pytest.mark.slow  # a second Spark driver starts cold: ~30-50 s here
-def test_i9_killed_after_the_executors_wrote_then_rerun_lands_each_record_once(env_catalog, tmp_path):  # noqa: F811
+def test_i9_killed_after_the_executors_wrote_then_rerun_lands_each_record_once(env_catalog, tmp_path):
     catalog = env_catalog.open()
     make_tables(catalog)
     script = (

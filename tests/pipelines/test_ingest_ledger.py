@@ -16,7 +16,7 @@ from pipelines.ingest import ingest
 from storage.errors import SourceFileChanged
 from storage.ingest.ledger import LEDGER_TABLE, entries
 from storage.log.table import LogTable
-from tests.pipelines.test_spark_ingest import env_catalog, spark, table_rows, write_landing  # noqa: F401 - fixtures
+from tests.support.ingest import table_rows, write_landing
 from validations.contiguity import check_contiguity
 
 

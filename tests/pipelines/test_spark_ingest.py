@@ -21,38 +21,9 @@ from storage.log.keys import partition_for_key
 from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
 from tests.support.faults import kill_at
+from tests.support.ingest import table_rows, write_landing
 from validations.contiguity import check_contiguity
 from validations.producers import check_producers
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from pipelines.spark import spark_session
-
-    session = spark_session("local[2]", "icelog-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture
-def env_catalog(sqlite_spec, monkeypatch):
-    for key, value in sqlite_spec.env().items():
-        monkeypatch.setenv(key, value)
-    return sqlite_spec
-
-
-def write_landing(folder: Path, files: int = 3, rows: int = 200) -> list[dict]:
-    folder.mkdir(parents=True, exist_ok=True)
-    all_rows = []
-    for f in range(files):
-        rows_f = [{"key": f"k{(f * 7 + i) % 23}", "value": f"f{f}-{i}"} for i in range(rows)]
-        pq.write_table(pa.Table.from_pylist(rows_f), folder / f"part-{f}.parquet")
-        all_rows += rows_f
-    return all_rows
-
-
-def table_rows(t: LogTable) -> dict[int, list[tuple]]:
-    return {p: list(zip(*[t.read(p).column(c).to_pylist() for c in ("log_offset", "key", "value")])) for p in t.watermarks()}
 
 
 def test_ingest_routes_by_key_hash_and_keeps_each_files_order(spark, env_catalog, tmp_path):

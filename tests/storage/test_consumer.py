@@ -56,10 +56,7 @@ def test_key_hash_same_in_duckdb():
 
 
 @pytest.mark.integration
-def test_key_hash_same_in_spark_sql():
-    from pipelines.spark import spark_session
-
-    spark = spark_session("local[2]", "icelog-tests")  # the session-wide one (getOrCreate)
+def test_key_hash_same_in_spark_sql(spark):
     frame = spark.createDataFrame([(k,) for k in KEYS], "k string")
     got = [int(r[0]) for r in frame.selectExpr(SPARK_SQL_KEY_HASH.format(key="k")).collect()]
     assert got == [key_hash(k) for k in KEYS]

@@ -158,13 +158,6 @@ def test_engine_is_picked_by_rows_in_scope(monkeypatch):
 # --- GX on Spark --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pipelines.spark import spark_session
-
-    return spark_session("local[2]", "icelog-tests")  # shared with the other Spark tests (getOrCreate)
-
-
 def failures(result) -> set[tuple]:
     return {(f["expectation"], f["kwargs"].get("column"), f["unexpected_count"]) for f in result.failed}
 
