@@ -192,7 +192,6 @@ def upper_key(df):
 def test_cli_consume_produce_runs_the_job_and_refuses_a_bad_transform(env_catalog):  # noqa: F811
     from click.testing import CliRunner
 
-    import pipelines.cli_group_job  # noqa: F401 (registers the command)
     from pipelines.cli import cli
 
     catalog = env_catalog.open()

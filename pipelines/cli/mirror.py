@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipelines.cli import Context, cli
+from pipelines.cli.app import Context
 
 
 class _MirrorGroup(click.Group):
@@ -16,7 +16,7 @@ class _MirrorGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@cli.group(cls=_MirrorGroup)
+@click.group(cls=_MirrorGroup)
 def mirror() -> None:
     """Mirror a log table to another catalog with the same offsets (KIP-391).
 
@@ -30,7 +30,12 @@ def mirror() -> None:
 @click.argument("source")
 @click.option("--target-catalog", required=True, help="pyiceberg catalog name of the copy.")
 @click.option("--target-table", default=None, help="Name of the copy (default: the source's).")
-@click.option("--principal", envvar="ICELOG_PRINCIPAL", default=None, help="Who writes (needs replicator-write on the target; default $ICELOG_PRINCIPAL).")
+@click.option(
+    "--principal",
+    envvar="ICELOG_PRINCIPAL",
+    default=None,
+    help="Who writes (needs replicator-write on the target; default $ICELOG_PRINCIPAL).",
+)
 @click.pass_obj
 def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str | None, principal: str | None) -> None:
     """Copy what SOURCE (in --catalog) committed since the last step; resumable."""
@@ -43,8 +48,13 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
         if d["up_to_date"]:
             click.echo(f"{d['target']} in {d['target_catalog']} is up to date with {d['source']}")
             return
-        added = ", ".join(f"p{p}: {r[0]}..{r[1] - 1}" for p, r in sorted(d["ranges"].items(), key=lambda e: int(e[0]))) or "no new offsets"
-        click.echo(f"mirrored {d['source']} -> {d['target_catalog']}/{d['target']}: {added} ({d['copied_files']} files copied, {d['seconds']:.2f} s)")
+        added = (
+            ", ".join(f"p{p}: {r[0]}..{r[1] - 1}" for p, r in sorted(d["ranges"].items(), key=lambda e: int(e[0])))
+            or "no new offsets"
+        )
+        click.echo(
+            f"mirrored {d['source']} -> {d['target_catalog']}/{d['target']}: {added} ({d['copied_files']} files copied, {d['seconds']:.2f} s)"
+        )
 
     ctx.emit(result.to_dict(), text)
 
@@ -59,7 +69,7 @@ def mirror_promote(ctx: Context, table: str) -> None:
     ctx.emit(promote(ctx.catalog, table), lambda d: click.echo(f"{d['table']} is promoted: writable, no longer mirrored"))
 
 
-@cli.group()
+@click.group()
 def acls() -> None:
     """Permissions (default deny), stored in the catalog's icelog_system.acls."""
 
@@ -77,7 +87,10 @@ def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None
     """Grant OPERATION on tables matching --table to --principal."""
     from storage.replication.acls import add_acl
 
-    ctx.emit(add_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"granted {operation} on {pattern} to {principal}"))
+    ctx.emit(
+        add_acl(ctx.catalog, principal, pattern, operation),
+        lambda d: click.echo(f"granted {operation} on {pattern} to {principal}"),
+    )
 
 
 @acls.command("remove")
@@ -87,7 +100,10 @@ def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> N
     """Revoke exactly that grant."""
     from storage.replication.acls import remove_acl
 
-    ctx.emit(remove_acl(ctx.catalog, principal, pattern, operation), lambda d: click.echo(f"revoked {operation} on {pattern} from {principal}"))
+    ctx.emit(
+        remove_acl(ctx.catalog, principal, pattern, operation),
+        lambda d: click.echo(f"revoked {operation} on {pattern} from {principal}"),
+    )
 
 
 @acls.command("list")

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from pipelines.cli import PARTITION, Context, _table, cli, dumps
+from pipelines.cli.app import PARTITION, Context, dumps, print_table
 from storage.errors import InvalidInput
 
 
@@ -23,7 +23,7 @@ def _parse_range(text: str) -> tuple[int, int]:
     return first, last
 
 
-@cli.command()
+@click.command()
 @click.argument("table")
 @click.option("--group", required=True, help="Consumer group id.")
 @click.option("--partition", type=PARTITION, default=None, help="One partition (default: all).")
@@ -32,7 +32,16 @@ def _parse_range(text: str) -> tuple[int, int]:
 @click.option("--follow", is_flag=True, help="Keep polling at the log end.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True)
 @click.pass_obj
-def consume(ctx: Context, table: str, group: str, partition: int | None, key_range: str | None, max_records: int | None, follow: bool, batch_size: int) -> None:
+def consume(
+    ctx: Context,
+    table: str,
+    group: str,
+    partition: int | None,
+    key_range: str | None,
+    max_records: int | None,
+    follow: bool,
+    batch_size: int,
+) -> None:
     """Print TABLE's records not yet done by GROUP as JSON Lines (system columns included),
     committing each printed batch as ranges. Stops at the log end unless --follow."""
     from storage.groups.consumer import Consumer, parse_key_range
@@ -59,7 +68,7 @@ def consume(ctx: Context, table: str, group: str, partition: int | None, key_ran
         consumer.commit()
 
 
-@cli.group()
+@click.group()
 def groups() -> None:
     """Consumer groups: offsets, individually committed ranges, members."""
 
@@ -86,19 +95,28 @@ def groups_describe(ctx: Context, group: str) -> None:
     def text(d: dict) -> None:
         rows = [
             [
-                e["table"], e["partition"], e["stable_offset"], e["committed_offset"],
-                " ".join(f"{f}-{l}" for f, l in e["ranges"]) or "-", f"{e['log_start']}..{e['log_end']}", e["lag"],
+                e["table"],
+                e["partition"],
+                e["stable_offset"],
+                e["committed_offset"],
+                " ".join(f"{first}-{last}" for first, last in e["ranges"]) or "-",
+                f"{e['log_start']}..{e['log_end']}",
+                e["lag"],
                 " ".join(f"{m}:{'+'.join(f'{lo}:{hi}' for lo, hi in rs)}" for m, rs in e["owners"].items()) or "-",
                 " ".join(f"{x['lo']}:{x['hi']}<-{x['from']}" for x in e["draining"]) or "-",
             ]
             for e in d["partitions"]
         ]
-        _table(rows, ["table", "partition", "stable (last done)", "committed (next)", "IC ranges", "log", "lag", "owners", "draining"], title=f"group {d['group']} generation {d['generation']}")
+        print_table(
+            rows,
+            ["table", "partition", "stable (last done)", "committed (next)", "IC ranges", "log", "lag", "owners", "draining"],
+            title=f"group {d['group']} generation {d['generation']}",
+        )
         for e in d["partitions"]:
             if "note" in e:
                 click.echo(f"{e['table']} partition {e['partition']}: {e['note']}")
         if d["members"]:
-            _table(
+            print_table(
                 [[m["member"], m["generation"], m["live"], m["heartbeat_age_ms"], m["session_ms"]] for m in d["members"]],
                 ["member", "generation", "live", "heartbeat age ms", "session ms"],
             )
@@ -121,7 +139,7 @@ def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: 
 
     def text(d: dict) -> None:
         for where, p in d["partitions"].items():
-            shown = " ".join(f"{f}-{l}" for f, l in p["ranges"]) or "none"
+            shown = " ".join(f"{first}-{last}" for first, last in p["ranges"]) or "none"
             click.echo(f"{d['group']} {where}: stable offset {p['stable']} (committed {p['committed']}), IC ranges {shown}")
 
     ctx.emit(result, text)
@@ -139,5 +157,3 @@ def groups_reset(ctx: Context, table: str, group: str, to: str, partition: int |
 
     result = reset_group(ctx.catalog, group, table, to, None if partition is None else [partition])
     ctx.emit(result, lambda d: click.echo(" ".join(f"{k}->{v}" for k, v in d["reset"].items())))
-
-

@@ -1,0 +1,295 @@
+"""The ``icelog`` command line: one Click group, ``--output text|json``, typed exit codes.
+
+Exit codes: 0 success; 1 validation found violations; 2 bad input or usage;
+3 conflict (offset mismatch, fenced producer, lost commit races); 4 any other error;
+5 not authorized (a missing permission, ``icelog acls``).
+
+The code follows from the error's type (``storage.errors``): a :class:`ConflictError` is 3,
+an :class:`InvalidInput` or another :class:`TerminalError` is 2, anything else is 4, an
+unexpected exception included. With ``--output json`` every run prints exactly one JSON
+document on stdout, errors included (``{"error": "<Type>", "message": ..., <fields>}``);
+in text mode an error is one line on stderr. ``ICELOG_LOG_LEVEL=debug`` adds the traceback
+on stderr.
+
+JSON values: dates and times are ISO 8601 strings (``timestamptz`` with its offset, UTC),
+binary values are base64 strings (RFC 4648, as Kafka's REST proxy does), decimals are
+strings (exact), and non-finite floats are the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"``.
+
+This module is the floor of the package: the command modules beside it import it, and it
+imports none of them (``pipelines.cli`` adds their commands to :data:`cli`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import decimal
+import json
+import math
+import numbers
+import os
+import sys
+import traceback
+from typing import Any, Callable, Iterator
+
+import click
+
+from storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, TerminalError
+
+EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
+
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_PARTITIONS = 100_000
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code an error's type implies."""
+    if isinstance(error, AuthorizationFailed):
+        return EXIT_UNAUTHORIZED
+    if isinstance(error, ConflictError):
+        return EXIT_CONFLICT
+    if isinstance(error, (InvalidInput, TerminalError)):
+        return EXIT_BAD_INPUT
+    return EXIT_OTHER
+
+
+# --- JSON output ---------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types (see the module docstring for the mapping)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+        return "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return f"PT{value.total_seconds():g}S"
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(jsonable(doc), allow_nan=False)
+
+
+def _debug() -> bool:
+    return os.environ.get("ICELOG_LOG_LEVEL", "").strip().lower() == "debug"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- context, errors, the group ------------------------------------------------------------
+
+
+class Context:
+    def __init__(self, catalog_name: str | None, output: str) -> None:
+        self.catalog_name = catalog_name
+        self.output = output
+        self._catalog = None
+
+    @property
+    def catalog(self):
+        if self._catalog is None:
+            from storage.core.catalog import open_catalog
+
+            self._catalog = open_catalog(self.catalog_name)
+        return self._catalog
+
+    def emit(self, doc: Any, text: Callable[[Any], None] | None = None) -> None:
+        if self.output == "json" or text is None:
+            click.echo(dumps(doc))
+        else:
+            text(doc)
+
+
+def _json_requested(args: list[str]) -> bool:
+    """Whether the global options (before the command name) ask for ``--output json``."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        arg = args[i]
+        if arg == "--output":
+            if i + 1 < len(args) and args[i + 1] == "json":
+                return True
+            i += 2
+            continue
+        if arg == "--output=json":
+            return True
+        i += 2 if arg == "--catalog" else 1
+    return False
+
+
+def _json_mode(ctx: click.Context) -> bool:
+    obj = ctx.find_object(Context)
+    if obj is not None:
+        return obj.output == "json"
+    return bool(ctx.meta.get("icelog.json"))
+
+
+def _usage_error(e: click.ClickException, json_mode: bool) -> None:
+    """Click's own errors (usage, bad option values): exit 2, and JSON in JSON mode."""
+    if e.exit_code == EXIT_VIOLATIONS:  # e.g. click.FileError: 1 means "violations" here
+        e.exit_code = EXIT_BAD_INPUT
+    if not json_mode:
+        return
+    doc: dict[str, Any] = {"error": type(e).__name__, "message": e.format_message()}
+    param = getattr(e, "param", None)
+    if param is not None and param.name:
+        doc["param"] = param.name
+    e.show = lambda file=None: click.echo(dumps(doc))  # type: ignore[method-assign]
+
+
+def _fail(ctx: click.Context, error: BaseException) -> None:
+    code = exit_code(error)
+    if isinstance(error, IcelogError):
+        doc = error.to_dict()
+    else:
+        doc = {"error": type(error).__name__, "message": str(error) or repr(error)}
+    if _debug():
+        traceback.print_exception(error, file=sys.stderr)
+    if _json_mode(ctx):
+        click.echo(dumps(doc))
+    else:
+        hint = "" if isinstance(error, IcelogError) or _debug() else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
+        click.echo(f"error: {doc['error']}: {one_line(str(doc['message']))}{hint}", err=True)
+    sys.exit(code)
+
+
+class IcelogGroup(click.Group):
+    """The top-level group: one place that turns every error into output and an exit code."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        wants_json = _json_requested(list(args))
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as e:
+            _usage_error(e, wants_json)
+            raise
+        ctx.meta["icelog.json"] = wants_json
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except click.ClickException as e:
+            _usage_error(e, _json_mode(ctx))
+            raise
+        except Exception as e:  # noqa: BLE001 - every error leaves as output plus an exit code
+            _fail(ctx, e)
+
+
+EPILOG = """\b
+Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized.
+--output json prints one JSON document per run, errors included: {"error", "message", ...}.
+JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strings.
+"""
+
+
+@click.group(cls=IcelogGroup, epilog=EPILOG)
+@click.option(
+    "--catalog",
+    "catalog_name",
+    envvar="ICELOG_CATALOG",
+    default=None,
+    help="pyiceberg catalog name (default: the embedded SQLite catalog under $ICELOG_HOME).",
+)
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def cli(ctx: click.Context, catalog_name: str | None, output: str) -> None:
+    """icelog: Kafka partition-log guarantees on Apache Iceberg tables."""
+    ctx.obj = Context(catalog_name, output)
+
+
+def main() -> None:
+    cli(prog_name="icelog")
+
+
+# --- option types --------------------------------------------------------------------------
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also rejects NaN and infinity (NaN compares false to every bound)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+PARTITION_COUNT = click.IntRange(1, MAX_PARTITIONS)
+PARTITION = click.IntRange(0, MAX_PARTITIONS - 1)
+OFFSET = click.IntRange(0, INT64_MAX)
+SNAPSHOT_ID = click.IntRange(1, INT64_MAX)
+PRODUCER_ID = click.IntRange(0, INT64_MAX)
+INT32 = click.IntRange(0, INT32_MAX)
+POSITIVE_INT64 = click.IntRange(1, INT64_MAX)
+
+
+# --- text output ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> Any:
+    """A cell for rich: plain text (never markup), binary as base64 like the JSON output."""
+    from rich.text import Text  # rich loads only when text output needs it, not at start-up
+
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = jsonable(value)
+    return Text(str(value))
+
+
+def print_table(rows: list[list[Any]], headers: list[str], title: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    table = RichTable(title=title)
+    for header in headers:
+        table.add_column(_text(header))
+    for row in rows:
+        table.add_row(*(_text(c) for c in row))
+    # Piped output keeps every column whole instead of squeezing it into 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=100_000)
+    console.print(table)
+
+
+@contextlib.contextmanager
+def status_line(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
+    """A status line on stderr for long work in text mode (JSON output stays clean).
+
+    Yields a function that updates the line with the latest progress.
+    """
+    if ctx.output == "json":
+        yield lambda line: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(what) as status:
+        yield lambda line: status.update(f"{what}: {line}")
+
+
+def clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -1,0 +1,78 @@
+"""``icelog ingest``: load source files into a log table with Spark, each file once."""
+
+from __future__ import annotations
+
+import click
+
+from pipelines.cli.app import Context, status_line
+from storage.errors import InvalidInput
+
+
+@click.command()
+@click.argument("table")
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default="parquet", show_default=True)
+@click.option(
+    "--key-column", default=None, help="Route rows by the hash of this column (default: the table's icelog.key-column, else key)."
+)
+@click.option("--partitions", default=None, help="Only these log partitions, e.g. 0,3,5 (default: all).")
+@click.option("--run-key", default=None, help="A label for this run, kept in the ingest ledger.")
+@click.option(
+    "--reload-changed",
+    is_flag=True,
+    help="Load files whose content changed since they were loaded again, as new rows (default: refuse them).",
+)
+@click.option("--verify", is_flag=True, help="Fingerprint every listed file, not only new or changed-looking ones.")
+@click.pass_obj
+def ingest(
+    ctx: Context,
+    table: str,
+    source: str,
+    fmt: str,
+    key_column: str | None,
+    partitions: str | None,
+    run_key: str | None,
+    reload_changed: bool,
+    verify: bool,
+) -> None:
+    """Load the files under SOURCE (a file, folder or glob) into TABLE with Spark, each file once.
+
+    The same job the ingest DAGs run, without Airflow. Files already loaded, however long
+    ago, are skipped and listed with the reason; a file whose content changed since it was
+    loaded is refused (SourceFileChanged, exit 2) unless --reload-changed.
+    """
+    from pipelines.ingest import ingest as run
+    from pipelines.ingest import require_source
+    from pipelines.spark import spark_session
+
+    require_source(source)
+    only = None
+    if partitions is not None:
+        try:
+            only = sorted({int(p) for p in partitions.split(",") if p.strip()})
+        except ValueError as e:
+            raise InvalidInput(reason=f"--partitions takes comma-separated integers, not {partitions!r}") from e
+    with status_line(ctx, f"ingest {source} -> {table}") as progress:
+        progress("starting Spark")
+        result = run(
+            spark_session(app_name=f"icelog-ingest-{table}"),
+            table,
+            source,
+            run_key,
+            fmt=fmt,
+            key_column=key_column,
+            catalog_name=ctx.catalog_name,
+            only_partitions=only,
+            reload_changed=reload_changed,
+            verify=verify,
+            progress=progress,
+        )
+
+    def text(d: dict) -> None:
+        click.echo(f"{d['table']}: loaded {len(d['loaded'])} files, {d['rows']:,} rows; skipped {len(d['skipped'])} files")
+        for f in d["loaded"]:
+            click.echo(f"  loaded  {f['path']} ({f['rows']:,} rows)")
+        for f in d["skipped"]:
+            click.echo(f"  skipped {f['path']}: {f['reason']} at {f['loaded_at']}")
+
+    ctx.emit(result.to_dict(), text)

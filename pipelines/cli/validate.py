@@ -1,0 +1,110 @@
+"""``icelog validate`` and ``icelog report``: the checks, and the HTML report that shows them."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, status_line
+
+
+@click.command()
+@click.argument("table")
+@click.option("--deep", is_flag=True, help="Read every offset with DuckDB (default: manifests only).")
+@click.option(
+    "--check", "check_names", multiple=True, help="Run these checks (repeatable): contiguity, contiguity-deep, producers."
+)
+@click.option(
+    "--snapshot",
+    "snapshot_id",
+    type=SNAPSHOT_ID,
+    default=None,
+    help="Check an older snapshot (watermarks are only kept for the current one).",
+)
+@click.pass_obj
+def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...], snapshot_id: int | None) -> None:
+    """Check I1 contiguity and watermarks (and more with --check); exit 1 on any violation."""
+    from storage.log.table import LogTable
+    from validations.checks import run_checks
+
+    names = check_names or (("contiguity-deep",) if deep else ("contiguity",))
+    report = run_checks(LogTable.open(ctx.catalog, table).table(), names, snapshot_id)
+
+    def text(d: dict) -> None:
+        click.echo(
+            f"{d['table']}: {'OK' if d['ok'] else 'VIOLATIONS'} ({d['rows']} rows, {', '.join(d['checks'])}, {d['seconds']} s)"
+        )
+        for v in d["violations"]:
+            click.echo(f"  [{v['kind']}] partition {v.get('partition')}: {v['detail']}")
+
+    ctx.emit(report.to_dict(), text)
+    if not report.ok:
+        sys.exit(EXIT_VIOLATIONS)
+
+
+@click.command()
+@click.argument("table", required=False)
+@click.option("--all", "all_tables", is_flag=True, help="Report every log table, plus an index page with each table's status.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for index.html (default: $ICELOG_HOME/reports/TABLE, or $ICELOG_HOME/reports with --all).",
+)
+@click.option("--no-gx", is_flag=True, help="Skip the Great Expectations suite.")
+@click.option(
+    "--full", is_flag=True, help="Re-validate every row (default: only rows committed since the last validation that passed)."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "pandas", "spark"]),
+    default="auto",
+    show_default=True,
+    help="GX engine; auto picks Spark above $ICELOG_GX_SPARK_ROWS rows in scope.",
+)
+@click.option(
+    "--expectations",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Payload expectations file (default: expectations/TABLE.json).",
+)
+@click.pass_obj
+def report(
+    ctx: Context,
+    table: str | None,
+    all_tables: bool,
+    out: str | None,
+    no_gx: bool,
+    full: bool,
+    engine: str,
+    expectations: str | None,
+) -> None:
+    """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs."""
+    from pipelines.spark import spark_session
+    from storage.core.catalog import icelog_home
+    from storage.log.table import LogTable
+    from validations.report import build_index, build_report
+
+    if bool(table) == all_tables:
+        raise click.UsageError("name one TABLE, or --all")
+    options = {"gx": not no_gx, "full": full, "engine": engine, "spark": lambda: spark_session(app_name="icelog-report")}
+    if all_tables:
+        with status_line(ctx, "building the report of every log table"):
+            index = build_index(ctx.catalog, out or str(icelog_home() / "reports"), **options)
+        tables = json.loads((index.parent / "index.json").read_text())
+        doc = {"ok": all(t.get("ok") for t in tables), "report": str(index), "tables": tables}
+        ctx.emit(
+            doc, lambda d: click.echo(f"{'OK' if d['ok'] else 'ATTENTION'}: {len(d['tables'])} tables, file://{d['report']}")
+        )
+        return
+    log_table = LogTable.open(ctx.catalog, table)
+    target = out or str(icelog_home() / "reports" / log_table.identifier)
+    with status_line(ctx, f"building the report of {log_table.identifier}"):
+        page = build_report(log_table.table(), target, expectations_file=expectations, **options)
+    doc = json.loads((page.parent / "report.json").read_text())
+    ctx.emit(
+        {"table": log_table.identifier, "ok": doc["ok"], "report": str(page), "quality_scope": doc["quality_scope"]},
+        lambda d: click.echo(f"{'OK' if d['ok'] else 'VIOLATIONS'}: file://{d['report']}"),
+    )
