@@ -241,7 +241,7 @@ def bench_spark_scale(root: Path, rows: int) -> None:
     from pipelines.ingest import ingest
     from pipelines.spark import spark_session
     from storage.core.catalog import LogSqlCatalog
-    from tests.validations.test_quality_bench import tree_rss_mb
+    from tests.support.quality_bench import tree_rss_mb
 
     landing = root / "scale-landing"
     landing.mkdir(parents=True)
@@ -416,9 +416,9 @@ def bench_key_range(root: Path, rows: int) -> None:
 def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
     """The mirror (issue 11): one incremental step on a table of ``files`` tiny files, and the bulk
     first step of 16 files beside ``cp -r`` of them, alternated, best of 2. The tables come from the
-    mirror test's builders (``tests/storage/test_mirror_bench.py``)."""
+    mirror benchmarks' builders (``tests/support/mirror_bench.py``)."""
     from storage.replication.mirror import mirror
-    from tests.storage.test_mirror_bench import PRINCIPAL, catalogs, fill
+    from tests.support.mirror_bench import PRINCIPAL, catalogs, fill
 
     source, target = catalogs(root / "mirror-steps")
     orders = fill(source, "orders", 4, files // 4, 10)
@@ -441,11 +441,11 @@ def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
 
 
 def bench_quality(root: Path, rows: int, increment: int, engines: list[str]) -> None:
-    """GX validation (issue 13), each run in a fresh process (``tests/validations/test_quality_bench.py``):
+    """GX validation (issue 13), each run in a fresh process (``tests/support/quality_bench.py``):
     full on each engine, then incremental after one ``increment``-row commit; Spark beside pandas."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from tests.validations.test_quality_bench import build_increment, build_table, run_child
+    from tests.support.quality_bench import build_increment, build_table, run_child
 
     workdir = root / "quality"
     workdir.mkdir()
