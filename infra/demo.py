@@ -25,6 +25,9 @@ from infra.airflow import airflow_env, dags_test, migrate
 
 
 def main() -> int:
+    from storage.logs import configure
+
+    configure()  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
     console = Console()
     env = airflow_env()
     os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]

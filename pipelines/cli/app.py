@@ -223,6 +223,13 @@ def cli(ctx: click.Context, catalog_name: str | None, output: str) -> None:
 
 
 def main() -> None:
+    """The ``icelog`` script: logging as ``ICELOG_LOG_LEVEL`` asks, then the command line."""
+    if os.environ.get("ICELOG_LOG_LEVEL", "").strip():
+        # Only when asked: structlog costs a fifth of a second at start-up, and unconfigured
+        # Python already shows warnings on stderr. Never in ``cli``: tests invoke it in-process.
+        from storage.logs import configure
+
+        configure()
     cli(prog_name="icelog")
 
 
