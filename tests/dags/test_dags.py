@@ -160,19 +160,30 @@ def state_of(table):
     return table.table().metadata.current_snapshot_id, {p: (w.start, w.end) for p, w in table.watermarks().items()}
 
 
-@pytest.mark.integration
-def test_ingest_dag_run_and_its_rerun_leave_identical_tables(airflow):
+@pytest.fixture(scope="module")
+def ingested(airflow):
+    """The flights table after one icelog_ingest run of 2013-01-02, and the state that run left.
+
+    Module-scoped: the DAG runs once (about 35 s) for every test that needs ingested rows,
+    whichever of them runs first, or alone.
+    """
     env, table = airflow
     dags_test(env, "icelog_ingest", "2013-01-02")
-    after_first = state_of(table)
+    return env, table, state_of(table)
+
+
+@pytest.mark.integration
+def test_ingest_dag_run_and_its_rerun_leave_identical_tables(ingested):
+    env, table, after_first = ingested
     assert sum(e - s for s, e in after_first[1].values()) == day_rows("2013-01-02")
+    before_rerun = state_of(table)  # after_first, unless another test built on the table meanwhile
     dags_test(env, "icelog_ingest", "2013-01-02")
-    assert state_of(table) == after_first
+    assert state_of(table) == before_rerun
 
 
 @pytest.mark.integration
-def test_backfill_dag_is_idempotent_per_day(airflow):
-    env, table = airflow
+def test_backfill_dag_is_idempotent_per_day(ingested):
+    env, table, _ = ingested
     conf = {"table": "demo.flights", "start": "2013-01-02", "end": "2013-01-03"}  # a day ingested before, and a new one
     dags_test(env, "icelog_backfill", conf=conf)
     first = state_of(table)
@@ -183,10 +194,10 @@ def test_backfill_dag_is_idempotent_per_day(airflow):
 
 
 @pytest.mark.integration
-def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(airflow):
+def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested):
     from validations.checks import run_checks
 
-    env, table = airflow
+    env, table, _ = ingested
     dags_test(env, "icelog_validate")
     iceberg = table.table()
     schema = iceberg.schema().as_arrow()
