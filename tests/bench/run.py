@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,7 +42,9 @@ from validations.contiguity import check_contiguity
 RESULTS: list[Figure] = []
 
 
-def record(name: str, value: float, unit: str, reference: str = "", ref_value: float | None = None, target: Target | str | None = None) -> None:
+def record(
+    name: str, value: float, unit: str, reference: str = "", ref_value: float | None = None, target: Target | str | None = None
+) -> None:
     """Keep one figure for the final table and print it as it comes (a full run takes long).
 
     ``target`` is a :class:`Target`, or a stated one such as ``"target <= 1.5x"`` (parsed by
@@ -66,7 +68,12 @@ def catalog(root: Path, name: str = "bench") -> LogSqlCatalog:
 
 
 def batch(n: int, seed: int = 0) -> pa.Table:
-    return pa.table({"key": pa.array([f"k{(seed + i) % 997}" for i in range(n)], pa.large_string()), "value": pa.array(["v" * 16] * n, pa.large_string())})
+    return pa.table(
+        {
+            "key": pa.array([f"k{(seed + i) % 997}" for i in range(n)], pa.large_string()),
+            "value": pa.array(["v" * 16] * n, pa.large_string()),
+        }
+    )
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -88,14 +95,28 @@ def bench_append_latency(root: Path, checkpoints: list[int], samples: int) -> Lo
         lat = []
         for _ in range(samples):
             end = t.watermarks()[0].end
-            lat.append(timed(lambda: t.append({0: rows}, {0: end})))
+            lat.append(timed(lambda end=end: t.append({0: rows}, {0: end})))
             done += 1
         p50, p95 = pcts(lat)
         p50s.append(p50)
         ref = pyiceberg_append_latency(root / f"plain{checkpoint}", min(checkpoint, 300), samples)
-        record(f"conditional append 1k rows @ {checkpoint} commits: p50", p50, "ms", f"plain pyiceberg append @ {min(checkpoint, 300)} commits p50", ref[0], Target("value", "<=", 50))
+        record(
+            f"conditional append 1k rows @ {checkpoint} commits: p50",
+            p50,
+            "ms",
+            f"plain pyiceberg append @ {min(checkpoint, 300)} commits p50",
+            ref[0],
+            Target("value", "<=", 50),
+        )
         record(f"conditional append 1k rows @ {checkpoint} commits: p95", p95, "ms", "plain pyiceberg p95", ref[1])
-    record(f"conditional append p50 @ {checkpoints[-1]} commits (flat history)", p50s[-1], "ms", f"the same @ {checkpoints[0]} commits", p50s[0], Target("ratio", "<=", 1.5))
+    record(
+        f"conditional append p50 @ {checkpoints[-1]} commits (flat history)",
+        p50s[-1],
+        "ms",
+        f"the same @ {checkpoints[0]} commits",
+        p50s[0],
+        Target("ratio", "<=", 1.5),
+    )
     return t
 
 
@@ -126,11 +147,20 @@ def bench_idempotent_overhead(root: Path, samples: int) -> None:
     plain_lat, idem_lat = [], []
     for _ in range(samples):
         end = plain.watermarks()[0].end
-        plain_lat.append(timed(lambda: plain.append({0: rows}, {0: end})))
+        plain_lat.append(timed(lambda end=end: plain.append({0: rows}, {0: end})))
         end = idem.watermarks()[0].end
-        idem_lat.append(timed(lambda: idem.append({0: rows}, {0: end}, producer=ProducerBatch(me.producer_id, 0, {0: seq}))))
+        idem_lat.append(
+            timed(lambda end=end, seq=seq: idem.append({0: rows}, {0: end}, producer=ProducerBatch(me.producer_id, 0, {0: seq})))
+        )
         seq += 1000
-    record("idempotent+conditional append 1k rows p50", pcts(idem_lat)[0], "ms", "plain conditional append p50", pcts(plain_lat)[0], Target("ratio", "<=", 1.1, "overhead ≤ 10%"))
+    record(
+        "idempotent+conditional append 1k rows p50",
+        pcts(idem_lat)[0],
+        "ms",
+        "plain conditional append p50",
+        pcts(plain_lat)[0],
+        Target("ratio", "<=", 1.1, "overhead ≤ 10%"),
+    )
 
 
 def bench_producer_state(root: Path, producers: int, batches: int) -> None:
@@ -153,25 +183,51 @@ def bench_producer_state(root: Path, producers: int, batches: int) -> None:
     t.append({0: [{"key": "k"}]}, producer=ProducerBatch(survivor.producer_id, 0, {0: 0}))
     after = len(t.table().metadata.properties["icelog.producers"])
     # O(active producers): expiring all but one must shrink the state by about their number.
-    record(f"producer state after {per * producers:,} batches / {producers:,} producers", peak / 1024, "KiB", f"{(time.perf_counter() - started):.0f} s to write; after expiry (1 active)", after / 1024,
-           Target("ratio", ">=", producers / 2, f"O(active producers): {producers:,} active → 1"))
+    record(
+        f"producer state after {per * producers:,} batches / {producers:,} producers",
+        peak / 1024,
+        "KiB",
+        f"{(time.perf_counter() - started):.0f} s to write; after expiry (1 active)",
+        after / 1024,
+        Target("ratio", ">=", producers / 2, f"O(active producers): {producers:,} active → 1"),
+    )
 
 
 def bench_bulk(root: Path, rows: int) -> None:
     cat = catalog(root / "bulk")
     t = LogTable.create(cat, "bench.bulk", partitions=1)
-    data = pa.table({"key": pa.array(np.char.add("k", (np.arange(rows) % 1000).astype(str)), pa.large_string()), "value": pa.nulls(rows, pa.large_string())})
+    data = pa.table(
+        {
+            "key": pa.array(np.char.add("k", (np.arange(rows) % 1000).astype(str)), pa.large_string()),
+            "value": pa.nulls(rows, pa.large_string()),
+        }
+    )
     elapsed = timed(lambda: t.append({0: data}))
     full = t.read(0, 0, 1)  # correctness guard: the rows are there
     assert full.num_rows == 1 and t.watermarks()[0].end == rows
     arrow = t.table().scan(limit=1).to_arrow().schema
-    ref_table = pa.table({
-        "log_partition": pa.array(np.zeros(rows, np.int32)), "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
-        "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
-        "producer_id": pa.nulls(rows, pa.int64()), "producer_epoch": pa.nulls(rows, pa.int32()), "producer_seq": pa.nulls(rows, pa.int32()),
-        "key": data["key"], "value": data["value"], "log_key_hash": pa.array(key_hashes(data["key"]))}).cast(arrow)  # hashes precomputed for the reference
+    ref_table = pa.table(
+        {
+            "log_partition": pa.array(np.zeros(rows, np.int32)),
+            "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
+            "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+            "producer_id": pa.nulls(rows, pa.int64()),
+            "producer_epoch": pa.nulls(rows, pa.int32()),
+            "producer_seq": pa.nulls(rows, pa.int32()),
+            "key": data["key"],
+            "value": data["value"],
+            "log_key_hash": pa.array(key_hashes(data["key"])),
+        }
+    ).cast(arrow)  # hashes precomputed for the reference
     ref = timed(lambda: pq.write_table(ref_table, root / "bulk_ref.parquet", compression="zstd"))
-    record(f"bulk append {rows:,} narrow rows", rows / elapsed / 1e6, "Mrows/s", "pyarrow.parquet.write_table, same rows", rows / ref / 1e6, Target("ratio", ">=", 0.7))
+    record(
+        f"bulk append {rows:,} narrow rows",
+        rows / elapsed / 1e6,
+        "Mrows/s",
+        "pyarrow.parquet.write_table, same rows",
+        rows / ref / 1e6,
+        Target("ratio", ">=", 0.7),
+    )
 
 
 def bench_validation(root: Path, rows: int) -> None:
@@ -187,13 +243,34 @@ def bench_validation(root: Path, rows: int) -> None:
     deep_s = min(timed(lambda: check_contiguity(table, deep=True)) for _ in range(3))
     paths = planned_paths(table)
     con = duckdb.connect()
-    naive = min(timed(lambda: con.execute("SELECT log_partition, count(DISTINCT log_offset), min(log_offset), max(log_offset) FROM read_parquet($p) GROUP BY 1", {"p": paths}).fetchall()) for _ in range(2))
-    record(f"deep validation of {rows:,} rows", rows / deep_s / 1e6, "Mrows/s", "naive DuckDB count(distinct) per partition", rows / naive / 1e6, Target("value", ">=", 50))
+    naive = min(
+        timed(
+            lambda: con.execute(
+                "SELECT log_partition, count(DISTINCT log_offset), min(log_offset), max(log_offset) FROM read_parquet($p) GROUP BY 1",
+                {"p": paths},
+            ).fetchall()
+        )
+        for _ in range(2)
+    )
+    record(
+        f"deep validation of {rows:,} rows",
+        rows / deep_s / 1e6,
+        "Mrows/s",
+        "naive DuckDB count(distinct) per partition",
+        rows / naive / 1e6,
+        Target("value", ">=", 50),
+    )
     size = sum(os.path.getsize(p) for p in paths)
     dest = root / "cp_ref"
     dest.mkdir()
     cp = timed(lambda: subprocess.run(["cp", *paths, str(dest)], check=True))
-    record(f"deep validation throughput ({size / 1e6:,.0f} MB of Parquet)", size / deep_s / 1e6, "MB/s", "cp of the same files", size / cp / 1e6)
+    record(
+        f"deep validation throughput ({size / 1e6:,.0f} MB of Parquet)",
+        size / deep_s / 1e6,
+        "MB/s",
+        "cp of the same files",
+        size / cp / 1e6,
+    )
 
 
 def bench_metadata_check(t: LogTable) -> None:
@@ -214,21 +291,35 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
     per_file = rows // 8
     for f in range(8):
         n = np.arange(f * per_file, (f + 1) * per_file)
-        pq.write_table(pa.table({"key": pa.array(np.char.add("k", (n % 10_000).astype(str))), "value": pa.array(n.astype(str))}), landing / f"part-{f}.parquet")
+        pq.write_table(
+            pa.table({"key": pa.array(np.char.add("k", (n % 10_000).astype(str))), "value": pa.array(n.astype(str))}),
+            landing / f"part-{f}.parquet",
+        )
     os.environ["PYICEBERG_CATALOG__SPARKBENCH__URI"] = f"sqlite:///{root / 'spark.db'}"
     os.environ["PYICEBERG_CATALOG__SPARKBENCH__WAREHOUSE"] = f"file://{root / 'spark-wh'}"
     (root / "spark-wh").mkdir()
-    cat = LogSqlCatalog("sparkbench", uri=os.environ["PYICEBERG_CATALOG__SPARKBENCH__URI"], warehouse=os.environ["PYICEBERG_CATALOG__SPARKBENCH__WAREHOUSE"])
+    cat = LogSqlCatalog(
+        "sparkbench",
+        uri=os.environ["PYICEBERG_CATALOG__SPARKBENCH__URI"],
+        warehouse=os.environ["PYICEBERG_CATALOG__SPARKBENCH__WAREHOUSE"],
+    )
     spark = spark_session("local[*]", "icelog-bench")
     df = spark.read.parquet(str(landing))
     df.count()  # warm the session and the file listing for both sides
     times, refs = [], []
     for i in range(3):
         LogTable.create(cat, f"bench.spark{i}", partitions=8)
-        times.append(timed(lambda: ingest(spark, f"bench.spark{i}", str(landing), f"run{i}", catalog_name="sparkbench")))
-        refs.append(timed(lambda: spark.read.parquet(str(landing)).write.mode("overwrite").parquet(str(root / f"plain{i}"))))
+        times.append(timed(lambda i=i: ingest(spark, f"bench.spark{i}", str(landing), f"run{i}", catalog_name="sparkbench")))
+        refs.append(timed(lambda i=i: spark.read.parquet(str(landing)).write.mode("overwrite").parquet(str(root / f"plain{i}"))))
     assert LogTable(cat, "bench.spark0").state().watermarks[0].end > 0
-    record(f"Spark ingest of {rows:,} narrow rows (median of 3)", rows / statistics.median(times) / 1e6, "Mrows/s", "plain df.write.parquet of the same DataFrame", rows / statistics.median(refs) / 1e6, Target("ratio", ">=", 0.8))
+    record(
+        f"Spark ingest of {rows:,} narrow rows (median of 3)",
+        rows / statistics.median(times) / 1e6,
+        "Mrows/s",
+        "plain df.write.parquet of the same DataFrame",
+        rows / statistics.median(refs) / 1e6,
+        Target("ratio", ">=", 0.8),
+    )
     spark.stop()
 
 
@@ -248,13 +339,20 @@ def bench_spark_scale(root: Path, rows: int) -> None:
     files, per_file = 32, rows // 32
     for f in range(files):  # one file at a time: the generator's memory stays bounded
         n = np.arange(f * per_file, (f + 1) * per_file)
-        pq.write_table(pa.table({"key": pa.array(np.char.add("k", (n % 100_000).astype(str))), "value": pa.array(n)}), landing / f"part-{f:03d}.parquet")
+        pq.write_table(
+            pa.table({"key": pa.array(np.char.add("k", (n % 100_000).astype(str))), "value": pa.array(n)}),
+            landing / f"part-{f:03d}.parquet",
+        )
         del n
     os.environ["PYICEBERG_CATALOG__SCALE__URI"] = f"sqlite:///{root / 'scale.db'}"
     os.environ["PYICEBERG_CATALOG__SCALE__WAREHOUSE"] = f"file://{root / 'scale-wh'}"
     (root / "scale-wh").mkdir()
-    cat = LogSqlCatalog("scale", uri=os.environ["PYICEBERG_CATALOG__SCALE__URI"], warehouse=os.environ["PYICEBERG_CATALOG__SCALE__WAREHOUSE"])
-    LogTable.create(cat, "bench.scale", partitions=8, payload=[{"name": "key", "type": "string"}, {"name": "value", "type": "long"}])
+    cat = LogSqlCatalog(
+        "scale", uri=os.environ["PYICEBERG_CATALOG__SCALE__URI"], warehouse=os.environ["PYICEBERG_CATALOG__SCALE__WAREHOUSE"]
+    )
+    LogTable.create(
+        cat, "bench.scale", partitions=8, payload=[{"name": "key", "type": "string"}, {"name": "value", "type": "long"}]
+    )
     spark = spark_session("local[*]", "icelog-bench-scale")
     me = os.getpid()
     peak = {"jvm": 0.0, "driver": 0.0}
@@ -262,7 +360,16 @@ def bench_spark_scale(root: Path, rows: int) -> None:
 
     def sample() -> None:
         while not done.wait(0.5):
-            own = int(next(line.split()[1] for line in Path(f"/proc/{me}/status").read_text().splitlines() if line.startswith("VmRSS:"))) / 1024
+            own = (
+                int(
+                    next(
+                        line.split()[1]
+                        for line in Path(f"/proc/{me}/status").read_text().splitlines()
+                        if line.startswith("VmRSS:")
+                    )
+                )
+                / 1024
+            )
             peak["jvm"], peak["driver"] = max(peak["jvm"], tree_rss_mb(me) - own), max(peak["driver"], own)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -272,7 +379,12 @@ def bench_spark_scale(root: Path, rows: int) -> None:
     sampler.join()
     driver_mb = peak["driver"]
     assert sum(w.end for w in LogTable(cat, "bench.scale").watermarks().values()) == files * per_file
-    record(f"Spark ingest of {files * per_file:,} generated rows", files * per_file / seconds / 1e6, "Mrows/s", f"{seconds:.0f} s; peak RSS: Python driver {driver_mb:,.0f} MiB, Spark JVM {peak['jvm']:,.0f} MiB")
+    record(
+        f"Spark ingest of {files * per_file:,} generated rows",
+        files * per_file / seconds / 1e6,
+        "Mrows/s",
+        f"{seconds:.0f} s; peak RSS: Python driver {driver_mb:,.0f} MiB, Spark JVM {peak['jvm']:,.0f} MiB",
+    )
     spark.stop()
 
 
@@ -286,10 +398,17 @@ def bench_ledger(root: Path, entries: int, commits: int) -> None:
     ledger.ensure_ledger(cat)
     per = entries // commits
     for c in range(commits):
-        files = [ledger.SourceFile(f"/landing/t/date={c:05d}/part-{i:04d}.parquet", 1000 + i, 10**18 + i, f"sha256:{c:05d}{i:04d}") for i in range(per)]
-        rows = ledger.ledger_rows("bench.t", files, {f.path: {0: [[0, 10]]} for f in files}, {f.path: {0} for f in files}, 1, f"run{c}", f"commit{c}")
+        files = [
+            ledger.SourceFile(f"/landing/t/date={c:05d}/part-{i:04d}.parquet", 1000 + i, 10**18 + i, f"sha256:{c:05d}{i:04d}")
+            for i in range(per)
+        ]
+        rows = ledger.ledger_rows(
+            "bench.t", files, {f.path: {0: [[0, 10]]} for f in files}, {f.path: {0} for f in files}, 1, f"run{c}", f"commit{c}"
+        )
         book = cat.load_table(ledger.LEDGER_TABLE)
-        commit_tables(cat, [(ledger.LEDGER_TABLE, ledger.LedgerAppend(tuple(write_log_files(book, {"bench.t": rows})), rows.num_rows))])
+        commit_tables(
+            cat, [(ledger.LEDGER_TABLE, ledger.LedgerAppend(tuple(write_log_files(book, {"bench.t": rows})), rows.num_rows))]
+        )
     day = [ledger.SourceFile(f"/landing/t/date={commits // 2:05d}/part-{i:04d}.parquet", 1000 + i, 10**18 + i) for i in range(50)]
     day += [ledger.SourceFile(f"/landing/t/date=late/new-{i}.parquet", 1, 1, "sha256:x") for i in range(2)]
 
@@ -300,8 +419,14 @@ def bench_ledger(root: Path, entries: int, commits: int) -> None:
         assert len(planned.skipped) == 50 and len(planned.load) == 2
 
     samples = [timed(lookup) for _ in range(5)]
-    record(f"ingest-ledger lookup of a 52-file day, {entries:,} entries (p50)", statistics.median(samples) * 1000, "ms", "", None,
-           Target("value", "<", 2000, "fast: well under a Spark job's start of 10–20 s"))
+    record(
+        f"ingest-ledger lookup of a 52-file day, {entries:,} entries (p50)",
+        statistics.median(samples) * 1000,
+        "ms",
+        "",
+        None,
+        Target("value", "<", 2000, "fast: well under a Spark job's start of 10–20 s"),
+    )
 
 
 def bench_gx(root: Path) -> None:
@@ -318,7 +443,13 @@ def bench_gx(root: Path) -> None:
     second = run_suite(table.table(), docs_root=root / "gx-docs", full=True)
     again = time.perf_counter() - started
     assert second.scope["rows"] == flights.num_rows, second.scope
-    record(f"GX suite on {flights.num_rows:,} flights rows (first run, incl. import)", elapsed, "s", "second run, same process", again)
+    record(
+        f"GX suite on {flights.num_rows:,} flights rows (first run, incl. import)",
+        elapsed,
+        "s",
+        "second run, same process",
+        again,
+    )
 
 
 def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
@@ -331,7 +462,7 @@ def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
     single = []
     for _ in range(samples):
         end = tables[0].watermarks()[0].end
-        single.append(timed(lambda: tables[0].append({0: one}, {0: end})))
+        single.append(timed(lambda end=end: tables[0].append({0: one}, {0: end})))
     s50, s95 = pcts(single)
     record("single-table conditional append (1 row): p50", s50, "ms", "", None)
     producer = TransactionalProducer(cat, "bench")
@@ -344,7 +475,14 @@ def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
                 producer.send(t.identifier, 0, one)
             lat.append(timed(producer.commit_transaction))
         p50, p95 = pcts(lat)
-        record(f"{width}-table transaction commit: p50", p50, "ms", "single conditional append p50", s50, Target("ratio", "<=", 1.5) if width == 2 else None)
+        record(
+            f"{width}-table transaction commit: p50",
+            p50,
+            "ms",
+            "single conditional append p50",
+            s50,
+            Target("ratio", "<=", 1.5) if width == 2 else None,
+        )
         record(f"{width}-table transaction commit: p95", p95, "ms", "single conditional append p95", s95)
     started = time.perf_counter()
     for _ in range(samples):
@@ -359,7 +497,13 @@ def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
     codes = [p.wait() for p in procs]
     elapsed = time.perf_counter() - started
     assert codes == [0, 0, 0, 0], codes
-    record("small 2-table transactions, 4 producers, disjoint partitions", 4 * concurrent_txns / elapsed, "txn/s", "sequential, same run", sequential)
+    record(
+        "small 2-table transactions, 4 producers, disjoint partitions",
+        4 * concurrent_txns / elapsed,
+        "txn/s",
+        "sequential, same run",
+        sequential,
+    )
 
 
 # One transactional producer process: N transactions on partition i of two tables.
@@ -395,7 +539,9 @@ def bench_key_range(root: Path, rows: int) -> None:
     per = rows // 4
     for i in range(4):
         n = np.arange(i * per, (i + 1) * per)
-        t.append({0: pa.table({"key": np.char.add("user-", (n % 5_000).astype(str)), "value": np.char.add("v" * 33, n.astype(str))})})
+        t.append(
+            {0: pa.table({"key": np.char.add("user-", (n % 5_000).astype(str)), "value": np.char.add("v" * 33, n.astype(str))})}
+        )
 
     def read(key_range: tuple[int, int] | None) -> tuple[float, int, int]:
         consumer = Consumer(cat, "bench")
@@ -409,8 +555,22 @@ def bench_key_range(root: Path, rows: int) -> None:
     w_s, q_s = statistics.median(r[0] for r in whole), statistics.median(r[0] for r in quarter)
     w_b, q_b = statistics.median(r[1] for r in whole), statistics.median(r[1] for r in quarter)
     label = f"{rows:,} rows, 4 files; quarter = {quarter[0][2]:,} rows"
-    record(f"key-range read, 1/4 of hash space: bytes ({label})", q_b / 1e6, "MB", "whole-partition read", w_b / 1e6, Target("ratio", "<=", 0.3))
-    record("key-range read, 1/4 of hash space: time (median of 3)", q_s * 1000, "ms", "whole-partition read", w_s * 1000, Target("ratio", "<=", 0.4))
+    record(
+        f"key-range read, 1/4 of hash space: bytes ({label})",
+        q_b / 1e6,
+        "MB",
+        "whole-partition read",
+        w_b / 1e6,
+        Target("ratio", "<=", 0.3),
+    )
+    record(
+        "key-range read, 1/4 of hash space: time (median of 3)",
+        q_s * 1000,
+        "ms",
+        "whole-partition read",
+        w_s * 1000,
+        Target("ratio", "<=", 0.4),
+    )
 
 
 def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
@@ -428,16 +588,32 @@ def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
     step = mirror(source, "orders", target, principal=PRINCIPAL)
     seconds = time.perf_counter() - started
     assert first.copied_files == files and step.incremental and step.copied_files == 1
-    record(f"mirror: incremental step after one small commit, {files:,} files", seconds * 1000, "ms", f"first mirror of the {files:,} files", first.seconds * 1000, Target("value", "<", 2000))
+    record(
+        f"mirror: incremental step after one small commit, {files:,} files",
+        seconds * 1000,
+        "ms",
+        f"first mirror of the {files:,} files",
+        first.seconds * 1000,
+        Target("value", "<", 2000),
+    )
 
     source, target = catalogs(root / "mirror-bulk")
-    data = Path(fill(source, "bulk", 4, 4, rows_per_file, payload_bytes=32).table().metadata.location.removeprefix("file://"), "data")
+    data = Path(
+        fill(source, "bulk", 4, 4, rows_per_file, payload_bytes=32).table().metadata.location.removeprefix("file://"), "data"
+    )
     size_mb = sum(f.stat().st_size for f in data.rglob("*.parquet")) / 1e6
     cp_s, mirror_s = [], []
     for run in range(2):  # alternated: the page cache warms for both
-        cp_s.append(timed(lambda: subprocess.run(["cp", "-r", str(data), str(root / f"mirror-cp{run}")], check=True)))
-        mirror_s.append(timed(lambda: mirror(source, "bulk", target, f"logs.bulk{run}", principal=PRINCIPAL)))
-    record(f"bulk mirror, first step of {size_mb:,.0f} MB in 16 files (best of 2)", size_mb / min(mirror_s), "MB/s", "cp -r of the same data files, best of 2", size_mb / min(cp_s), Target("ratio", ">=", 0.7))
+        cp_s.append(timed(lambda run=run: subprocess.run(["cp", "-r", str(data), str(root / f"mirror-cp{run}")], check=True)))
+        mirror_s.append(timed(lambda run=run: mirror(source, "bulk", target, f"logs.bulk{run}", principal=PRINCIPAL)))
+    record(
+        f"bulk mirror, first step of {size_mb:,.0f} MB in 16 files (best of 2)",
+        size_mb / min(mirror_s),
+        "MB/s",
+        "cp -r of the same data files, best of 2",
+        size_mb / min(cp_s),
+        Target("ratio", ">=", 0.7),
+    )
 
 
 def bench_quality(root: Path, rows: int, increment: int, engines: list[str]) -> None:
@@ -455,10 +631,28 @@ def bench_quality(root: Path, rows: int, increment: int, engines: list[str]) -> 
     incremental = {engine: run_child(workdir, engine, full=False) for engine in engines}
     assert all(r["success"] for r in [*full.values(), *incremental.values()])
     for engine in engines:
-        record(f"GX validation ({engine}), incremental: {increment:,}-row commit on {rows:,} rows", incremental[engine]["seconds"], "s", f"full validation ({engine})", full[engine]["seconds"])
+        record(
+            f"GX validation ({engine}), incremental: {increment:,}-row commit on {rows:,} rows",
+            incremental[engine]["seconds"],
+            "s",
+            f"full validation ({engine})",
+            full[engine]["seconds"],
+        )
     if "spark" in full and "pandas" in full:
-        record(f"GX validation on Spark, full, {rows:,} rows", full["spark"]["seconds"], "s", "pandas (DuckDB → pandas), same rows", full["pandas"]["seconds"])
-        record("GX validation on Spark, full: peak RSS (Python + JVM)", full["spark"]["peak_rss_mb_process_tree"], "MB", "pandas, same rows", full["pandas"]["peak_rss_mb_process_tree"])
+        record(
+            f"GX validation on Spark, full, {rows:,} rows",
+            full["spark"]["seconds"],
+            "s",
+            "pandas (DuckDB → pandas), same rows",
+            full["pandas"]["seconds"],
+        )
+        record(
+            "GX validation on Spark, full: peak RSS (Python + JVM)",
+            full["spark"]["peak_rss_mb_process_tree"],
+            "MB",
+            "pandas, same rows",
+            full["pandas"]["peak_rss_mb_process_tree"],
+        )
 
 
 class Unavailable(Exception):
@@ -493,7 +687,9 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
             context = multiprocessing.get_context("spawn")  # no forked catalog connections
             stop = context.Event()
             spec = {"uri": f"sqlite:///{directory / 'catalog.db'}", "warehouse": f"file://{directory / 'warehouse'}"}
-            procs = [context.Process(target=_append_until, args=(spec, stop, f"w{i}")) for i in range(2 if kind == "contended" else 0)]
+            procs = [
+                context.Process(target=_append_until, args=(spec, stop, f"w{i}")) for i in range(2 if kind == "contended" else 0)
+            ]
             for proc in procs:
                 proc.start()
             while kind == "contended" and t.watermarks()[0].end < files + 20:  # both appending
@@ -509,7 +705,11 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
             assert outcome.result["rewritten_files"] >= files and check_contiguity(t.table(), deep=True).ok
     record(
         f"compaction of {files} small files beside 2 processes appending back to back (median of {runs}; attempts {attempts})",
-        1000 * statistics.median(contended), "ms", "the same compaction alone", 1000 * statistics.median(alone), Target("value", "<", 10_000, "lands: before the lease, 30 lost races in 88 s"),
+        1000 * statistics.median(contended),
+        "ms",
+        "the same compaction alone",
+        1000 * statistics.median(alone),
+        Target("value", "<", 10_000, "lands: before the lease, 30 lost races in 88 s"),
     )
 
 
@@ -528,7 +728,9 @@ def bench_state_scale_when_present(root: Path, quick: bool) -> None:
 def benches(root: Path, q: bool) -> dict[str, Callable[[], None]]:
     """Every bench by its ``--only`` name, at full or ``--quick`` sizes, in the order a full run takes."""
     return {
-        "latency": lambda: bench_metadata_check(bench_append_latency(root, [10, 100] if q else [10, 1_000, 10_000], 10 if q else 50)),
+        "latency": lambda: bench_metadata_check(
+            bench_append_latency(root, [10, 100] if q else [10, 1_000, 10_000], 10 if q else 50)
+        ),
         "idempotent": lambda: bench_idempotent_overhead(root, 10 if q else 100),
         "producer-state": lambda: bench_producer_state(root, 20 if q else 1_000, 200 if q else 10_000),
         "bulk": lambda: bench_bulk(root, 200_000 if q else 5_000_000),
@@ -541,7 +743,9 @@ def benches(root: Path, q: bool) -> dict[str, Callable[[], None]]:
         "key-range": lambda: bench_key_range(root, 200_000 if q else 2_000_000),
         "mirror": lambda: bench_mirror(root, 400 if q else 10_000, 20_000 if q else 3_000_000),
         # --quick skips Spark here: make test-slow runs the small Spark validation.
-        "quality": lambda: bench_quality(root, 100_000 if q else 10_000_000, 10_000 if q else 1_000_000, ["pandas"] if q else ["pandas", "spark"]),
+        "quality": lambda: bench_quality(
+            root, 100_000 if q else 10_000_000, 10_000 if q else 1_000_000, ["pandas"] if q else ["pandas", "spark"]
+        ),
         "state-scale": lambda: bench_state_scale_when_present(root, q),
         "compaction": lambda: bench_compaction_contention(root, 30 if q else 50, 1 if q else 3),
     }
@@ -551,20 +755,34 @@ def run_info(chosen: list[str]) -> dict[str, Any]:
     """Where and when: the header of the generated section and of the JSON."""
     repo = Path(__file__).resolve().parents[2]
     git = lambda *a: subprocess.run(["git", *a], cwd=repo, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    commit = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    commit = git("rev-parse", "--short", "HEAD") + (
+        " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    )
     versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("pyiceberg", "pyarrow", "duckdb", "pyspark"))
     return {
-        "command": shlex.join(["python", "-m", "tests.bench.run", *sys.argv[1:]]), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit, "cpus": os.cpu_count(), "load_start": os.getloadavg(), "versions": f"Python {platform.python_version()}, {versions}", "benches": chosen,
+        "command": shlex.join(["python", "-m", "tests.bench.run", *sys.argv[1:]]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "cpus": os.cpu_count(),
+        "load_start": os.getloadavg(),
+        "versions": f"Python {platform.python_version()}, {versions}",
+        "benches": chosen,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures (never written to BENCHMARKS.md)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke run, not figures (never written to BENCHMARKS.md)"
+    )
     parser.add_argument("--out", default="bench-results/latest.json")
     parser.add_argument("--only", default="", help="comma-separated names: " + ",".join(benches(Path(), False)))
-    parser.add_argument("--write-md", action=argparse.BooleanOptionalAction, default=None, help="replace the generated section of --md (default: on for a full run of every bench)")
+    parser.add_argument(
+        "--write-md",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replace the generated section of --md (default: on for a full run of every bench)",
+    )
     parser.add_argument("--md", type=Path, default=Path(__file__).resolve().parents[2] / "BENCHMARKS.md")
     args = parser.parse_args()
     if args.quick and args.write_md:

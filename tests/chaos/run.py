@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.log.table import TABLE_DEFAULTS
-from tests.support.catalogs import CatalogSpec
 from tests.chaos.workers import RESTART_ME, UNTYPED, batch_rows
+from tests.support.catalogs import CatalogSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 PRINCIPAL = "chaos-mirror"
@@ -114,7 +114,10 @@ class Report:
         if self.ok:
             return "\n".join(lines)
         lines += [f"replay: python -m tests.chaos.run {self.replay}", "history:"]
-        lines += [f"  {e['t']:8.2f}s {e['action']:<8} {e['worker']}" + (f" ({e['detail']})" if e.get("detail") else "") for e in self.events]
+        lines += [
+            f"  {e['t']:8.2f}s {e['action']:<8} {e['worker']}" + (f" ({e['detail']})" if e.get("detail") else "")
+            for e in self.events
+        ]
         for check, found in self.failures.items():
             for line in found[:MAX_SHOWN]:
                 lines.append(f"FAILED {check}: {line}")
@@ -174,7 +177,9 @@ def check_acked(
             elif not at:
                 failures.append(f"acknowledged row {row['value']!r} (partition {ack['partition']}, offset {base + i}) lost")
             elif (ack["partition"], base + i) not in at:
-                failures.append(f"acknowledged row {row['value']!r} at partition {ack['partition']} offset {base + i}, stored at {at}")
+                failures.append(
+                    f"acknowledged row {row['value']!r} at partition {ack['partition']} offset {base + i}, stored at {at}"
+                )
     return failures
 
 
@@ -187,11 +192,17 @@ def check_copy(source: list[tuple[int, int, str]], output: list[tuple[str, str]]
     got = dict(output)
     failures += [f"source record {k} never copied" for k in sorted(set(want) - set(got))]
     failures += [f"output {k} has no source record" for k in sorted(set(got) - set(want))]
-    failures += [f"source record {k}: copied as {got[k]!r}, expected {want[k]!r}" for k in sorted(set(want) & set(got)) if got[k] != want[k]]
+    failures += [
+        f"source record {k}: copied as {got[k]!r}, expected {want[k]!r}"
+        for k in sorted(set(want) & set(got))
+        if got[k] != want[k]
+    ]
     return failures
 
 
-def check_group(source: list[tuple[int, int, str]], output: list[tuple[str, str]], acked: list[tuple[str, int, int]]) -> list[str]:
+def check_group(
+    source: list[tuple[int, int, str]], output: list[tuple[str, str]], acked: list[tuple[str, int, int]]
+) -> list[str]:
     """The group's output, in output-offset order (the commit order), against the source.
 
     Args:
@@ -205,7 +216,9 @@ def check_group(source: list[tuple[int, int, str]], output: list[tuple[str, str]
     want = {f"{p}:{o}": k for p, o, k in source}
     failures += [f"source record {v} never processed" for v in sorted(set(want) - set(counts))]
     failures += [f"output {v} has no source record" for v in sorted(set(counts) - set(want))]
-    failures += [f"source record {v}: key {k!r} in the output, {want[v]!r} in the source" for k, v in output if v in want and want[v] != k]
+    failures += [
+        f"source record {v}: key {k!r} in the output, {want[v]!r} in the source" for k, v in output if v in want and want[v] != k
+    ]
     last: dict[tuple[int, str], int] = {}
     for k, v in output:
         p, o = (int(x) for x in v.split(":"))
@@ -246,14 +259,18 @@ def check_soak(windows: list[dict[str, Any]], commits: int, window: int) -> list
     failures: list[str] = []
     first, last = windows[0], windows[-1]
     if last["p50_ms"] > SOAK_LATENCY_FACTOR * first["p50_ms"]:
-        failures.append(f"commit latency grew: p50 {last['p50_ms']} ms in the last window, {first['p50_ms']} ms in the first (> {SOAK_LATENCY_FACTOR:g}x)")
+        failures.append(
+            f"commit latency grew: p50 {last['p50_ms']} ms in the last window, {first['p50_ms']} ms in the first (> {SOAK_LATENCY_FACTOR:g}x)"
+        )
     half = windows[: (len(windows) + 1) // 2]
     for key, slack in SOAK_SLACK.items():
         bound = SOAK_GROWTH_FACTOR * max(w[key] for w in half) + slack
         if key == "manifests":
             bound = max(bound, MANIFEST_MERGE_COUNT + slack)
         if last[key] > bound:
-            failures.append(f"{key} kept growing: {last[key]} at the end, over {bound:.0f} ({SOAK_GROWTH_FACTOR:g}x the first half's largest, {max(w[key] for w in half)}, + {slack})")
+            failures.append(
+                f"{key} kept growing: {last[key]} at the end, over {bound:.0f} ({SOAK_GROWTH_FACTOR:g}x the first half's largest, {max(w[key] for w in half)}, + {slack})"
+            )
     return failures
 
 
@@ -291,7 +308,15 @@ def start_catalog_server(directory: Path) -> None:
     from infra import postgres
 
     directory = Path(directory).resolve()
-    done = _pg_ctl(directory, "-o", postgres.server_options(directory, (directory / "port").read_text().strip()), "-l", str(directory / "server.log"), "-w", "start")
+    done = _pg_ctl(
+        directory,
+        "-o",
+        postgres.server_options(directory, (directory / "port").read_text().strip()),
+        "-l",
+        str(directory / "server.log"),
+        "-w",
+        "start",
+    )
     if done.returncode != 0:
         raise RuntimeError(f"pg_ctl start failed: {done.stderr or done.stdout}")
 
@@ -357,23 +382,37 @@ def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: Cat
         workers[f"producer{i}"] = ("producer", {"table": EVENTS, "partition": i % config.partitions})
     for i in range(config.appenders):
         workers[f"appender{i}"] = ("appender", {"table": EVENTS, "partition": i % config.partitions})
-    workers["copier"] = ("copier", {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch})
+    workers["copier"] = (
+        "copier",
+        {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch},
+    )
     workers["mirror"] = ("mirror", {"table": EVENTS, "target_spec": asdict(target), "principal": PRINCIPAL})
     for i in range(config.members):
-        workers[f"member{i}"] = ("member", {"src": EVENTS, "out": CONSUMED, "group": GROUP, "session_ms": config.session_ms, "batch": 5 * config.batch})
+        workers[f"member{i}"] = (
+            "member",
+            {"src": EVENTS, "out": CONSUMED, "group": GROUP, "session_ms": config.session_ms, "batch": 5 * config.batch},
+        )
     maintained = [EVENTS, COPIED, CONSUMED] + ([SOAK] if config.soak_commits else [])
     workers["maintainer"] = ("maintainer", {"tables": maintained, "pause_s": 1.0})
     if config.soak_commits:
         workers["soak"] = ("soak", {"table": SOAK, "commits": config.soak_commits, "window": config.soak_window})
-    return {name: (kind, {**base, **args, "name": name, "dir": str(workdir / "workers" / name)}) for name, (kind, args) in workers.items()}
+    return {
+        name: (kind, {**base, **args, "name": name, "dir": str(workdir / "workers" / name)})
+        for name, (kind, args) in workers.items()
+    }
 
 
 class Controller:
     """Starts, kills, stops and restarts the workers, and logs every event."""
 
     def __init__(
-        self, workdir: Path, workers: dict[str, tuple[str, dict]], report: Report, echo: bool,
-        pg_dir: Path | None = None, full_disk: Path | None = None,
+        self,
+        workdir: Path,
+        workers: dict[str, tuple[str, dict]],
+        report: Report,
+        echo: bool,
+        pg_dir: Path | None = None,
+        full_disk: Path | None = None,
     ) -> None:
         self.workdir, self.workers, self.report, self.echo = workdir, workers, report, echo
         self.pg_dir, self.full_disk = pg_dir, full_disk  # what catalog-down stops, what disk-full fills
@@ -395,7 +434,11 @@ class Controller:
     def start(self, name: str, **extra: Any) -> subprocess.Popen:
         kind, args = self.workers[name]
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ICELOG_PAUSE", "ICELOG_DELAY")) and k != "PYTHONDONTWRITEBYTECODE"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ICELOG_PAUSE", "ICELOG_DELAY")) and k != "PYTHONDONTWRITEBYTECODE"
+        }
         if name in self.delays:
             env["ICELOG_DELAY_AT"] = self.delays[name]
         # Restarts are frequent: compiling every import afresh would cost seconds of CPU each.
@@ -404,7 +447,10 @@ class Controller:
         with open(self.log(name), "a") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.workers", kind, json.dumps({**args, **extra})],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         self.procs[name] = proc
         return proc
@@ -426,7 +472,7 @@ class Controller:
     def untyped(self, name: str) -> None:
         """A worker ended on an error of no icelog type: record it (the ``typed`` check)."""
         last = [line for line in self.log(name).read_text().splitlines() if line.startswith("UNTYPED ")]
-        what = last[-1][len("UNTYPED "):] if last else "?"
+        what = last[-1][len("UNTYPED ") :] if last else "?"
         self.event("untyped", name, what[:200])
         self.report.failures.setdefault("typed", []).append(f"{name} ended on {what}")
 
@@ -436,7 +482,7 @@ class Controller:
         if not self.echo or not path.exists():
             return
         windows = [json.loads(line) for line in path.read_text().splitlines() if '"soak-window"' in line]
-        for line in soak_table(windows)[1:][self.soak_seen:]:
+        for line in soak_table(windows)[1:][self.soak_seen :]:
             print(f"  {time.monotonic() - self.started:8.2f}s {line}", flush=True)
         self.soak_seen = len(windows)
 
@@ -469,7 +515,9 @@ class Controller:
         if code == UNTYPED:
             self.untyped(name)
         elif not hard and code not in (0, RESTART_ME):
-            self.report.failures.setdefault("workers", []).append(f"{name} exited with {code} after SIGTERM:\n{self.log(name).read_text()[-2000:]}")
+            self.report.failures.setdefault("workers", []).append(
+                f"{name} exited with {code} after SIGTERM:\n{self.log(name).read_text()[-2000:]}"
+            )
         time.sleep(rng.uniform(*config.down))
         self.start(name)
         self.expected_exit.discard(name)
@@ -526,7 +574,9 @@ class Controller:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                self.report.failures.setdefault("drain", []).append(f"{name} did not finish within {timeout:.0f} s:\n{self.log(name).read_text()[-2000:]}")
+                self.report.failures.setdefault("drain", []).append(
+                    f"{name} did not finish within {timeout:.0f} s:\n{self.log(name).read_text()[-2000:]}"
+                )
                 return
             if code == 0:
                 self.event("drained", name)
@@ -534,7 +584,9 @@ class Controller:
             if code == UNTYPED:
                 self.untyped(name)
             elif code != RESTART_ME:
-                self.report.failures.setdefault("drain", []).append(f"{name} exited with {code}:\n{self.log(name).read_text()[-2000:]}")
+                self.report.failures.setdefault("drain", []).append(
+                    f"{name} exited with {code}:\n{self.log(name).read_text()[-2000:]}"
+                )
                 return
 
 
@@ -548,7 +600,16 @@ def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
     LogTable.create(catalog, CONSUMED, 1)
     if config.soak_commits:
         keep_ids = str(max(config.soak_window, config.soak_commits // 4))  # see check_soak
-        LogTable.create(catalog, SOAK, 1, properties={"icelog.commit-ids.keep": keep_ids, "icelog.commit-ids.min-retention-ms": "0", "icelog.retention.ms": str(config.retention_ms)})
+        LogTable.create(
+            catalog,
+            SOAK,
+            1,
+            properties={
+                "icelog.commit-ids.keep": keep_ids,
+                "icelog.commit-ids.min-retention-ms": "0",
+                "icelog.retention.ms": str(config.retention_ms),
+            },
+        )
     add_acl(target.open(), PRINCIPAL, "chaos.*")
 
 
@@ -569,7 +630,7 @@ def _rows(catalog, table: str, columns: list[str]) -> list[tuple]:
     out: list[tuple] = []
     for p in sorted(log_table.watermarks()):
         rows = log_table.read(p)
-        out += list(zip(*(rows.column(c).to_pylist() for c in columns)))
+        out += list(zip(*(rows.column(c).to_pylist() for c in columns), strict=False))
     return out
 
 
@@ -607,12 +668,17 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
     keys = {(p, o): k for k, p, o in _rows(catalog, EVENTS, ["key", "log_partition", "log_offset"])}
     member_acks = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
-    report.failures["group"] = check_group([(p, o, k) for (p, o), k in keys.items()], _rows(catalog, CONSUMED, ["key", "value"]), member_acks)
+    report.failures["group"] = check_group(
+        [(p, o, k) for (p, o), k in keys.items()], _rows(catalog, CONSUMED, ["key", "value"]), member_acks
+    )
     report.failures["validators"] = run_validators(source, target)
     report.counts.update(
-        rows=len(stored), acked_batches=len({(a["worker"], a["batch"]) for a in acks}),
-        copied=len(_acks(workdir, "copier")), group_commits=len(_acks(workdir, "member")),
-        mirror_steps=len(_acks(workdir, "mirror")), maintenance=len(_acks(workdir, "maintainer")),
+        rows=len(stored),
+        acked_batches=len({(a["worker"], a["batch"]) for a in acks}),
+        copied=len(_acks(workdir, "copier")),
+        group_commits=len(_acks(workdir, "member")),
+        mirror_steps=len(_acks(workdir, "mirror")),
+        maintenance=len(_acks(workdir, "maintainer")),
     )
 
 
@@ -628,7 +694,12 @@ def check_soak_run(workdir: Path, catalog: Any, config: Config, report: Report) 
     report.soak = [{k: v for k, v in w.items() if k not in ("kind", "worker", "t")} for w in _acks(workdir, "soak-window")]
     report.failures["soak"] = check_soak(report.soak, config.soak_commits, config.soak_window)
     acked_rows = sum(a["rows"] for a in {(a["batch"]): a for a in acks}.values())
-    report.counts.update(soak_commits=len({a["batch"] for a in acks}), soak_rows_stored=len(stored), soak_rows_retained_away=max(0, acked_rows - len(stored)), soak_log_start=sum(log_starts.values()))
+    report.counts.update(
+        soak_commits=len({a["batch"] for a in acks}),
+        soak_rows_stored=len(stored),
+        soak_rows_retained_away=max(0, acked_rows - len(stored)),
+        soak_log_start=sum(log_starts.values()),
+    )
 
 
 def applicable_faults(config: Config, kind: str, pg_dir: Path | None, full_disk: Path | None, report: Report) -> tuple[str, ...]:
@@ -742,23 +813,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--appenders", type=int, default=Config.appenders)
     parser.add_argument("--members", type=int, default=Config.members)
     parser.add_argument("--batch", type=int, default=Config.batch, help="rows per writer batch")
-    parser.add_argument("--interval", type=float, nargs=2, default=Config.interval, metavar=("MIN", "MAX"), help="seconds between faults")
-    parser.add_argument("--faults", type=_fault_list, default=FAULT_KINDS, help=f"comma-separated fault kinds (default: {','.join(FAULT_KINDS)}; those that cannot apply are left out)")
-    parser.add_argument("--soak-commits", type=int, default=Config.soak_commits, help="commits of the soak worker, at least (0: no soak)")
+    parser.add_argument(
+        "--interval", type=float, nargs=2, default=Config.interval, metavar=("MIN", "MAX"), help="seconds between faults"
+    )
+    parser.add_argument(
+        "--faults",
+        type=_fault_list,
+        default=FAULT_KINDS,
+        help=f"comma-separated fault kinds (default: {','.join(FAULT_KINDS)}; those that cannot apply are left out)",
+    )
+    parser.add_argument(
+        "--soak-commits", type=int, default=Config.soak_commits, help="commits of the soak worker, at least (0: no soak)"
+    )
     parser.add_argument("--soak-window", type=int, default=Config.soak_window, help="commits per soak report line")
     parser.add_argument("--retention-ms", type=int, default=Config.retention_ms, help="icelog.retention.ms of the soak table")
-    parser.add_argument("--warehouse-tmpfs", type=int, default=1024, metavar="MB", help="the source warehouse on a tmpfs of this size, for disk-full (0: none)")
+    parser.add_argument(
+        "--warehouse-tmpfs",
+        type=int,
+        default=1024,
+        metavar="MB",
+        help="the source warehouse on a tmpfs of this size, for disk-full (0: none)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temporary directory (kept)")
     a = parser.parse_args(argv)
     seed = a.seed if a.seed is not None else random.randrange(1_000_000)
     config = Config(
-        duration=a.duration, seed=seed, producers=a.producers, appenders=a.appenders, members=a.members, batch=a.batch,
-        interval=tuple(a.interval), faults=a.faults, soak_commits=a.soak_commits, soak_window=a.soak_window,
-        retention_ms=a.retention_ms, warehouse_tmpfs_mb=a.warehouse_tmpfs or None,
+        duration=a.duration,
+        seed=seed,
+        producers=a.producers,
+        appenders=a.appenders,
+        members=a.members,
+        batch=a.batch,
+        interval=tuple(a.interval),
+        faults=a.faults,
+        soak_commits=a.soak_commits,
+        soak_window=a.soak_window,
+        retention_ms=a.retention_ms,
+        warehouse_tmpfs_mb=a.warehouse_tmpfs or None,
     )
     root = a.workdir or Path(tempfile.mkdtemp(prefix="icelog-chaos-"))
     failed = False
-    for kind in (["sqlite", "postgres"] if a.catalog == "both" else [a.catalog]):
+    for kind in ["sqlite", "postgres"] if a.catalog == "both" else [a.catalog]:
         print(f"chaos on {kind}: seed {seed}, {a.duration:.0f} s, workdir {root / kind}", flush=True)
         if kind == "postgres":
             from infra import postgres

@@ -29,7 +29,6 @@ from typing import Iterator
 import pytest
 
 from storage.core import faults
-from tests.support.catalogs import CatalogSpec
 from tests.chaos.run import (
     EVENTS,
     ROOT,
@@ -44,6 +43,7 @@ from tests.chaos.run import (
     unmount,
 )
 from tests.chaos.workers import RESTART_ME, UNTYPED
+from tests.support.catalogs import CatalogSpec
 
 BATCH = 10
 
@@ -120,7 +120,9 @@ def _wait_for_metadata_write(spec: CatalogSpec, proc: subprocess.Popen, before: 
 
 
 def _metadata_files(spec: CatalogSpec) -> set[str]:
-    return {p.name for p in (Path(spec.warehouse.removeprefix("file://")) / "chaos" / "events" / "metadata").glob("*.metadata.json")}
+    return {
+        p.name for p in (Path(spec.warehouse.removeprefix("file://")) / "chaos" / "events" / "metadata").glob("*.metadata.json")
+    }
 
 
 def _result(proc: subprocess.Popen) -> dict:
@@ -244,7 +246,9 @@ class Scenario:
 WRITERS = {"producer0": ("producer", 0), "appender0": ("appender", 0), "appender1": ("appender", 1)}
 
 
-def _writers_around(spec: CatalogSpec, workdir: Path, fault, heal, before_s: float = 3.0, fault_s: float = 4.0, after_s: float = 5.0) -> Scenario:
+def _writers_around(
+    spec: CatalogSpec, workdir: Path, fault, heal, before_s: float = 3.0, fault_s: float = 4.0, after_s: float = 5.0
+) -> Scenario:
     """Run the writers, ``fault()`` for ``fault_s`` seconds, ``heal()``, run on, stop, check.
 
     A writer that exits (RESTART_ME, UNTYPED) is restarted at once, as the chaos controller does.
@@ -258,10 +262,23 @@ def _writers_around(spec: CatalogSpec, workdir: Path, fault, heal, before_s: flo
 
     def start(name: str) -> None:
         kind, partition = WRITERS[name]
-        args = {"spec": asdict(spec), "batch": BATCH, "table": EVENTS, "partition": partition, "name": name, "dir": str(workers / name)}
+        args = {
+            "spec": asdict(spec),
+            "batch": BATCH,
+            "table": EVENTS,
+            "partition": partition,
+            "name": name,
+            "dir": str(workers / name),
+        }
         (workers / name).mkdir(parents=True, exist_ok=True)
         with open(workers / name / "process.log", "a") as out:
-            procs[name] = subprocess.Popen([sys.executable, "-m", "tests.chaos.workers", kind, json.dumps(args)], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.workers", kind, json.dumps(args)],
+                cwd=ROOT,
+                env=_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def reap() -> None:
         for name, proc in list(procs.items()):
@@ -269,7 +286,9 @@ def _writers_around(spec: CatalogSpec, workdir: Path, fault, heal, before_s: flo
             if code is None:
                 continue
             if code == UNTYPED:
-                lines = [line for line in (workers / name / "process.log").read_text().splitlines() if line.startswith("UNTYPED ")]
+                lines = [
+                    line for line in (workers / name / "process.log").read_text().splitlines() if line.startswith("UNTYPED ")
+                ]
                 scenario.untyped.append(f"{name}: {lines[-1] if lines else '?'}")
             elif code != RESTART_ME:
                 scenario.crashed.append(f"{name} exited with {code}")
@@ -296,7 +315,9 @@ def _writers_around(spec: CatalogSpec, workdir: Path, fault, heal, before_s: flo
         healed = time.time()
         run_for(after_s)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all(any(a["t"] > healed for a in _acks(workdir, kind) if a["worker"] == n) for n, (kind, _) in WRITERS.items()):
+        while time.monotonic() < deadline and not all(
+            any(a["t"] > healed for a in _acks(workdir, kind) if a["worker"] == n) for n, (kind, _) in WRITERS.items()
+        ):
             run_for(0.5)  # each writer goes on after the fault
     finally:
         for proc in procs.values():
@@ -322,7 +343,9 @@ def _writers_around(spec: CatalogSpec, workdir: Path, fault, heal, before_s: flo
 
 
 def _assert_nothing_lost(scenario: Scenario) -> None:
-    print(f"{len(scenario.acks)} batches acknowledged, {scenario.acks_after} after the fault; {len(scenario.stored)} rows; untyped exits: {scenario.untyped}")
+    print(
+        f"{len(scenario.acks)} batches acknowledged, {scenario.acks_after} after the fault; {len(scenario.stored)} rows; untyped exits: {scenario.untyped}"
+    )
     assert scenario.crashed == [], scenario.logs
     assert check_acked(scenario.stored, scenario.acks, sorted(WRITERS)) == []
     assert scenario.violations == []

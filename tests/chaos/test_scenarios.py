@@ -135,7 +135,10 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     exactly as it was, then commits with the offsets it would have had anyway.
     """
     catalog = heavy_spec.open()
-    forgetful = {KEEP_COMMIT_IDS: "2", "icelog.commit-ids.min-retention-ms": "0"}  # a registry that forgets fast, as after 1,000 commits
+    forgetful = {
+        KEEP_COMMIT_IDS: "2",
+        "icelog.commit-ids.min-retention-ms": "0",
+    }  # a registry that forgets fast, as after 1,000 commits
     a, b = (LogTable.create(catalog, name, 1, properties={**SMALL, **forgetful}) for name in ("db.a", "db.b"))
     source(catalog)
     commit_offsets(catalog, "other", {("db.src", 0): 1})
@@ -153,7 +156,10 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
 
         def start_recoverers(point: str) -> None:  # they read N as prepared, decide, and wait
             if point == faults.AFTER_TXN_PREPARE and not recoverers:
-                recoverers.extend(stack.enter_context(held(heavy_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES)) for i in range(2))
+                recoverers.extend(
+                    stack.enter_context(held(heavy_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES))
+                    for i in range(2)
+                )
             checkpoint(point)
 
         monkeypatch.setattr(faults, "checkpoint", start_recoverers)
@@ -223,7 +229,10 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     skipped = producer.begin_transaction()
     producer.send("db.a", 0, [{"key": "registered", "value": "1"}])
     journal_before = catalog.load_table(journal.JOURNAL).metadata_location
-    prepared = {"sends": {"db.a": [[0, None, "a.parquet", 1, False]], "db.b": [[0, None, "b.parquet", 1, False]]}, "offsets": None}
+    prepared = {
+        "sends": {"db.a": [[0, None, "a.parquet", 1, False]], "db.b": [[0, None, "b.parquet", 1, False]]},
+        "offsets": None,
+    }
     step = journal.PrepareCommit("skips", producer.producer_id, producer.epoch, skipped, prepared=prepared)
     with pytest.raises(InvalidTxnState, match="never registered"):
         commit(catalog, journal.JOURNAL, step)
@@ -243,7 +252,9 @@ def set_epoch(catalog, tid: str, epoch: int) -> None:
     set_properties(catalog, journal.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
 
 
-@pytest.mark.parametrize("zombie_epoch", [1, 2**31 - 3, 2**31 - 2], ids=["low", "takeover-reaches-the-bound", "takeover-rotates-the-id"])
+@pytest.mark.parametrize(
+    "zombie_epoch", [1, 2**31 - 3, 2**31 - 2], ids=["low", "takeover-reaches-the-bound", "takeover-rotates-the-id"]
+)
 def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(heavy_spec, tmp_path, zombie_epoch):
     """KAFKA-19367 / KAFKA-20090: at the epoch's upper bound a takeover must still fence the
     old instance; there the coordinator moves to a new producer id, and a request from the old
@@ -361,7 +372,10 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
     assert journal.transactional_ids(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
-    with worker("recover", heavy_spec, {}, outs[0], module=SCENARIOS) as one, worker("recover", heavy_spec, {}, outs[1], module=SCENARIOS) as two:
+    with (
+        worker("recover", heavy_spec, {}, outs[0], module=SCENARIOS) as one,
+        worker("recover", heavy_spec, {}, outs[1], module=SCENARIOS) as two,
+    ):
         assert TransactionalProducer(catalog, "copier-1").init_transactions()["epoch"] == epoch + 1
         report = tx.recover(catalog, clock=past_timeout())
         codes = [one.wait(timeout=240), two.wait(timeout=240)]
@@ -419,7 +433,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
             commit_balanced(producer, k)
             total, committed = total + k, committed + 1
         for n, point in enumerate((faults.AFTER_TXN_STAGE, faults.BETWEEN_TABLE_SWAPS)):
-            seen = kill_at(heavy_spec, "one", {"tid": "killed", "a": "db.a", "b": "db.b", "k": 500, "pause": point}, tmp_path, f"killed{n}")
+            seen = kill_at(
+                heavy_spec, "one", {"tid": "killed", "a": "db.a", "b": "db.b", "k": 500, "pause": point}, tmp_path, f"killed{n}"
+            )
             if point == faults.AFTER_TXN_STAGE:  # aborted by the next instance; the other is rolled forward
                 aborted.append(next(e["txn_id"] for e in seen if e.get("event") == "begin"))
         TransactionalProducer(catalog, "killed").init_transactions()  # rolls the second forward
@@ -468,7 +484,13 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path
     catalog = heavy_spec.open()
     a, b = emptied_by_retention(catalog)
     if crash == "transaction":
-        kill_at(heavy_spec, "one", {"tid": "crash", "a": "db.a", "b": "db.b", "k": 1, "pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "crash")
+        kill_at(
+            heavy_spec,
+            "one",
+            {"tid": "crash", "a": "db.a", "b": "db.b", "k": 1, "pause": faults.BETWEEN_TABLE_SWAPS},
+            tmp_path,
+            "crash",
+        )
         producer = TransactionalProducer(catalog, "crash")
         producer.init_transactions()  # rolls the killed transaction forward
         with producer.transaction():

@@ -153,7 +153,15 @@ def appender(args: dict) -> None:
             return False
         except TransientError:
             return False
-        files.ack(kind="appender", batch=b, partition=p, rows=size, range=list(result.ranges[p]), expected=expected, duplicate=result.duplicate)
+        files.ack(
+            kind="appender",
+            batch=b,
+            partition=p,
+            rows=size,
+            range=list(result.ranges[p]),
+            expected=expected,
+            duplicate=result.duplicate,
+        )
         state["batch"] = b + 1
         files.save(state)
         return False
@@ -194,7 +202,7 @@ def copier(args: dict) -> None:
         offsets, values = rows.column("log_offset").to_pylist(), rows.column("value").to_pylist()
         try:
             with producer.transaction():
-                producer.send(out, p, [{"key": f"{p}:{o}", "value": v.upper()} for o, v in zip(offsets, values)])
+                producer.send(out, p, [{"key": f"{p}:{o}", "value": v.upper()} for o, v in zip(offsets, values, strict=False)])
                 producer.send_offsets_to_transaction({(src.identifier, p): start + len(offsets)}, group)
         except TransientError:
             sys.exit(RESTART_ME)  # the transaction's outcome is unknown: a new instance settles it
@@ -261,7 +269,12 @@ def member(args: dict) -> None:
         processed = [
             [p, o, k]
             for b in batches
-            for p, o, k in zip(b.column("log_partition").to_pylist(), b.column("log_offset").to_pylist(), b.column("key").to_pylist())
+            for p, o, k in zip(
+                b.column("log_partition").to_pylist(),
+                b.column("log_offset").to_pylist(),
+                b.column("key").to_pylist(),
+                strict=False,
+            )
         ]
         rows = [{"key": k, "value": f"{p}:{o}"} for p, o, k in processed]
         append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)
@@ -339,10 +352,25 @@ def soak(args: dict) -> None:
         except (OffsetMismatch, TransientError):
             return False
         state["latencies"].append(time.monotonic() - started)
-        files.ack(kind="soak", batch=b, partition=0, rows=size, range=list(result.ranges[0]), expected=expected, duplicate=result.duplicate, sent=sent)
+        files.ack(
+            kind="soak",
+            batch=b,
+            partition=0,
+            rows=size,
+            range=list(result.ranges[0]),
+            expected=expected,
+            duplicate=result.duplicate,
+            sent=sent,
+        )
         state["batch"], drained[0] = b + 1, drained[0] + 1
         if len(state["latencies"]) >= window:
-            files.ack(kind="soak-window", index=state["windows"], commits=state["batch"], **_latency_summary(state["latencies"]), **table_shape(log_table))
+            files.ack(
+                kind="soak-window",
+                index=state["windows"],
+                commits=state["batch"],
+                **_latency_summary(state["latencies"]),
+                **table_shape(log_table),
+            )
             state.update(latencies=[], windows=state["windows"] + 1)
         files.save(state)
         return False
@@ -371,7 +399,15 @@ def table_shape(log_table: LogTable) -> dict[str, int]:
     }
 
 
-KINDS = {"producer": producer, "appender": appender, "copier": copier, "mirror": mirror_loop, "member": member, "maintainer": maintainer, "soak": soak}
+KINDS = {
+    "producer": producer,
+    "appender": appender,
+    "copier": copier,
+    "mirror": mirror_loop,
+    "member": member,
+    "maintainer": maintainer,
+    "soak": soak,
+}
 
 
 def main(argv: list[str]) -> int:

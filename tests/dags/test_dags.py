@@ -128,7 +128,13 @@ def test_dag_parsing_imports_nothing_heavy():
         "heavy = [m for m in heavy if m not in ('pipelines', 'pipelines.airflow_db')]\n"
         "print(','.join(heavy))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1:] in ([], [""]), done.stdout
 
@@ -209,7 +215,10 @@ def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested
     violations = run_checks(table.table(), ("contiguity-deep", "producers")).violations
     assert any(v.kind == "gap" and (v.partition, v.first, v.last) == (0, end, end + 4) for v in violations), violations
     # ... and the DAG fails with the validator's violations, not with some other error.
-    with pytest.raises(RuntimeError, match=re.escape(f"ValidationFailed: demo.flights: {len(violations)} violations, first: {violations[0].detail}")):
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(f"ValidationFailed: demo.flights: {len(violations)} violations, first: {violations[0].detail}"),
+    ):
         dags_test(env, "icelog_validate")
     # The planted row is a foreign commit: roll it back, so later tests build on a clean log.
     from storage.log.repair import repair
@@ -249,7 +258,9 @@ class Api:
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.base + path, method=method, headers=headers, data=None if body is None else json.dumps(body).encode())
+        request = urllib.request.Request(
+            self.base + path, method=method, headers=headers, data=None if body is None else json.dumps(body).encode()
+        )
         try:
             with self.opener.open(request, timeout=30) as response:
                 return json.loads(response.read() or b"null")
@@ -300,16 +311,19 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
 
     home = tmp_path / "home"
     port = free_port()
-    env = airflow_env(home / "airflow", {
-        "ICELOG_HOME": str(home),
-        "ICELOG_TABLES": "demo.sched",
-        **api_env(port),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-    })
+    env = airflow_env(
+        home / "airflow",
+        {
+            "ICELOG_HOME": str(home),
+            "ICELOG_TABLES": "demo.sched",
+            **api_env(port),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        },
+    )
     migrate(env)
     table = LogTable.create(LogSqlCatalog("icelog", **embedded_properties(home)), "demo.sched", 1)
     for i in range(12):  # twelve one-row files: compaction's work
@@ -334,7 +348,10 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
                 states = [r["state"] for r in runs if r["dag_run_id"] == run_id]
                 return states[0] if states and states[0] in ("success", "failed") else None
 
-            assert api.until("the maintenance run", lambda: finished("icelog_maintenance", "scheduler-test"), procs, 480, every=5) == "success"
+            assert (
+                api.until("the maintenance run", lambda: finished("icelog_maintenance", "scheduler-test"), procs, 480, every=5)
+                == "success"
+            )
             marks["maintenance run"] = time.monotonic()
             assert len(list(table.table().scan().plan_files())) < files_before
             assert table.read(0).column("log_offset").to_pylist() == list(range(12))
@@ -345,7 +362,9 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             for day in ("2013-01-02", "2013-01-03"):
                 folder = home / "landing" / "demo.sched" / f"date={day}"
                 folder.mkdir(parents=True)
-                pq.write_table(pa.Table.from_pylist([{"key": f"k{i}", "value": f"{day}-{i}"} for i in range(25)]), folder / "part-0.parquet")
+                pq.write_table(
+                    pa.Table.from_pylist([{"key": f"k{i}", "value": f"{day}-{i}"} for i in range(25)]), folder / "part-0.parquet"
+                )
             api.until("icelog_ingest to be parsed", lambda: api("GET", "/api/v2/dags/icelog_ingest"), procs, 180)
             api("PATCH", "/api/v2/dags/icelog_ingest", {"is_paused": False})
             snapshots = []
@@ -354,12 +373,32 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
                     # The CLI writes Airflow's SQLite database beside the running scheduler: a
                     # "database is locked" rolls its transaction back, and it is tried again.
                     created = subprocess.run(
-                        [str(REPO / ".venv" / "bin" / "airflow"), "backfill", "create", "--dag-id", "icelog_ingest", "--from-date", "2013-01-02",
-                         "--to-date", "2013-01-03", "--reprocess-behavior", behavior, "--max-active-runs", "1"],
-                        env=env, capture_output=True, text=True, timeout=300,
+                        [
+                            str(REPO / ".venv" / "bin" / "airflow"),
+                            "backfill",
+                            "create",
+                            "--dag-id",
+                            "icelog_ingest",
+                            "--from-date",
+                            "2013-01-02",
+                            "--to-date",
+                            "2013-01-03",
+                            "--reprocess-behavior",
+                            behavior,
+                            "--max-active-runs",
+                            "1",
+                        ],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=300,
                     )
                     backfills = len(api("GET", "/api/v2/backfills?dag_id=icelog_ingest")["backfills"])
-                    if created.returncode == 0 or backfills == attempt + 1 or "database is locked" not in created.stdout + created.stderr:
+                    if (
+                        created.returncode == 0
+                        or backfills == attempt + 1
+                        or "database is locked" not in created.stdout + created.stderr
+                    ):
                         break
                     time.sleep(3)
                 assert backfills == attempt + 1, created.stdout[-2000:] + created.stderr[-2000:]
@@ -370,9 +409,20 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
 
                 api.until(f"backfill {attempt + 1}", backfill_done, procs, 900, every=5)
                 runs = api("GET", "/api/v2/dags/icelog_ingest/dagRuns?run_type=backfill")["dag_runs"]
-                assert len(runs) == 2 and {r["state"] for r in runs} == {"success"}, (runs, created.returncode, created.stdout[-3000:], created.stderr[-3000:])
+                assert len(runs) == 2 and {r["state"] for r in runs} == {"success"}, (
+                    runs,
+                    created.returncode,
+                    created.stdout[-3000:],
+                    created.stderr[-3000:],
+                )
                 # The second backfill reprocesses the same two runs: their tasks ran again.
-                tries = [ti["try_number"] for r in runs for ti in api("GET", f"/api/v2/dags/icelog_ingest/dagRuns/{urllib.parse.quote(r['dag_run_id'], safe='')}/taskInstances")["task_instances"]]
+                tries = [
+                    ti["try_number"]
+                    for r in runs
+                    for ti in api(
+                        "GET", f"/api/v2/dags/icelog_ingest/dagRuns/{urllib.parse.quote(r['dag_run_id'], safe='')}/taskInstances"
+                    )["task_instances"]
+                ]
                 assert len(tries) == 2 and min(tries) >= attempt + 1, tries
                 snapshots.append((table.table().metadata.current_snapshot_id, table.read(0).column("value").to_pylist()))
                 marks[f"backfill {attempt + 1}"] = time.monotonic()

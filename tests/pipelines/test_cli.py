@@ -36,16 +36,39 @@ def test_topics_produce_offsets_validate_sql(run, tmp_path):
     created = run("topics", "create", "db.events", "--partitions", "3")
     assert created["partitions"] == 3
     assert run("topics", "list") == {"tables": ["db.events"]}
-    out = run("produce", "db.events", "--partition", "1", "--expected-offset", "0", input=lines({"key": "a", "value": "1"}, {"key": "b"}))
-    assert out == {"table": "db.events", "partition": 1, "base_offset": 0, "next_offset": 2, "rows": 2, "batches": 1, "resumed_lines": 0, "snapshot_id": out["snapshot_id"]}
+    out = run(
+        "produce",
+        "db.events",
+        "--partition",
+        "1",
+        "--expected-offset",
+        "0",
+        input=lines({"key": "a", "value": "1"}, {"key": "b"}),
+    )
+    assert out == {
+        "table": "db.events",
+        "partition": 1,
+        "base_offset": 0,
+        "next_offset": 2,
+        "rows": 2,
+        "batches": 1,
+        "resumed_lines": 0,
+        "snapshot_id": out["snapshot_id"],
+    }
     assert isinstance(out["snapshot_id"], int)
     file = tmp_path / "rows.jsonl"
     file.write_text(lines({"key": "c"}))
     assert run("produce", "db.events", "--partition", "1", "--input", str(file))["base_offset"] == 2
-    assert run("offsets", "db.events") == {"table": "db.events", "partitions": {"0": {"start": 0, "end": 0}, "1": {"start": 0, "end": 3}, "2": {"start": 0, "end": 0}}}
+    assert run("offsets", "db.events") == {
+        "table": "db.events",
+        "partitions": {"0": {"start": 0, "end": 0}, "1": {"start": 0, "end": 3}, "2": {"start": 0, "end": 0}},
+    }
     assert run("validate", "db.events")["ok"] is True
     assert run("validate", "db.events", "--deep")["violations"] == []
-    assert run("sql", "select count(*) as n, max(log_offset) from db.events") == {"columns": ["n", "max(log_offset)"], "rows": [[3, 2]]}
+    assert run("sql", "select count(*) as n, max(log_offset) from db.events") == {
+        "columns": ["n", "max(log_offset)"],
+        "rows": [[3, 2]],
+    }
     described = run("topics", "describe", "db.events")
     assert described["offsets"]["1"] == {"start": 0, "end": 3}
     assert [c["name"] for c in described["payload"]] == ["key", "value"]
@@ -127,7 +150,18 @@ def test_producers_cli_idempotent_produce_and_fencing(run):
     run("topics", "create", "db.events", "--partitions", "2")
     first = run("producers", "init", "db.events", "--client-id", "app")
     assert first == {"producer_id": first["producer_id"], "epoch": 0}
-    args = ["produce", "db.events", "--partition", "1", "--producer-id", str(first["producer_id"]), "--epoch", "0", "--sequence", "0"]
+    args = [
+        "produce",
+        "db.events",
+        "--partition",
+        "1",
+        "--producer-id",
+        str(first["producer_id"]),
+        "--epoch",
+        "0",
+        "--sequence",
+        "0",
+    ]
     out = run(*args, input=lines({"key": "a"}, {"key": "b"}))
     assert (out["base_offset"], out["next_offset"], out["duplicate"]) == (0, 2, False)
     again = run(*args, input=lines({"key": "a"}, {"key": "b"}))
@@ -136,7 +170,20 @@ def test_producers_cli_idempotent_produce_and_fencing(run):
     assert second == {"producer_id": first["producer_id"], "epoch": 1}
     fenced = run(*args[:-1], "2", input=lines({"key": "c"}), code=3)
     assert fenced["error"] == "ProducerFenced" and fenced["current_epoch"] == 1
-    gap = run("produce", "db.events", "--partition", "1", "--producer-id", str(first["producer_id"]), "--epoch", "1", "--sequence", "4", input=lines({"key": "c"}), code=2)
+    gap = run(
+        "produce",
+        "db.events",
+        "--partition",
+        "1",
+        "--producer-id",
+        str(first["producer_id"]),
+        "--epoch",
+        "1",
+        "--sequence",
+        "4",
+        input=lines({"key": "c"}),
+        code=2,
+    )
     assert gap["error"] == "OutOfOrderSequence" and gap["expected"] == 0
     listed = run("producers", "list", "db.events")["producers"]
     assert listed[str(first["producer_id"])]["epoch"] == 1
@@ -153,7 +200,9 @@ def test_validate_checks_time_travel_and_report(run, catalog_spec, tmp_path):
     assert run("validate", "db.events", "--check", "nope", code=2)["error"] == "InvalidInput"
     old = run("validate", "db.events", "--deep", "--snapshot", str(first["snapshot_id"]))
     assert old["ok"] and old["rows"] == 1
-    assert run("sql", "--table", "db.events", "--snapshot", str(first["snapshot_id"]), "select count(*) from db.events")["rows"] == [[1]]
+    assert run("sql", "--table", "db.events", "--snapshot", str(first["snapshot_id"]), "select count(*) from db.events")[
+        "rows"
+    ] == [[1]]
     assert run("sql", "--as-of", "2001-01-01T00:00:00", "select count(*) from db.events")["rows"] == [[0]]
     assert run("sql", "--as-of", "2999-01-01", "select count(*) from db.events")["rows"] == [[3]]
     assert run("sql", "--as-of", "yesterday", "select 1", code=2)["error"] == "InvalidInput"

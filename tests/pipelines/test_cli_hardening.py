@@ -169,7 +169,7 @@ def short_history(catalog_spec):
     for key in "abcd":
         ids.append(icelog("produce", "db.events", "--partition", "0", input=lines({"key": key}))["snapshot_id"])
         time.sleep(0.02)
-        moments.append(dt.datetime.now(dt.timezone.utc).isoformat())
+        moments.append(dt.datetime.now(dt.UTC).isoformat())
         time.sleep(0.02)
     table = LogTable.open(icelog.spec.open(), "db.events").table()
     assert [s.snapshot_id for s in table.metadata.snapshots] == ids[2:]
@@ -258,7 +258,11 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize("data, line, words", MALFORMED, ids=["int>64bit", "int-5000-digits", "not-utf8", "deep-object", "deep-array", "1e999", "lone-surrogate"])
+@pytest.mark.parametrize(
+    "data, line, words",
+    MALFORMED,
+    ids=["int>64bit", "int-5000-digits", "not-utf8", "deep-object", "deep-array", "1e999", "lone-surrogate"],
+)
 def test_i8_malformed_stdin_is_malformed_input_with_line(events, data, line, words):
     before = events.state()
     done = events.process("--output", "json", "produce", "db.events", "--partition", "0", input=data)
@@ -276,7 +280,15 @@ def test_i8_malformed_stdin_text_mode_one_line_on_stderr(events):
 
 
 def test_produce_accepts_a_utf8_bom_and_crlf(events):
-    done = events.process("--output", "json", "produce", "db.events", "--partition", "1", input=b'\xef\xbb\xbf{"key": "caf\xc3\xa9"}\r\n{"key": "b"}\r\n')
+    done = events.process(
+        "--output",
+        "json",
+        "produce",
+        "db.events",
+        "--partition",
+        "1",
+        input=b'\xef\xbb\xbf{"key": "caf\xc3\xa9"}\r\n{"key": "b"}\r\n',
+    )
     assert done.returncode == 0, done.stderr.decode()
     assert one_document(done.stdout.decode())["next_offset"] == 3
     assert events("sql", "select key from db.events where log_partition = 1 and log_offset = 1")["rows"] == [["café"]]
@@ -380,7 +392,7 @@ EXPECTED_PY = {
     "c_boolean": True,
     "c_date": dt.date(2024, 1, 2),
     "c_timestamp": dt.datetime(2024, 1, 2, 3, 4, 5, 123456),
-    "c_timestamptz": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
+    "c_timestamptz": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
     "c_binary": b"\x00\xff icelog",
 }
 
@@ -398,10 +410,10 @@ def typed(icelog, tmp_path):
 def test_every_type_from_sql_json(typed):
     out = typed("sql", "select * from db.types order by log_offset")
     assert out["columns"][:6] == ["log_partition", "log_offset", "log_timestamp", "producer_id", "producer_epoch", "producer_seq"]
-    first, second = (dict(zip(out["columns"], row)) for row in out["rows"])
+    first, second = (dict(zip(out["columns"], row, strict=False)) for row in out["rows"])
     assert {k: first[k] for k in EXPECTED_JSON} == EXPECTED_JSON
     stamp = dt.datetime.fromisoformat(first["log_timestamp"])
-    assert stamp.utcoffset() == dt.timedelta(0) and abs(stamp - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(minutes=10)
+    assert stamp.utcoffset() == dt.timedelta(0) and abs(stamp - dt.datetime.now(dt.UTC)) < dt.timedelta(minutes=10)
     assert (first["log_partition"], first["log_offset"], first["producer_id"]) == (0, 0, None)
     assert (second["c_double"], second["c_float"], second["c_string"]) == ("NaN", "-Infinity", None)
 
@@ -411,7 +423,15 @@ def test_every_type_from_sql_text(typed):
     assert result.exit_code == 0, result.stderr
     for column in ["log_timestamp", *(f"c_{t}" for t in TYPES)]:
         assert column in result.stdout
-    for value in [ROW["c_string"], "1099511627776", "2024-01-02 03:04:05.123456", "2024-01-02 03:04:05+00:00", ROW["c_binary"], "nan", "-inf"]:
+    for value in [
+        ROW["c_string"],
+        "1099511627776",
+        "2024-01-02 03:04:05.123456",
+        "2024-01-02 03:04:05+00:00",
+        ROW["c_binary"],
+        "nan",
+        "-inf",
+    ]:
         assert value in result.stdout, value
 
 
@@ -422,7 +442,7 @@ def test_every_type_from_duckdb_and_python_api(typed):
     con = connect(catalog)
     cursor = con.execute("select * from db.types order by log_offset")
     names = [d[0] for d in cursor.description]
-    first, second = (dict(zip(names, row)) for row in cursor.fetchall())
+    first, second = (dict(zip(names, row, strict=False)) for row in cursor.fetchall())
     assert {k: first[k] for k in EXPECTED_PY} == EXPECTED_PY
     assert first["log_timestamp"].utcoffset() == dt.timedelta(0)
     assert math.isnan(second["c_double"]) and second["c_float"] == -math.inf
@@ -453,7 +473,10 @@ def test_pytz_is_a_pinned_dependency():
 def test_add_partitions_grows_and_new_partitions_take_rows(events):
     out = events("topics", "add-partitions", "db.events", "--count", "4")
     assert out["partitions"] == 4 and out["offsets"]["3"] == {"start": 0, "end": 0}
-    assert events("produce", "db.events", "--partition", "3", "--expected-offset", "0", input=lines({"key": "n"}))["next_offset"] == 1
+    assert (
+        events("produce", "db.events", "--partition", "3", "--expected-offset", "0", input=lines({"key": "n"}))["next_offset"]
+        == 1
+    )
     assert events("offsets", "db.events")["partitions"]["0"] == {"start": 0, "end": 3}
     before = events.state()
     assert events("topics", "add-partitions", "db.events", "--count", "2", code=2)["error"] == "InvalidInput"
@@ -495,7 +518,9 @@ def test_duckdb_shell_reads_stdin(icelog):
     done = icelog.process("duckdb", input=b"select count(*) as n from logs.t;\nselect max(log_offset)\n  as last from logs.t;\n")
     assert done.returncode == 0, done.stderr.decode()
     assert "duckdb>" not in done.stdout.decode() and " 2 " in done.stdout.decode() and " 1 " in done.stdout.decode()
-    done = icelog.process("--output", "json", "duckdb", input=b"select count(*) as n from logs.t;\nselect nope from logs.t;\nselect 7 as x")
+    done = icelog.process(
+        "--output", "json", "duckdb", input=b"select count(*) as n from logs.t;\nselect nope from logs.t;\nselect 7 as x"
+    )
     assert done.returncode == 2
     out = one_document(done.stdout.decode())["results"]
     assert out[0] == {"statement": "select count(*) as n from logs.t;", "columns": ["n"], "rows": [[2]]}
@@ -522,7 +547,10 @@ def test_maintain_retention_bytes_moves_the_log_start(events):
     assert report["retention"]["log_start"] == {"0": 2}
     assert events("offsets", "db.events")["partitions"] == {"0": {"start": 2, "end": 3}, "1": {"start": 0, "end": 1}}
     assert events("validate", "db.events", "--deep")["ok"] is True
-    assert events("produce", "db.events", "--partition", "0", "--expected-offset", "3", input=lines({"key": "d"}))["base_offset"] == 3
+    assert (
+        events("produce", "db.events", "--partition", "0", "--expected-offset", "3", input=lines({"key": "d"}))["base_offset"]
+        == 3
+    )
 
 
 def test_bare_table_names_go_to_namespace_logs(icelog):

@@ -29,7 +29,9 @@ def test_i6_mirror_cli_acls_mirror_validate_promote(icelog, sqlite_spec, target_
     assert refused["error"] == "AuthorizationFailed"
     assert icelog("--catalog", "drcat", "acls", "list") == {"acls": []}
     icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.*")
-    assert icelog("--catalog", "drcat", "acls", "list")["acls"] == [{"principal": "bot", "operation": "replicator-write", "table": "logs.*"}]
+    assert icelog("--catalog", "drcat", "acls", "list")["acls"] == [
+        {"principal": "bot", "operation": "replicator-write", "table": "logs.*"}
+    ]
     done = icelog("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot")
     assert done["ranges"] == {"0": [0, 2], "1": [0, 1]} and done["log_ends"] == {"0": 2, "1": 1}
     icelog.env["ICELOG_PRINCIPAL"] = "bot"

@@ -45,8 +45,14 @@ def test_i8_produce_to_a_system_table_is_refused_and_the_journal_stays_true(icel
     producer.init_transactions()
     with producer.transaction():
         producer.send("db.a", 0, [{"key": "x"}])
-    committed = icelog("sql", "select txn_id, transactional_id, txn_producer_id, txn_epoch from icelog_system.transactions where txn_state = 'COMMITTED'")["rows"][0]
-    forged = json.dumps(dict(zip(("txn_id", "transactional_id", "txn_producer_id", "txn_epoch"), committed)) | {"txn_state": "ABORTED", "detail": "{}"})
+    committed = icelog(
+        "sql",
+        "select txn_id, transactional_id, txn_producer_id, txn_epoch from icelog_system.transactions where txn_state = 'COMMITTED'",
+    )["rows"][0]
+    forged = json.dumps(
+        dict(zip(("txn_id", "transactional_id", "txn_producer_id", "txn_epoch"), committed, strict=False))
+        | {"txn_state": "ABORTED", "detail": "{}"}
+    )
     refused = icelog("produce", "icelog_system.transactions", "--partition", "0", input=forged + "\n", code=2)
     assert refused["error"] == "InvalidIdentifier"
     assert icelog("topics", "create", "icelog_system.mine", "--partitions", "1", code=2)["error"] == "InvalidIdentifier"

@@ -85,7 +85,15 @@ def test_i9_fanout_killed_then_rerun_writes_each_record_exactly_once(spark, env_
     catalog = env_catalog.open()
     source = make_tables(catalog)
     add_source(source, 0, 40)
-    argv = [sys.executable, "-m", "tests.support.workers.fanout", json.dumps(asdict(env_catalog)), "db.src", "copier", json.dumps(ROUTES)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.workers.fanout",
+        json.dumps(asdict(env_catalog)),
+        "db.src",
+        "copier",
+        json.dumps(ROUTES),
+    ]
     pause = str(tmp_path / "paused")
     env = {**os.environ, "ICELOG_PAUSE_AT": point, "ICELOG_PAUSE_FILE": pause}
     with open(tmp_path / "worker.log", "w") as out:

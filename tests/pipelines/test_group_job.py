@@ -41,7 +41,16 @@ def join(catalog, *members: str) -> None:
 
 
 def run(env_catalog, member: str | None, **options):
-    return group_job(local_session(), "db.src", "db.out", "g", member_id=member, session_timeout_ms=LONG, catalog_name=env_catalog.name, **options)
+    return group_job(
+        local_session(),
+        "db.src",
+        "db.out",
+        "g",
+        member_id=member,
+        session_timeout_ms=LONG,
+        catalog_name=env_catalog.name,
+        **options,
+    )
 
 
 def output(catalog) -> list[dict]:
@@ -94,7 +103,9 @@ def test_take_caps_records_and_open_ranges():
 def test_spark_hash_expressions_agree_with_python(spark):
     keys = [f"user-{i}" for i in range(300)] + [None, ""]
     df = spark.createDataFrame([(k, i * 37) for i, k in enumerate(keys)], "key string, log_offset long")
-    rows = df.select("key", "log_offset", _hash_expression("key", "key", 1).alias("h"), _hash_expression("chunks", "key", 7).alias("c")).collect()
+    rows = df.select(
+        "key", "log_offset", _hash_expression("key", "key", 1).alias("h"), _hash_expression("chunks", "key", 7).alias("c")
+    ).collect()
     assert [r["h"] for r in rows] == [key_hash(k) for k in keys]
     assert [r["c"] for r in rows] == [membership.chunk_slot(r["log_offset"] // 7) for r in rows]
 
@@ -166,7 +177,10 @@ def test_i9_killed_after_the_executors_wrote_then_rerun_lands_each_record_once(e
     pause = str(tmp_path / "paused")
     env = {**os.environ, **env_catalog.env(), "ICELOG_PAUSE_AT": faults.AFTER_INGEST_WRITE, "ICELOG_PAUSE_FILE": pause}
     argv = [sys.executable, "-c", script, env_catalog.name]
-    with open(tmp_path / "worker.log", "w") as out, subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT) as worker:
+    with (
+        open(tmp_path / "worker.log", "w") as out,
+        subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT) as worker,
+    ):
         try:
             kill_at(worker, pause, timeout=300)  # paused after the executors wrote, before the commit
         except BaseException:
@@ -189,7 +203,7 @@ def upper_key(df):
     return df.withColumn("key", F.upper("key"))
 
 
-def test_cli_consume_produce_runs_the_job_and_refuses_a_bad_transform(env_catalog):  # noqa: F811
+def test_cli_consume_produce_runs_the_job_and_refuses_a_bad_transform(env_catalog):
     from click.testing import CliRunner
 
     from pipelines.cli import cli
@@ -199,7 +213,11 @@ def test_cli_consume_produce_runs_the_job_and_refuses_a_bad_transform(env_catalo
     args = ["consume-produce", "db.src", "db.out", "--group", "g", "--key-range", "0:65535"]
     bad = CliRunner().invoke(cli, ["--output", "json", *args, "--transform", "nowhere:fn"], env=env_catalog.env())
     assert bad.exit_code == 2 and output(catalog) == []
-    ok = CliRunner().invoke(cli, ["--output", "json", *args, "--max-records", "5", "--transform", "tests.pipelines.test_group_job:upper_key"], env=env_catalog.env())
+    ok = CliRunner().invoke(
+        cli,
+        ["--output", "json", *args, "--max-records", "5", "--transform", "tests.pipelines.test_group_job:upper_key"],
+        env=env_catalog.env(),
+    )
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.stdout.strip().splitlines()[-1])
     assert doc["rows"] == 5 and doc["consumed"] == {"0": [[0, 4]]}

@@ -48,7 +48,10 @@ def test_i4_reruns_write_nothing_after_every_producer_expired(spark, env_catalog
     filled = tasks.backfill("db.events", "2024-01-01", "2024-01-02", landing=str(landing), catalog=env_catalog.name)
     assert (filled["rows_written"], filled["files_loaded"], filled["files_skipped"]) == (50, 1, 2)
     before = (t.table().metadata.current_snapshot_id, table_rows(t))
-    assert tasks.backfill("db.events", "2024-01-01", "2024-01-02", landing=str(landing), catalog=env_catalog.name)["rows_written"] == 0
+    assert (
+        tasks.backfill("db.events", "2024-01-01", "2024-01-02", landing=str(landing), catalog=env_catalog.name)["rows_written"]
+        == 0
+    )
     assert (t.table().metadata.current_snapshot_id, table_rows(t)) == before
     assert sum(len(v) for v in before[1].values()) == 150
     assert check_contiguity(t.table(), deep=True).ok
@@ -91,7 +94,12 @@ def test_i4_late_file_loads_once_changed_file_is_refused_and_the_ledger_tiles_th
         assert [s for pair in spans for s in pair][1:-1:2] == [s for pair in spans for s in pair][2::2]  # adjacent
         assert (spans[0][0] if spans else 0, spans[-1][1] if spans else 0) == (w.start, w.end)
     late_entry = next(e for e in book if e.path.endswith("late.parquet"))
-    values = {r["log_offset"]: r["value"] for p, spans in late_entry.ranges.items() for a, b in spans for r in t.read(int(p), a, b).to_pylist()}
+    values = {
+        r["log_offset"]: r["value"]
+        for p, spans in late_entry.ranges.items()
+        for a, b in spans
+        for r in t.read(int(p), a, b).to_pylist()
+    }
     assert sorted(values.values()) == sorted(f"late-{i}" for i in range(7))
     assert check_contiguity(t.table(), deep=True).ok
 
@@ -107,7 +115,11 @@ def test_cli_ingest_reports_loaded_and_skipped_files_as_json(spark, env_catalog,
     assert doc["rows"] == 20 and len(doc["loaded"]) == 2 and doc["skipped"] == []
     again = json.loads(runner.invoke(cli, args, env=env_catalog.env()).stdout.strip().splitlines()[-1])
     assert again["rows"] == 0 and [s["reason"] for s in again["skipped"]] == ["already loaded"] * 2
-    ledger_rows = runner.invoke(cli, ["--output", "json", "sql", "select count(*) as n, sum(rows) as r from icelog_system.ingest_ledger"], env=env_catalog.env())
+    ledger_rows = runner.invoke(
+        cli,
+        ["--output", "json", "sql", "select count(*) as n, sum(rows) as r from icelog_system.ingest_ledger"],
+        env=env_catalog.env(),
+    )
     assert json.loads(ledger_rows.stdout.strip().splitlines()[-1])["rows"] == [[2, 20]]
     bad = runner.invoke(cli, [*args, "--partitions", "x"], env=env_catalog.env())
     assert bad.exit_code == 2 and json.loads(bad.stdout.strip().splitlines()[-1])["error"] == "InvalidInput"

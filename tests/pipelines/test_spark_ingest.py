@@ -86,7 +86,12 @@ def test_csv_and_json_lines_sources(spark, env_catalog, tmp_path):
 
 
 def test_i8_bad_sources_change_nothing(spark, env_catalog, tmp_path):
-    t = LogTable.create(env_catalog.open(), "db.events", partitions=2, payload=[{"name": "key", "type": "string"}, {"name": "n", "type": "long", "required": True}])
+    t = LogTable.create(
+        env_catalog.open(),
+        "db.events",
+        partitions=2,
+        payload=[{"name": "key", "type": "string"}, {"name": "n", "type": "long", "required": True}],
+    )
     write_landing(tmp_path / "landing", files=1, rows=5)  # has no column n
     with pytest.raises(SchemaMismatch):
         ingest(spark, "db.events", str(tmp_path / "landing"), "r", catalog_name=env_catalog.name)
@@ -101,10 +106,28 @@ def test_i8_bad_sources_change_nothing(spark, env_catalog, tmp_path):
 def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_catalog, tmp_path):
     t = LogTable.create(env_catalog.open(), "db.events", partitions=3)
     write_landing(tmp_path / "landing")
-    argv = [sys.executable, "-m", "tests.support.workers.ingest", json.dumps(asdict(env_catalog)), "db.events", str(tmp_path / "landing"), "run-k"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.workers.ingest",
+        json.dumps(asdict(env_catalog)),
+        "db.events",
+        str(tmp_path / "landing"),
+        "run-k",
+    ]
     pause = str(tmp_path / "paused")
     with open(tmp_path / "driver.log", "w") as out:  # a file, not a pipe: a chatty driver never blocks
-        driver = subprocess.Popen(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]", "ICELOG_PAUSE_AT": "after_ingest_write", "ICELOG_PAUSE_FILE": pause}, stdout=out, stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            argv,
+            env={
+                **os.environ,
+                "ICELOG_SPARK_MASTER": "local[2]",
+                "ICELOG_PAUSE_AT": "after_ingest_write",
+                "ICELOG_PAUSE_FILE": pause,
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         kill_at(driver, pause, timeout=300)
     # Files were written but never committed: no reader sees any of them.
     data_dir = Path(t.table().metadata.location.removeprefix("file://")) / "data"
@@ -112,7 +135,9 @@ def test_i7_driver_killed_after_executors_wrote_files_then_rerun_lands_once(env_
     assert left_behind
     assert t.table().metadata.current_snapshot_id is None
     assert all(w.end == 0 for w in t.watermarks().values())
-    rerun = subprocess.run(argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]"}, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        argv, env={**os.environ, "ICELOG_SPARK_MASTER": "local[2]"}, capture_output=True, text=True, timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert json.loads(rerun.stdout.splitlines()[-1])["duplicate"] is False
     assert sum(w.end for w in t.watermarks().values()) == 600
@@ -133,8 +158,18 @@ def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_pa
     master = spark_cluster.start(directory, workers=2)
     try:
         for table, spark_master in (("db.cluster", master), ("db.local", "local[2]")):
-            argv = [sys.executable, "-m", "tests.support.workers.ingest", json.dumps(asdict(env_catalog)), table, str(tmp_path / "landing"), "run"]
-            done = subprocess.run(argv, env={**os.environ, "ICELOG_SPARK_MASTER": spark_master}, capture_output=True, text=True, timeout=600)
+            argv = [
+                sys.executable,
+                "-m",
+                "tests.support.workers.ingest",
+                json.dumps(asdict(env_catalog)),
+                table,
+                str(tmp_path / "landing"),
+                "run",
+            ]
+            done = subprocess.run(
+                argv, env={**os.environ, "ICELOG_SPARK_MASTER": spark_master}, capture_output=True, text=True, timeout=600
+            )
             assert done.returncode == 0, done.stderr[-3000:]
         assert any((directory / "work0").iterdir()) or any((directory / "work1").iterdir())  # executors really ran there
     finally:
@@ -159,7 +194,10 @@ def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_
     t = LogTable.create(env_catalog.open(), "db.hashed", partitions=1)
     landing = tmp_path / "landing"
     landing.mkdir()
-    pq.write_table(pa.table({"key": [f"user-{i % 997}" if i % 50 else None for i in range(6_000)], "value": [str(i) for i in range(6_000)]}), landing / "big.parquet")
+    pq.write_table(
+        pa.table({"key": [f"user-{i % 997}" if i % 50 else None for i in range(6_000)], "value": [str(i) for i in range(6_000)]}),
+        landing / "big.parquet",
+    )
     ingest(spark, "db.hashed", str(landing), catalog_name=env_catalog.name)
     data = t.read(0)
     assert data.column(cols.KEY_HASH).to_pylist() == [key_hash(k) for k in data.column("key").to_pylist()]

@@ -121,7 +121,11 @@ def test_add_partitions_never_removes(catalog):
 
 
 def test_payload_schema_from_spec_and_typed_columns(catalog):
-    payload = [{"name": "tailnum", "type": "string"}, {"name": "dep_delay", "type": "double"}, {"name": "flight", "type": "long", "required": True}]
+    payload = [
+        {"name": "tailnum", "type": "string"},
+        {"name": "dep_delay", "type": "double"},
+        {"name": "flight", "type": "long", "required": True},
+    ]
     t = LogTable.create(catalog, "db.flights", partitions=1, payload=payload)
     t.append({0: [{"tailnum": "N1", "dep_delay": 2, "flight": 7}, {"flight": 8}]})
     got = t.read(0)
@@ -180,7 +184,10 @@ def test_i8_bad_identifiers_rejected_before_touching_the_catalog(catalog, unchan
     assert catalog.list_namespaces() == []
 
 
-@pytest.mark.parametrize("payload", [[{"name": "log_offset", "type": "long"}], [{"name": "x", "type": "decimal"}], [{"name": "x;y", "type": "string"}], []])
+@pytest.mark.parametrize(
+    "payload",
+    [[{"name": "log_offset", "type": "long"}], [{"name": "x", "type": "decimal"}], [{"name": "x;y", "type": "string"}], []],
+)
 def test_i8_bad_payload_schema(catalog, unchanged, payload):
     with unchanged(catalog=catalog), pytest.raises(InvalidInput):
         LogTable.create(catalog, "db.events", partitions=1, payload=payload)
@@ -285,11 +292,15 @@ def test_the_users_pyiceberg_yaml_is_ignored(tmp_path, monkeypatch):
 
     home = tmp_path / "user"
     home.mkdir()
-    (home / ".pyiceberg.yaml").write_text(f"catalog:\n  personal:\n    uri: sqlite:///{tmp_path}/personal.db\n    warehouse: file://{tmp_path}/wh\n")
+    (home / ".pyiceberg.yaml").write_text(
+        f"catalog:\n  personal:\n    uri: sqlite:///{tmp_path}/personal.db\n    warehouse: file://{tmp_path}/wh\n"
+    )
     monkeypatch.setenv("HOME", str(home))
     with pytest.raises(CatalogNotConfigured):
         open_catalog("personal")
-    assert not [name for name in os.environ if name.startswith("PYICEBERG_CATALOG__") or name in ("ICELOG_CATALOG", "ICELOG_HOME")]
+    assert not [
+        name for name in os.environ if name.startswith("PYICEBERG_CATALOG__") or name in ("ICELOG_CATALOG", "ICELOG_HOME")
+    ]
 
 
 def test_errors_are_typed_and_picklable():

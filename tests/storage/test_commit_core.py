@@ -27,7 +27,9 @@ def payload(*keys: str) -> pa.Table:
 
 def test_i3_decision_held_back_while_others_commit_is_decided_again(catalog):
     t = LogTable.create(catalog, "db.t", partitions=1)
-    request = Interleaved(AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), lambda: t.append({0: [{"key": "other"}] * 2}))
+    request = Interleaved(
+        AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), lambda: t.append({0: [{"key": "other"}] * 2})
+    )
     outcome = commit(catalog, t.identifier, request, commit_id="c1")
     assert request.decisions == [{0: (0, 1)}, {0: (2, 3)}]
     assert outcome.result.ranges == {0: (2, 3)} and outcome.attempts == 2
@@ -40,17 +42,23 @@ def test_i3_a_base_the_caller_loaded_that_moved_on_only_loses_the_swap(catalog):
     t = LogTable.create(catalog, "db.t", partitions=1)
     stale = t.table()
     t.append({0: [{"key": "other"}] * 2})
-    outcome = commit(catalog, t.identifier, AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), commit_id="c1", loaded=stale)
+    outcome = commit(
+        catalog, t.identifier, AppendRequest(t.identifier, {0: payload("mine")}, {}, "c1"), commit_id="c1", loaded=stale
+    )
     assert outcome.result.ranges == {0: (2, 3)} and outcome.attempts == 2
     with pytest.raises(OffsetMismatch):  # the stale base said 0, the table says 3: never replayed
-        commit(catalog, t.identifier, AppendRequest(t.identifier, {0: payload("late")}, {0: 0}, "c2"), commit_id="c2", loaded=stale)
+        commit(
+            catalog, t.identifier, AppendRequest(t.identifier, {0: payload("late")}, {0: 0}, "c2"), commit_id="c2", loaded=stale
+        )
     assert t.read(0).column("key").to_pylist() == ["other", "other", "mine"]
     assert check_contiguity(t.table(), deep=True).ok
 
 
 def test_i3_held_back_conditional_append_fails_instead_of_replaying(catalog):
     t = LogTable.create(catalog, "db.t", partitions=1)
-    request = Interleaved(AppendRequest(t.identifier, {0: payload("mine")}, {0: 0}, "c1"), lambda: t.append({0: [{"key": "other"}]}))
+    request = Interleaved(
+        AppendRequest(t.identifier, {0: payload("mine")}, {0: 0}, "c1"), lambda: t.append({0: [{"key": "other"}]})
+    )
     with pytest.raises(OffsetMismatch) as e:
         commit(catalog, t.identifier, request, commit_id="c1")
     assert e.value.actual == 1
@@ -118,7 +126,17 @@ def test_i3_pyiceberg_own_append_on_a_log_table_cannot_rebase(catalog):
 
 def _one_row(table) -> pa.Table:
     schema = table.schema().as_arrow()
-    values = {"log_partition": [0], "log_offset": [0], "log_timestamp": [0], "producer_id": [None], "producer_epoch": [None], "producer_seq": [None], "log_key_hash": [None], "key": ["dup"], "value": ["dup"]}
+    values = {
+        "log_partition": [0],
+        "log_offset": [0],
+        "log_timestamp": [0],
+        "producer_id": [None],
+        "producer_epoch": [None],
+        "producer_seq": [None],
+        "log_key_hash": [None],
+        "key": ["dup"],
+        "value": ["dup"],
+    }
     return pa.table({f.name: pa.array(values[f.name]).cast(f.type) for f in schema}, schema=schema)
 
 
@@ -153,7 +171,10 @@ def test_i1_i2_randomized_threads_keep_every_partition_contiguous(sqlite_spec, p
                     start.wait()
                     first = False
                 try:
-                    result = mine.append({partition: [{"key": tag, "value": str(i)} for i in range(n)]}, {partition: expected} if conditional else None)
+                    result = mine.append(
+                        {partition: [{"key": tag, "value": str(i)} for i in range(n)]},
+                        {partition: expected} if conditional else None,
+                    )
                     break
                 except OffsetMismatch as e:
                     with lock:

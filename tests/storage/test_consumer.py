@@ -29,7 +29,9 @@ def _drain(consumer, step=17):
         batches = consumer.poll(step)
         if not batches:
             return seen
-        seen += [(o, k) for b in batches for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist())]
+        seen += [
+            (o, k) for b in batches for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist(), strict=False)
+        ]
         consumer.commit()
 
 
@@ -49,9 +51,11 @@ def test_key_hash_is_md5_low_16_bits():
 def test_key_hash_same_in_duckdb():
     import duckdb
 
-    rows = duckdb.connect().execute(
-        f"SELECT {DUCKDB_KEY_HASH.format(key='k')} FROM unnest($keys) AS t(k)", {"keys": KEYS}
-    ).fetchall()
+    rows = (
+        duckdb.connect()
+        .execute(f"SELECT {DUCKDB_KEY_HASH.format(key='k')} FROM unnest($keys) AS t(k)", {"keys": KEYS})
+        .fetchall()
+    )
     assert [r[0] for r in rows] == [key_hash(k) for k in KEYS]
 
 
@@ -91,7 +95,11 @@ def test_i10_key_ranges_hash_the_tables_key_column(sqlite_catalog, extra):
     for i, hashes in enumerate(halves):
         c = Consumer(sqlite_catalog, f"g{i}")
         c.assign("db.keyed", [0], key_range=hashes)
-        seen[hashes] = [(o, u) for b in _polled(c) for o, u in zip(b.column("log_offset").to_pylist(), b.column("user").to_pylist())]
+        seen[hashes] = [
+            (o, u)
+            for b in _polled(c)
+            for o, u in zip(b.column("log_offset").to_pylist(), b.column("user").to_pylist(), strict=False)
+        ]
     for (lo, hi), records in seen.items():
         assert all(lo <= key_hash(u) <= hi for _, u in records)  # the writers' placement: per-user order
     assert sorted(o for rs in seen.values() for o, _ in rs) == list(range(400))

@@ -34,7 +34,10 @@ def members():
         with open(out, "w") as f:
             child = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.workers.consumer", json.dumps(asdict(spec)), json.dumps(args)],
-                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
             )
         started.append(child)
         return child
@@ -78,7 +81,9 @@ def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30) -> 
         return log.exists() and '"committed"' in log.read_text()
 
     with members() as start:
-        a = start(spec, {**common, "member": "a", "arm_file": str(arm), "pause_point": faults.BETWEEN_TABLE_SWAPS}, logs[0], pause)
+        a = start(
+            spec, {**common, "member": "a", "arm_file": str(arm), "pause_point": faults.BETWEEN_TABLE_SWAPS}, logs[0], pause
+        )
         b = start(spec, {**common, "member": "b"}, logs[1])
         _wait(lambda: all('"joined"' in p.read_text() for p in logs[:2]), "the first members' joins", 240, logs)
         append_round()
@@ -113,7 +118,7 @@ def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30) -> 
     source_keys = src.read(0).column("key").to_pylist()
     assert produced.column("key").to_pylist() == [source_keys[o] for o in sources]
     last: dict[str, int] = {}
-    for key, offset in zip(produced.column("key").to_pylist(), sources):
+    for key, offset in zip(produced.column("key").to_pylist(), sources, strict=False):
         assert offset > last.get(key, -1), f"key {key}: offset {offset} processed after {last[key]}"
         last[key] = offset
     group = describe_group(catalog, "g")

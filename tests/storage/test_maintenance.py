@@ -135,7 +135,12 @@ def test_compaction_never_merges_across_a_gap(catalog):
 def test_metadata_files_stay_bounded_as_commits_pile_up(catalog):
     """Commits delete superseded metadata files after a grace; orphan cleanup gets the rest."""
     keep = 5
-    eager = LogTable.create(catalog, "db.eager", partitions=1, properties={"write.metadata.previous-versions-max": str(keep), "icelog.metadata.delete-grace-ms": "0"})
+    eager = LogTable.create(
+        catalog,
+        "db.eager",
+        partitions=1,
+        properties={"write.metadata.previous-versions-max": str(keep), "icelog.metadata.delete-grace-ms": "0"},
+    )
     fill(eager, 0, 25, size=1)
     metadata_dir = local_path(eager.table().metadata.location) + "/metadata"
     json_files = [f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]
@@ -173,7 +178,9 @@ def test_i8_bad_maintenance_input_changes_nothing(catalog, unchanged, bad):
         expire_snapshots(catalog, t.identifier, keep=0)
 
 
-def test_i1_compaction_of_one_partition_finds_every_file_to_drop_while_manifests_are_matched_in_threads(sqlite_catalog, monkeypatch):
+def test_i1_compaction_of_one_partition_finds_every_file_to_drop_while_manifests_are_matched_in_threads(
+    sqlite_catalog, monkeypatch
+):
     """pyiceberg 0.12 matches the files an overwrite drops against the parent's manifests in
     worker threads with one shared evaluator that keeps the manifest being judged on itself
     (seen in a chaos run as "Missing required files to delete"). A sleep inside its equality

@@ -340,7 +340,9 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
     assert_parity(source, target)
 
 
-def test_i6_a_step_whose_target_moved_on_after_it_read_the_source_is_not_a_changed_source(source_spec, target_spec, target, monkeypatch):
+def test_i6_a_step_whose_target_moved_on_after_it_read_the_source_is_not_a_changed_source(
+    source_spec, target_spec, target, monkeypatch
+):
     """CI saw this race: a step read the source, another step mirrored newer rows, then the
     first read the target, found it ahead of its (older) view of the source and refused with
     MirrorSourceChanged. The target is read before the source now."""
@@ -391,7 +393,10 @@ def test_i6_a_stale_step_never_moves_the_targets_progress_or_producers_back(sour
     run_mirror(source, target)
     assert raced
     assert set(LogTable.open(target, "orders").state().producers) == set(src.state().producers)
-    assert mirror_record(LogTable.open(target, "orders").table().metadata)["version"] == src.table().metadata.properties["icelog.version"]
+    assert (
+        mirror_record(LogTable.open(target, "orders").table().metadata)["version"]
+        == src.table().metadata.properties["icelog.version"]
+    )
     assert_parity(source, target)
 
 
@@ -487,7 +492,9 @@ def test_i6_a_foreign_commit_on_a_read_only_mirror_is_rolled_back_and_mirroring_
     table = LogTable.open(target, "orders")
     iceberg = target.load_table(table.identifier)
     foreign = iceberg.scan().to_arrow().slice(0, 1)
-    foreign = foreign.set_column(foreign.schema.get_field_index(cols.OFFSET), foreign.schema.field(cols.OFFSET), pa.array([2], pa.int64()))
+    foreign = foreign.set_column(
+        foreign.schema.get_field_index(cols.OFFSET), foreign.schema.field(cols.OFFSET), pa.array([2], pa.int64())
+    )
     iceberg.append(foreign)  # exactly the next offset, but not the source's record
     src.append({0: rows(1, "new")})
     with pytest.raises(ForeignCommit):

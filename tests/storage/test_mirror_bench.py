@@ -33,7 +33,9 @@ def test_bench_incremental_mirror_is_proportional_to_the_delta(tmp_path):
         step = mirror(source, "orders", target, principal=PRINCIPAL)
         figures[files] = time.perf_counter() - started
         assert step.incremental and step.copied_files == 1
-        print(f"\nmirror bench: first mirror of {files:,} files: {first.seconds:.1f} s; incremental step after one small commit: {figures[files] * 1000:.0f} ms")
+        print(
+            f"\nmirror bench: first mirror of {files:,} files: {first.seconds:.1f} s; incremental step after one small commit: {figures[files] * 1000:.0f} ms"
+        )
     assert figures[10_000] < 2.0, figures
 
 
@@ -56,6 +58,8 @@ def test_bench_bulk_mirror_throughput_beside_cp(tmp_path):
         mirror_runs.append(time.perf_counter() - started)
         assert result.copied_files == 16 and not result.sliced_files
     cp_s, mirror_s = min(cp_runs), min(mirror_runs)
-    print(f"\nmirror bench: bulk mirror of {size_mb:,.0f} MB in 16 files: {size_mb / mirror_s:,.0f} MB/s ({mirror_s:.2f} s); "
-          f"cp -r of the same files: {size_mb / cp_s:,.0f} MB/s ({cp_s:.2f} s); ratio {cp_s / mirror_s:.2f} "
-          f"(runs: mirror {[round(x, 2) for x in mirror_runs]} s, cp {[round(x, 2) for x in cp_runs]} s)")
+    print(
+        f"\nmirror bench: bulk mirror of {size_mb:,.0f} MB in 16 files: {size_mb / mirror_s:,.0f} MB/s ({mirror_s:.2f} s); "
+        f"cp -r of the same files: {size_mb / cp_s:,.0f} MB/s ({cp_s:.2f} s); ratio {cp_s / mirror_s:.2f} "
+        f"(runs: mirror {[round(x, 2) for x in mirror_runs]} s, cp {[round(x, 2) for x in cp_runs]} s)"
+    )

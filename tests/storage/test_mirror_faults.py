@@ -33,8 +33,18 @@ def spawn(source_spec, target_spec, directory, name: str, pause_at: str | None =
     out = open(directory / f"{name}.out", "w")
     err = open(directory / f"{name}.err", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.workers.mirror", json.dumps(asdict(source_spec)), json.dumps(asdict(target_spec)), "orders", PRINCIPAL],
-        env=env, stdout=out, stderr=err,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.workers.mirror",
+            json.dumps(asdict(source_spec)),
+            json.dumps(asdict(target_spec)),
+            "orders",
+            PRINCIPAL,
+        ],
+        env=env,
+        stdout=out,
+        stderr=err,
     )
     out.close(), err.close()
     return proc, pause_file
@@ -60,7 +70,9 @@ class SourceWriter(threading.Thread):
                 seq += 3
                 with txn.transaction():
                     txn.send("orders", 2, rows(2, f"txn{i}"))
-                    txn.send_offsets_to_transaction({("orders", 0): LogTable.open(self.catalog, "orders").watermarks()[0].end}, "billing")
+                    txn.send_offsets_to_transaction(
+                        {("orders", 0): LogTable.open(self.catalog, "orders").watermarks()[0].end}, "billing"
+                    )
         except BaseException as e:  # noqa: BLE001 - reported by the test
             self.error = e
 
@@ -83,7 +95,9 @@ def test_i6_mirror_killed_at_each_commit_fault_point_resumes_in_parity(source_sp
     finish(source, target)
 
 
-def test_i6_mirror_killed_at_random_points_while_source_written_resumes_in_parity(source_spec, target_spec, source, target, tmp_path):
+def test_i6_mirror_killed_at_random_points_while_source_written_resumes_in_parity(
+    source_spec, target_spec, source, target, tmp_path
+):
     LogTable.create(source, "orders", 3)
     writer = SourceWriter(source, 12)
     writer.start()

@@ -37,7 +37,9 @@ def test_i6_parity_reports_the_first_differing_offset(source, target):
     victim = next(f for f in live_files(dst) if f.partition[0] == 0 and f.record_count == 3 and _first(f, dst) == 3)
     path = Path(victim.file_path.removeprefix("file://"))
     table = pq.read_table(path)
-    changed = table.set_column(table.column_names.index("value"), "value", pc.if_else(pc.equal(table["log_offset"], 4), "tampered", table["value"]))
+    changed = table.set_column(
+        table.column_names.index("value"), "value", pc.if_else(pc.equal(table["log_offset"], 4), "tampered", table["value"])
+    )
     pq.write_table(changed, path)
     report = check_mirror_parity(dst, source=src.table())
     assert not report.ok
@@ -46,7 +48,7 @@ def test_i6_parity_reports_the_first_differing_offset(source, target):
 
 
 def test_i6_parity_reports_a_source_never_holding_the_mirrored_range(source, target):
-    src = mirrored(source, target)
+    mirrored(source, target)
     dst = LogTable.open(target, "orders").table()
     other = LogTable.create(source, "shorter", 2)
     other.append({0: rows(2)})

@@ -53,9 +53,16 @@ def test_i5_two_tables_commit_together_and_record_the_commit_id(catalog):
 def test_i5_a_lost_race_on_one_table_applies_nothing_anywhere(catalog):
     a, b = LogTable.create(catalog, "db.a", 1), LogTable.create(catalog, "db.b", 1)
     version_a = int(a.table().metadata.properties["icelog.version"])
-    competing = lambda: b.append({0: [{"key": "rival"}]})  # noqa: E731: moves b after the decision
+
+    def competing() -> None:  # moves b after the decision
+        b.append({0: [{"key": "rival"}]})
+
     racing = Interleaved(AppendRequest(a.identifier, {0: payload("x")}, {}, "txn"), competing)
-    outcomes = commit_tables(catalog, [(a.identifier, racing), (b.identifier, AppendRequest(b.identifier, {0: payload("x")}, {}, "txn"))], commit_id="txn")
+    outcomes = commit_tables(
+        catalog,
+        [(a.identifier, racing), (b.identifier, AppendRequest(b.identifier, {0: payload("x")}, {}, "txn"))],
+        commit_id="txn",
+    )
     assert len(racing.decisions) == 2 and outcomes[0].attempts == 2
     # Had the first, lost attempt moved table a, the retry would have found the id there and
     # returned without ever writing b.
@@ -73,7 +80,13 @@ def test_i5_kill_between_two_tables_swaps_leaves_neither(catalog_spec):
     env = {**os.environ, "ICELOG_PAUSE_AT": faults.BETWEEN_TABLE_SWAPS, "ICELOG_PAUSE_FILE": marker}
     spec = json.dumps(dataclasses.asdict(catalog_spec))
     with open(marker + ".log", "w") as out:
-        child = subprocess.Popen([sys.executable, "-m", "tests.support.workers.multi_table", spec, a.identifier, b.identifier, "killed"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.workers.multi_table", spec, a.identifier, b.identifier, "killed"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + 120
             while not os.path.exists(marker) and child.poll() is None and time.monotonic() < deadline:
@@ -125,7 +138,9 @@ def test_i5_catalog_without_atomic_multi_table_commit_is_refused_and_nothing_cha
     assert "proxy" in str(caught.value)
     assert (fingerprint(a), fingerprint(b)) == before
     # One table alone is fine on such a catalog.
-    assert commit_tables(proxy, [(a.identifier, AppendRequest(a.identifier, {0: payload("y")}, {}, "one"))])[0].result.ranges == {0: (0, 1)}
+    assert commit_tables(proxy, [(a.identifier, AppendRequest(a.identifier, {0: payload("y")}, {}, "one"))])[0].result.ranges == {
+        0: (0, 1)
+    }
 
 
 def test_i5_every_table_of_one_commit_shares_one_snapshot_timestamp(sqlite_catalog):
@@ -133,7 +148,7 @@ def test_i5_every_table_of_one_commit_shares_one_snapshot_timestamp(sqlite_catal
     parts = [(t.identifier, AppendRequest(t.identifier, {0: payload("x")}, {}, "txn-ts")) for t in tables]
     outcomes = commit_tables(sqlite_catalog, parts, commit_id="txn-ts")
     stamps = set()
-    for t, outcome in zip(tables, outcomes):
+    for t, outcome in zip(tables, outcomes, strict=False):
         metadata = t.table().metadata
         snapshot = metadata.snapshot_by_id(outcome.snapshot_id)
         assert metadata.snapshot_log[-1].snapshot_id == snapshot.snapshot_id

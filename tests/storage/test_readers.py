@@ -42,7 +42,13 @@ def test_i7_readers_never_fail_while_a_writer_commits(heavy_spec, tmp_path):
             except Exception as e:  # noqa: BLE001: any failure is the defect
                 failures.append(repr(e))
             if reads % 10 == 1:
-                done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--output", "json", "offsets", t.identifier], cwd=ROOT, env=env, capture_output=True, text=True)
+                done = subprocess.run(
+                    [sys.executable, "-m", "pipelines.cli", "--output", "json", "offsets", t.identifier],
+                    cwd=ROOT,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode != 0:
                     failures.append(done.stdout + done.stderr[-2000:])
         assert procs[0].wait() == 0, (tmp_path / "worker0.err").read_text()[-2000:]
@@ -56,7 +62,9 @@ def test_superseded_metadata_is_deleted_after_the_grace_and_kept_within_it(sqlit
         kept.append({0: [{"key": str(i)}]})
     assert len(metadata_files(kept)) == 9  # every version: all superseded within the default 60 s
 
-    pruned = LogTable.create(sqlite_catalog, "db.pruned", 1, properties={"write.metadata.previous-versions-max": "2", METADATA_GRACE_MS: "0"})
+    pruned = LogTable.create(
+        sqlite_catalog, "db.pruned", 1, properties={"write.metadata.previous-versions-max": "2", METADATA_GRACE_MS: "0"}
+    )
     for i in range(8):
         pruned.append({0: [{"key": str(i)}]})
         time.sleep(0.01)  # superseded strictly before the cutoff

@@ -590,7 +590,10 @@ def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
         producer.send("db.a", 0, [{"key": "x"}])
     journal_table = LogTable.open(catalog, coordinator.JOURNAL)
     end = journal_table.watermarks()[0].end
-    record = journal_table.read(0, 0, end).to_pylist()[-1] | {"txn_state": coordinator.ABORTED, "log_offset": end}  # COMMITTED, forged
+    record = journal_table.read(0, 0, end).to_pylist()[-1] | {
+        "txn_state": coordinator.ABORTED,
+        "log_offset": end,
+    }  # COMMITTED, forged
     forged = {k: v for k, v in record.items() if k in journal_table.payload_schema().names}
     add_acl(catalog, "replicator", "*")  # a replicator granted every table
     writes = {
@@ -600,7 +603,7 @@ def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
         "retention": lambda: maintain(catalog, coordinator.JOURNAL, retention_bytes=1),
         "write with offsets": lambda: write_with_offsets(catalog, coordinator.JOURNAL, {0: [record]}, principal="replicator"),
     }
-    for name, write in writes.items():
+    for write in writes.values():
         with unchanged(journal_table), pytest.raises(InvalidIdentifier, match="icelog_system"):
             write()
     forger = TransactionalProducer(catalog, "forger")

@@ -55,7 +55,9 @@ def worker(spec, command: str, *args: str, directory: Path, name: str = "victim"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.workers.log_table", command, json.dumps(asdict(spec)), *map(str, args)],
-            env=env, stdout=stdout, stderr=stderr,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
         )
         try:
             yield Worker(proc, pause_file, out, err)

@@ -21,4 +21,7 @@ def write_landing(folder: Path, files: int = 3, rows: int = 200) -> list[dict]:
 
 
 def table_rows(t: LogTable) -> dict[int, list[tuple]]:
-    return {p: list(zip(*[t.read(p).column(c).to_pylist() for c in ("log_offset", "key", "value")])) for p in t.watermarks()}
+    return {
+        p: list(zip(*[t.read(p).column(c).to_pylist() for c in ("log_offset", "key", "value")], strict=False))
+        for p in t.watermarks()
+    }

@@ -47,7 +47,12 @@ def fill(source, table: str, partitions: int, files_per_partition: int, rows_per
         files: dict[int, list] = {p: [] for p in range(partitions)}
         for _ in range(count):
             for p in range(partitions):
-                payload = pa.table({"key": pa.array([f"k{i % 1000}" for i in range(rows_per_file)]), "value": hex_strings(rng, rows_per_file, payload_bytes)})
+                payload = pa.table(
+                    {
+                        "key": pa.array([f"k{i % 1000}" for i in range(rows_per_file)]),
+                        "value": hex_strings(rng, rows_per_file, payload_bytes),
+                    }
+                )
                 rows = with_system_columns(payload, p, ends[p], int(time.time() * 1e6), None, None)
                 files[p].extend(write_log_files(iceberg, {p: rows}))
                 ends[p] += rows_per_file

@@ -13,9 +13,15 @@ def rows_at(table, partition: int, offsets: list[int], key: str = "planted") -> 
     schema = table.schema().as_arrow()
     n = len(offsets)
     columns = {
-        "log_partition": [partition] * n, "log_offset": offsets, "log_timestamp": [0] * n,
-        "producer_id": [None] * n, "producer_epoch": [None] * n, "producer_seq": [None] * n, "log_key_hash": [None] * n,
-        "key": [key] * n, "value": [key] * n,
+        "log_partition": [partition] * n,
+        "log_offset": offsets,
+        "log_timestamp": [0] * n,
+        "producer_id": [None] * n,
+        "producer_epoch": [None] * n,
+        "producer_seq": [None] * n,
+        "log_key_hash": [None] * n,
+        "key": [key] * n,
+        "value": [key] * n,
     }
     return pa.table({f.name: pa.array(columns[f.name]).cast(f.type) for f in schema}, schema=schema)
 

@@ -31,7 +31,14 @@ def worker_processes(spec: CatalogSpec, argv_list: list[list[str]], directory: P
             for i, argv in enumerate(argv_list):
                 out = stack.enter_context(open(directory / f"worker{i}.out", "w"))
                 err = stack.enter_context(open(directory / f"worker{i}.err", "w"))
-                procs.append(subprocess.Popen([sys.executable, "-m", "tests.support.workers.log_table", argv[0], spec_json, *argv[1:]], stdout=out, stderr=err, env=env))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tests.support.workers.log_table", argv[0], spec_json, *argv[1:]],
+                        stdout=out,
+                        stderr=err,
+                        env=env,
+                    )
+                )
             yield procs
         finally:
             for proc in procs:

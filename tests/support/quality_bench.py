@@ -44,7 +44,7 @@ def tree_rss_mb(pid: int) -> float:
         current = todo.pop()
         try:
             status = Path(f"/proc/{current}/status").read_text()
-            total += int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS:"))) / 1024
+            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
             for task in Path(f"/proc/{current}/task").iterdir():
                 todo.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, StopIteration):
@@ -95,14 +95,22 @@ def measure(workdir: Path, engine: str, *, full: bool) -> dict:
         spark.stop()
         spark.sparkContext._gateway.shutdown() if getattr(spark.sparkContext, "_gateway", None) else None
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"engine": engine, "mode": result.scope["mode"], "rows_validated": result.scope["rows"], "success": result.success, "seconds": round(seconds, 1), "peak_rss_mb_python": round(own), "peak_rss_mb_process_tree": round(tree_mb)}
+    return {
+        "engine": engine,
+        "mode": result.scope["mode"],
+        "rows_validated": result.scope["rows"],
+        "success": result.success,
+        "seconds": round(seconds, 1),
+        "peak_rss_mb_python": round(own),
+        "peak_rss_mb_process_tree": round(tree_mb),
+    }
 
 
 def run_child(workdir: Path, engine: str, full: bool) -> dict:
     code = f"import json,sys; from pathlib import Path; from tests.support.quality_bench import measure; print('RESULT' + json.dumps(measure(Path({str(workdir)!r}), {engine!r}, full={full})))"
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
+    line = next((out for out in proc.stdout.splitlines() if out.startswith("RESULT")), None)
     if line is None:
         raise RuntimeError(proc.stderr[-3000:])
     out = json.loads(line[6:])

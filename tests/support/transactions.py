@@ -48,7 +48,9 @@ def worker_env(pause_file: str | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def worker(mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.support.workers.transactions"):
+def worker(
+    mode: str, spec, args: dict, out: Path, pause_file: str | None = None, module: str = "tests.support.workers.transactions"
+):
     """A ``tests.support.workers.transactions`` (or ``module``) process writing to ``out``; always killed (if alive) and waited for."""
     with open(out, "w") as f:
         child = subprocess.Popen(
@@ -114,7 +116,14 @@ def journal_states(catalog, txn_id: str) -> list[str]:
 
 def rows(log_table: LogTable, partition: int = 0) -> list[tuple[int, str, str]]:
     table = log_table.read(partition)
-    return list(zip(table.column("log_offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()))
+    return list(
+        zip(
+            table.column("log_offset").to_pylist(),
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=False,
+        )
+    )
 
 
 def staged_files(log_table: LogTable) -> list[str]:
@@ -148,7 +157,9 @@ def past_timeout(ms: int = TRANSACTION_TIMEOUT_MS.default):
 
 
 def two_tables(catalog, partitions: int = 1) -> tuple[LogTable, LogTable]:
-    return LogTable.create(catalog, "db.a", partitions, properties=SMALL), LogTable.create(catalog, "db.b", partitions, properties=SMALL)
+    return LogTable.create(catalog, "db.a", partitions, properties=SMALL), LogTable.create(
+        catalog, "db.b", partitions, properties=SMALL
+    )
 
 
 def kill_one_transaction(catalog_spec, tmp_path, point: str):

@@ -68,7 +68,9 @@ def test_watermark_off_by_one_is_found(log_table):
         txn.set_properties({WATERMARKS: state.with_ends({1: state.end(1) + 1}).to_properties()[WATERMARKS]})
     for deep in (False, True):
         violations = check_contiguity(log_table.table(), deep=deep).violations
-        assert [(v.kind, v.partition, v.extra) for v in violations] == [("watermark", 1, {"stored_start": 0, "stored_end": 3, "data_end": 2})]
+        assert [(v.kind, v.partition, v.extra) for v in violations] == [
+            ("watermark", 1, {"stored_start": 0, "stored_end": 3, "data_end": 2})
+        ]
 
 
 def test_old_snapshot_checked_for_contiguity(log_table):
@@ -109,7 +111,14 @@ def reported_diagnosis(violations: list[Violation]) -> tuple[set[int], set[int]]
 
 
 def offsets_in_table(log_table: LogTable, partition: int) -> list[int]:
-    return log_table.table().scan().to_arrow().filter(pa.compute.equal(pa.compute.field("log_partition"), partition)).column("log_offset").to_pylist()
+    return (
+        log_table.table()
+        .scan()
+        .to_arrow()
+        .filter(pa.compute.equal(pa.compute.field("log_partition"), partition))
+        .column("log_offset")
+        .to_pylist()
+    )
 
 
 @pytest.mark.parametrize(
@@ -161,7 +170,12 @@ def write_files(directory: Path, partition: int, files: list[list[int]]) -> dict
     paths = {}
     for i, offsets in enumerate(files):
         path = str(directory / f"f{i}.parquet")
-        pq.write_table(pa.table({"log_partition": pa.array([partition] * len(offsets), pa.int32()), "log_offset": pa.array(offsets, pa.int64())}), path)
+        pq.write_table(
+            pa.table(
+                {"log_partition": pa.array([partition] * len(offsets), pa.int32()), "log_offset": pa.array(offsets, pa.int64())}
+            ),
+            path,
+        )
         paths[path] = partition
     return paths
 
@@ -183,7 +197,9 @@ def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, en
     start, end = max(0, min(every) + start_shift), max(0, max(every) + 1 + end_shift)
     start = min(start, end)
     with tempfile.TemporaryDirectory() as directory:
-        violations, rows = check_files("db.t", write_files(Path(directory), 0, files), LogState(watermarks={0: Watermark(start, end)}))
+        violations, rows = check_files(
+            "db.t", write_files(Path(directory), 0, files), LogState(watermarks={0: Watermark(start, end)})
+        )
     assert rows == len(every)
     assert reported_diagnosis(violations) == expected_diagnosis(files, start, end)
     watermark = [v for v in violations if v.check == "watermark"]
@@ -191,7 +207,9 @@ def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, en
 
 
 @settings(max_examples=300, deadline=None)
-@given(ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 10)), min_size=1, max_size=10), start_shift=st.integers(-3, 3))
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 10)), min_size=1, max_size=10), start_shift=st.integers(-3, 3)
+)
 def test_i1_metadata_check_equals_a_counter_when_files_are_consecutive(ranges, start_shift):
     """From manifests alone (bounds plus counts of consecutive files) the tiling is exact too."""
     files = [list(range(a, a + n)) for a, n in ranges]
@@ -208,4 +226,6 @@ def test_i1_missing_head_is_one_gap_not_a_gap_plus_a_watermark(tmp_path):
     violations, _ = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 6)}))
     assert [(v.check, v.kind, v.partition, v.first, v.last) for v in violations] == [("contiguity", "gap", 0, 0, 2)]
     spans = [FileSpan("f", 0, 3, 5, 3, True)]
-    assert [(v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(watermarks={0: Watermark(0, 6)}), trust_files=True)] == [("gap", 0, 2)]
+    assert [
+        (v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(watermarks={0: Watermark(0, 6)}), trust_files=True)
+    ] == [("gap", 0, 2)]

@@ -41,7 +41,21 @@ def test_suite_passes_on_the_demo_flights(flights, tmp_path):
 
 def test_suite_fails_on_planted_payload_violations(flights, tmp_path):
     end = flights.watermarks()[0].end
-    plant_rows(flights, [{"log_partition": 0, "log_offset": end, "carrier": "ZZ", "dep_delay": 5000.0, "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    plant_rows(
+        flights,
+        [
+            {
+                "log_partition": 0,
+                "log_offset": end,
+                "carrier": "ZZ",
+                "dep_delay": 5000.0,
+                "flight": 1,
+                "origin": "JFK",
+                "month": 1,
+                "distance": 100.0,
+            }
+        ],
+    )
     result = run_suite(flights.table(), docs_root=tmp_path / "gx")
     assert not result.success
     failed = {(f["expectation"], f["kwargs"].get("column")) for f in result.failed}
@@ -51,7 +65,10 @@ def test_suite_fails_on_planted_payload_violations(flights, tmp_path):
 
 
 def test_suite_fails_on_a_duplicated_offset(flights, tmp_path):
-    plant_rows(flights, [{"log_partition": 1, "log_offset": 5, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    plant_rows(
+        flights,
+        [{"log_partition": 1, "log_offset": 5, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}],
+    )
     failed = {f["expectation"] for f in run_suite(flights.table(), docs_root=tmp_path / "gx").failed}
     assert failed == {"expect_compound_columns_to_be_unique"}
 
@@ -136,7 +153,10 @@ def test_incremental_validation_falls_back_to_full_when_the_validated_snapshot_e
 
 def test_incremental_validation_falls_back_to_full_after_a_foreign_commit(flights, tmp_path):
     run_suite(flights.table(), docs_root=tmp_path)
-    plant_rows(flights, [{"log_partition": 1, "log_offset": 5, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    plant_rows(
+        flights,
+        [{"log_partition": 1, "log_offset": 5, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}],
+    )
     result = run_suite(flights.table(), docs_root=tmp_path)
     assert result.scope["mode"] == "full" and "without icelog lineage" in result.scope["reason"]
     assert {f["expectation"] for f in result.failed} == {"expect_compound_columns_to_be_unique"}
@@ -168,7 +188,21 @@ def test_gx_on_spark_passes_on_the_flights_and_fails_on_planted_rows_like_pandas
     assert ok.engine == "spark" and ok.success, ok.failed
     assert ok.evaluated >= 15
     end = flights.watermarks()[0].end
-    plant_rows(flights, [{"log_partition": 0, "log_offset": end, "carrier": "ZZ", "dep_delay": 5000.0, "flight": 1, "origin": "JFK", "month": 1, "distance": 100.0}])
+    plant_rows(
+        flights,
+        [
+            {
+                "log_partition": 0,
+                "log_offset": end,
+                "carrier": "ZZ",
+                "dep_delay": 5000.0,
+                "flight": 1,
+                "origin": "JFK",
+                "month": 1,
+                "distance": 100.0,
+            }
+        ],
+    )
     on_spark = run_suite(flights.table(), docs_root=tmp_path / "gx", engine="spark", spark=lambda: spark)
     on_pandas = run_suite(flights.table(), docs_root=tmp_path / "gx", engine="pandas")
     assert not on_spark.success and on_spark.engine == "spark"

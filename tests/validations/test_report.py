@@ -15,7 +15,15 @@ from tests.support.planting import plant
 from validations.report import build_index, build_report
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 class OfflineBrowser:
@@ -111,7 +119,15 @@ def test_report_and_data_docs_render_offline_with_no_failed_request(sqlite_catal
     assert browser.failed == [] and browser.errors == []
     assert seen["status"] == "OK" and seen["dots"] == 4 and seen["charts"] == "4"
     assert seen["partitionBars"] == 3 and seen["fileBars"] == 6 and seen["dayBars"] == 1
-    assert {"partition", "rows", "data files", "day appended (UTC)", "rows added", "commit time (UTC)", "rows appended (cumulative)"} <= set(seen["axisTitles"])
+    assert {
+        "partition",
+        "rows",
+        "data files",
+        "day appended (UTC)",
+        "rows added",
+        "commit time (UTC)",
+        "rows appended (cumulative)",
+    } <= set(seen["axisTitles"])
     assert seen["partitions"] == 3 and "none" in seen["violations"] and seen["docs"] == 1
 
     # Data Docs: the index's validation table is built by bootstrap-table (jQuery + Bootstrap
@@ -130,7 +146,13 @@ def test_report_and_data_docs_render_offline_with_no_failed_request(sqlite_catal
     }""")
     styled = browser.shot("data-docs-offline.png")
     assert browser.failed == [] and browser.errors == []
-    assert docs["table"] >= 1 and docs["rows"] >= 1 and docs["navbar"] == "flex" and docs["vegaBars"] == 2 and docs["fontAwesome"] >= 1
+    assert (
+        docs["table"] >= 1
+        and docs["rows"] >= 1
+        and docs["navbar"] == "flex"
+        and docs["vegaBars"] == 2
+        and docs["fontAwesome"] >= 1
+    )
     validation = next((tmp_path / "report" / "data-docs" / "validations").rglob("*.html"))
     browser.open(validation)
     assert browser.failed == [] and browser.errors == []
@@ -167,7 +189,10 @@ def test_report_small_files_compaction_note_and_freshness(sqlite_catalog, tmp_pa
     last = t.table().metadata.last_updated_ms
     page = build_report(t.table(), tmp_path / "report", gx=False, now_ms=last + 2 * 3_600_000)
     doc = json.loads((page.parent / "report.json").read_text())
-    assert [(p["partition"], p["files"], p["small_files"], p["compaction_due"]) for p in doc["partition_files"]] == [(0, 8, 8, True), (1, 1, 1, False)]
+    assert [(p["partition"], p["files"], p["small_files"], p["compaction_due"]) for p in doc["partition_files"]] == [
+        (0, 8, 8, True),
+        (1, 1, 1, False),
+    ]
     assert doc["compaction_due"] == [0] and doc["small_files"] == 9
     assert doc["freshness_ms"] == 2 * 3_600_000
     text = page.read_text()
@@ -200,7 +225,9 @@ def test_report_all_writes_an_index_with_each_tables_status(sqlite_catalog, tmp_
     listed = {e["table"]: e for e in json.loads((index.parent / "index.json").read_text())}
     assert set(listed) == {"db.good", "db.bad"} and listed["db.good"]["ok"] and not listed["db.bad"]["ok"]
     browser.open(index, "document.body.dataset.rendered !== undefined")
-    rows = browser.page.evaluate("[...document.querySelectorAll('#tables tr')].slice(1).map(r => [r.querySelector('a').getAttribute('href'), r.querySelector('.status').innerText])")
+    rows = browser.page.evaluate(
+        "[...document.querySelectorAll('#tables tr')].slice(1).map(r => [r.querySelector('a').getAttribute('href'), r.querySelector('.status').innerText])"
+    )
     assert browser.failed == [] and browser.errors == []
     assert sorted(rows) == [["db.bad/index.html", "VIOLATIONS"], ["db.good/index.html", "OK"]]
     assert browser.page.locator("#status").inner_text() == "1 need attention"

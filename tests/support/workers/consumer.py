@@ -54,7 +54,7 @@ def main(spec_json: str, args_json: str) -> None:
         rows = [
             {"key": k, "value": str(o)}
             for b in batches
-            for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist())
+            for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist(), strict=False)
         ]
         time.sleep(args.get("work_s", 0.0))  # the "processing"
         append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)

@@ -51,7 +51,9 @@ def conditional_once(spec_json: str, table: str, partition: int, expected: int, 
         _emit(tag=tag, committed=False, expected=expected, error=e.to_dict())
 
 
-def conditional_loop(spec_json: str, table: str, partition: int, count: int, tag: str, barrier: str = "", parties: int = 0) -> None:
+def conditional_loop(
+    spec_json: str, table: str, partition: int, count: int, tag: str, barrier: str = "", parties: int = 0
+) -> None:
     """Append ``count`` single-row batches, each expecting the end it just read (retrying).
 
     With a barrier, every worker reads the log end first and then all append at once, so
@@ -92,7 +94,9 @@ def append_rows(spec_json: str, table: str, partition: int, rows: int, tag: str,
     _emit(tag=tag, range=result.ranges[int(partition)], duplicate=result.duplicate)
 
 
-def produce_batch(spec_json: str, table: str, partition: int, producer_id: int, epoch: int, sequence: int, rows: int, tag: str) -> None:
+def produce_batch(
+    spec_json: str, table: str, partition: int, producer_id: int, epoch: int, sequence: int, rows: int, tag: str
+) -> None:
     """One idempotent batch (killed mid-commit by the fault tests, then re-sent)."""
     from storage.log.sequences import ProducerBatch
 
@@ -161,13 +165,30 @@ def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> 
     """``storage.log.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
     from storage.log.maintenance import maintain as run
 
-    report = run(_catalog(spec_json), table, retention_bytes=retention_bytes or None, compact=bool(compact), keep_snapshots=50, orphan_age_s=3600)
+    report = run(
+        _catalog(spec_json),
+        table,
+        retention_bytes=retention_bytes or None,
+        compact=bool(compact),
+        keep_snapshots=50,
+        orphan_age_s=3600,
+    )
     _emit(**{k: v for k, v in report.items() if k != "started"})
 
 
 COMMANDS = {
     f.__name__: f
-    for f in (conditional_once, conditional_loop, append_loop, append_rows, produce_batch, resend_storm, lease_ids, init_producer, maintain)
+    for f in (
+        conditional_once,
+        conditional_loop,
+        append_loop,
+        append_rows,
+        produce_batch,
+        resend_storm,
+        lease_ids,
+        init_producer,
+        maintain,
+    )
 }
 
 

@@ -141,11 +141,15 @@ def reader(catalog, args: dict) -> None:
                 ends.append(LogState.from_metadata(table.metadata).end(0))
                 paths = planned_paths(table)
                 if paths:
-                    sums.append(con.execute("SELECT coalesce(sum(CAST(value AS BIGINT)), 0), count(*) FROM read_parquet(?)", [paths]).fetchone())
+                    sums.append(
+                        con.execute(
+                            "SELECT coalesce(sum(CAST(value AS BIGINT)), 0), count(*) FROM read_parquet(?)", [paths]
+                        ).fetchone()
+                    )
                 else:
                     sums.append((0, 0))
             emit(ends=ends, sums=[int(s[0]) for s in sums], rows=[int(s[1]) for s in sums])
-        except Exception as e:  # noqa: BLE001: reported, the test fails on it
+        except Exception as e:  # noqa: BLE001 (reported, the test fails on it)
             emit(error=repr(e))
         if final:
             return
@@ -178,7 +182,14 @@ def copier(catalog, args: dict) -> None:
                 arm(args["pause"])  # every point of the copier's next transaction can hit it
         rows = src.read(0, position, min(end, position + args["batch"]))
         with producer.transaction():
-            producer.send(out, 0, [{"key": f"src:{o}", "value": str(v).upper()} for o, v in zip(rows.column("log_offset").to_pylist(), rows.column("value").to_pylist())])
+            producer.send(
+                out,
+                0,
+                [
+                    {"key": f"src:{o}", "value": str(v).upper()}
+                    for o, v in zip(rows.column("log_offset").to_pylist(), rows.column("value").to_pylist(), strict=False)
+                ],
+            )
             producer.send_offsets_to_transaction({(args["src"], 0): position + rows.num_rows}, group)
         batches += 1
         emit(event="batch", position=position + rows.num_rows)
