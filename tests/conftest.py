@@ -12,6 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # infra/ is not an installed package
 
+# The helpers in tests/support assert like the tests that call them: pytest rewrites their asserts
+# too (as it did when they lived in test modules), so a failed check shows the values it compared.
+pytest.register_assert_rewrite("tests.support")
+
 from tests.support.catalogs import CatalogSpec  # noqa: E402
 from tests.support.spark import local_session  # noqa: E402
 
