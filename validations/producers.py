@@ -7,7 +7,7 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.state import LogState
+from storage.core.state import LogState, PartitionSequences
 from storage.log.sequences import expiry_ms, live_producers
 from storage.producers.idempotent import derive_state
 from validations.sql import planned_paths
@@ -53,14 +53,20 @@ def state_violations(table: Table) -> list[Violation]:
         if entry is None:
             found.append(Violation(CHECK, name, "producer_state", f"producer {pid} wrote rows but has no stored state", extra={"producer_id": int(pid)}))
             continue
-        if entry["epoch"] < rows_entry["epoch"]:
-            found.append(Violation(CHECK, name, "producer_state", f"producer {pid}: stored epoch {entry['epoch']} < epoch {rows_entry['epoch']} in rows", extra={"producer_id": int(pid)}))
-        elif entry["epoch"] == rows_entry["epoch"] and entry["partitions"] != rows_entry["partitions"]:
-            for p in sorted(set(entry["partitions"]) | set(rows_entry["partitions"]), key=int):
-                want, got = rows_entry["partitions"].get(p), entry["partitions"].get(p)
+        if entry.epoch < rows_entry.epoch:
+            found.append(Violation(CHECK, name, "producer_state", f"producer {pid}: stored epoch {entry.epoch} < epoch {rows_entry.epoch} in rows", extra={"producer_id": int(pid)}))
+        elif entry.epoch == rows_entry.epoch and entry.partitions != rows_entry.partitions:
+            for p in sorted(set(entry.partitions) | set(rows_entry.partitions)):
+                want, got = rows_entry.partitions.get(p), entry.partitions.get(p)
                 if want != got:
-                    found.append(Violation(CHECK, name, "producer_state", f"producer {pid} partition {p}: stored {got} but rows say {want}", partition=int(p), extra={"producer_id": int(pid)}))
+                    detail = f"producer {pid} partition {p}: stored {_shown(got)} but rows say {_shown(want)}"
+                    found.append(Violation(CHECK, name, "producer_state", detail, partition=p, extra={"producer_id": int(pid)}))
     return found
+
+
+def _shown(sequences: PartitionSequences | None) -> dict | None:
+    """As the violation's detail shows one partition's sequences: their JSON form."""
+    return None if sequences is None else sequences.to_dict()
 
 
 def check_producers(table: Table, snapshot_id: int | None = None) -> CheckReport:

@@ -30,7 +30,7 @@ def producers_list(ctx: Context, table: str) -> None:
     from storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
-    doc = {"table": log_table.identifier, "producers": dict(log_table.state().producers)}
+    doc = {"table": log_table.identifier, "producers": {pid: e.to_dict() for pid, e in log_table.state().producers.items()}}
     ctx.emit(
         doc,
         lambda d: print_table(
@@ -54,4 +54,4 @@ def producers_rebuild(ctx: Context, table: str) -> None:
 
     name = LogTable.open(ctx.catalog, table).identifier
     state = rebuild(ctx.catalog, name)
-    ctx.emit({"table": name, "producers": state}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))
+    ctx.emit({"table": name, "producers": {pid: e.to_dict() for pid, e in state.items()}}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))

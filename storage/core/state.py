@@ -11,10 +11,11 @@ A log table's state (``icelog.format`` 2):
 
 * ``icelog.partitions``: the partition count (partitions are added, never removed).
 * ``icelog.watermarks``: ``start:end`` per partition, in partition order, joined by ``,``.
-* ``icelog.producers``: one entry per producer, joined by spaces, ordered by
+* ``icelog.producers``: one :class:`ProducerEntry` per producer, joined by spaces, ordered by
   ``(last_ms, producer id)``: ``pid;last_ms;epoch;client;partitions`` where client is
-  percent-encoded (``*`` for none) and partitions are ``p:last_seq:batches`` joined by ``|``,
-  batches ``first_seq,last_seq,base_offset,next_offset`` joined by ``/``.
+  percent-encoded (``*`` for none) and partitions are ``p:last_seq:batches``
+  (:class:`PartitionSequences`) joined by ``|``, batches
+  ``first_seq,last_seq,base_offset,next_offset`` (:class:`WrittenBatch`) joined by ``/``.
 
 Why this shape: every commit carries this state, at 10,000 partitions or producers too.
 
@@ -24,8 +25,9 @@ Why this shape: every commit carries this state, at 10,000 partitions or produce
   reading and writing a metadata file with megabytes of state several times cheaper.
 * Producers ordered by last use: the expired ones are a prefix, found without parsing the rest.
 
-Format 1 (JSON objects ``{"p": [start, end]}`` and ``{"pid": {...}}``) is still read; the
-next commit rewrites it as format 2.
+Format 1 (JSON objects ``{"p": [start, end]}`` and ``{"pid": {...}}``, the entries as
+:meth:`ProducerEntry.to_dict` writes them) is still read; the next commit rewrites it as
+format 2.
 """
 
 from __future__ import annotations
@@ -152,10 +154,61 @@ def _mark(start: int, end: int) -> str:
 # --- producers ----------------------------------------------------------------------------------
 
 
-class Producers(Mapping[str, dict]):
+@dataclass(frozen=True, slots=True)
+class WrittenBatch:
+    """One batch a producer wrote to a partition: sequences ``first_seq..last_seq`` at offsets
+    ``[base_offset, next_offset)``. A re-send of the same sequences gets these offsets back."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSequences:
+    """A producer's sequences on one partition: the last one written, and its last batches."""
+
+    last_seq: int = -1
+    batches: tuple[WrittenBatch, ...] = ()
+
+    def written(self, batch: WrittenBatch, keep: int) -> PartitionSequences:
+        """These sequences after ``batch``, remembering the last ``keep`` batches."""
+        return PartitionSequences(max(self.last_seq, batch.last_seq), (*self.batches, batch)[-keep:])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_seq": self.last_seq,
+            "batches": [[b.first_seq, b.last_seq, b.base_offset, b.next_offset] for b in self.batches],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """An idempotent producer's state on one log table (its id is the key it is stored under).
+
+    ``partitions`` is not copied: build a new mapping rather than editing one you read.
+    """
+
+    client: str | None
+    epoch: int
+    last_ms: int
+    partitions: Mapping[int, PartitionSequences] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON (format 1, and the CLI): partitions keyed by their number as a string."""
+        return {
+            "client": self.client,
+            "epoch": self.epoch,
+            "last_ms": self.last_ms,
+            "partitions": {str(p): seen.to_dict() for p, seen in self.partitions.items()},
+        }
+
+
+class Producers(Mapping[str, ProducerEntry]):
     """Idempotent-producer entries by producer id, as ``storage.producers.idempotent`` reads and writes them.
 
-    Immutable. Entries are parsed when read (a fresh dict each time); :meth:`with_entry` and
+    Immutable. Entries are parsed when read (a fresh value each time); :meth:`with_entry` and
     :meth:`live` return a new value whose :meth:`encode` re-parses nothing it did not touch:
     it cuts the changed and expired entries out of the text and appends the new ones.
     """
@@ -176,7 +229,7 @@ class Producers(Mapping[str, dict]):
         self._index: dict[str, str] | None = None
 
     @classmethod
-    def of(cls, producers: Mapping[str, Any]) -> Producers:
+    def of(cls, producers: Mapping[str, ProducerEntry]) -> Producers:
         if isinstance(producers, Producers):
             return producers
         return cls(" ".join(sorted((_line(str(pid), entry) for pid, entry in producers.items()), key=_order)))
@@ -184,7 +237,7 @@ class Producers(Mapping[str, dict]):
     @classmethod
     def decode(cls, text: str) -> Producers:
         if text.startswith("{"):  # format 1
-            return cls.of(json.loads(text))
+            return cls.of({pid: _entry_from_json(pid, raw) for pid, raw in json.loads(text).items()})
         return cls(text)
 
     def encode(self) -> str:
@@ -209,7 +262,7 @@ class Producers(Mapping[str, dict]):
             pieces.append(" ")
         return "".join([*pieces, " ".join(added)]).rstrip(" ")  # one copy: the usual case appends
 
-    def with_entry(self, pid: str, entry: Mapping[str, Any]) -> Producers:
+    def with_entry(self, pid: str, entry: ProducerEntry) -> Producers:
         return Producers(self._text, {**self._changed, pid: _line(pid, entry)}, self._cutoff, self._spans)
 
     def live(self, now_ms: int, expiry_ms: int) -> Producers:
@@ -221,19 +274,19 @@ class Producers(Mapping[str, dict]):
     def find_client(self, client_id: str) -> str | None:
         """The producer id registered for ``client_id``, if any."""
         for pid in self._changed:
-            if pid in self and self[pid]["client"] == client_id:
+            if pid in self and self[pid].client == client_id:
                 return pid
         needle = f";{quote(client_id, safe='')};"
         at = self._text.find(needle)
         while at >= 0:  # a candidate: the pattern may match another field, so parse to be sure
             start = self._text.rfind(" ", 0, at) + 1
             pid = self._text[start : self._text.index(";", start)]
-            if pid not in self._changed and pid in self and self[pid]["client"] == client_id:
+            if pid not in self._changed and pid in self and self[pid].client == client_id:
                 return pid
             at = self._text.find(needle, at + 1)
         return None
 
-    def __getitem__(self, pid: str) -> dict:
+    def __getitem__(self, pid: str) -> ProducerEntry:
         if pid in self._changed:
             line = self._changed[pid]
         else:
@@ -293,29 +346,49 @@ class Producers(Mapping[str, dict]):
         return at
 
 
-def _line(pid: str, entry: Mapping[str, Any]) -> str:
-    if set(entry) != {"client", "epoch", "last_ms", "partitions"} or not pid.isdigit():
+def _line(pid: str, entry: ProducerEntry) -> str:
+    """``entry`` as its format-2 line (the codec's one writer)."""
+    if not isinstance(entry, ProducerEntry) or not pid.isdigit():
         raise ValueError(f"not a producer entry: {pid!r}: {entry!r}")
-    client = "*" if entry["client"] is None else quote(entry["client"], safe="")
+    client = "*" if entry.client is None else quote(entry.client, safe="")
     parts = []
-    for p, seen in entry["partitions"].items():
-        if set(seen) != {"last_seq", "batches"} or not str(p).lstrip("-").isdigit():
+    for p, seen in entry.partitions.items():
+        if not isinstance(seen, PartitionSequences):
             raise ValueError(f"not a producer partition entry: {p!r}: {seen!r}")
-        batches = "/".join(",".join(str(operator.index(n)) for n in b) for b in seen["batches"])
-        parts.append(f"{p}:{operator.index(seen['last_seq'])}:{batches}")
-    return f"{pid};{operator.index(entry['last_ms'])};{operator.index(entry['epoch'])};{client};{'|'.join(parts)}"
+        batches = "/".join(
+            f"{operator.index(b.first_seq)},{operator.index(b.last_seq)},{operator.index(b.base_offset)},{operator.index(b.next_offset)}"
+            for b in seen.batches
+        )
+        parts.append(f"{operator.index(p)}:{operator.index(seen.last_seq)}:{batches}")
+    return f"{pid};{operator.index(entry.last_ms)};{operator.index(entry.epoch)};{client};{'|'.join(parts)}"
 
 
-def _entry(line: str) -> dict:
+def _entry(line: str) -> ProducerEntry:
+    """A format-2 line as its entry (the codec's one reader)."""
     _, last_ms, epoch, client, parts = line.split(";")
     partitions = {}
     for part in parts.split("|") if parts else ():
         p, last_seq, batches = part.split(":")
-        partitions[p] = {
-            "last_seq": int(last_seq),
-            "batches": [[int(n) for n in b.split(",")] for b in batches.split("/")] if batches else [],
-        }
-    return {"client": None if client == "*" else unquote(client), "epoch": int(epoch), "last_ms": int(last_ms), "partitions": partitions}
+        partitions[int(p)] = PartitionSequences(int(last_seq), tuple(map(_batch, batches.split("/"))) if batches else ())
+    return ProducerEntry(None if client == "*" else unquote(client), int(epoch), int(last_ms), partitions)
+
+
+def _batch(text: str) -> WrittenBatch:
+    first_seq, last_seq, base_offset, next_offset = text.split(",")
+    return WrittenBatch(int(first_seq), int(last_seq), int(base_offset), int(next_offset))
+
+
+def _entry_from_json(pid: str, raw: Mapping[str, Any]) -> ProducerEntry:
+    """A format-1 entry (:meth:`ProducerEntry.to_dict`'s shape) as its entry."""
+    if set(raw) != {"client", "epoch", "last_ms", "partitions"}:
+        raise ValueError(f"not a producer entry: {pid!r}: {raw!r}")
+    partitions = {}
+    for p, seen in raw["partitions"].items():
+        if set(seen) != {"last_seq", "batches"} or not str(p).lstrip("-").isdigit():
+            raise ValueError(f"not a producer partition entry: {p!r}: {seen!r}")
+        batches = tuple(WrittenBatch(first_seq=b[0], last_seq=b[1], base_offset=b[2], next_offset=b[3]) for b in seen["batches"])
+        partitions[int(p)] = PartitionSequences(seen["last_seq"], batches)
+    return ProducerEntry(raw["client"], raw["epoch"], raw["last_ms"], partitions)
 
 
 def _last_line(text: str) -> str:
@@ -344,7 +417,7 @@ class LogState:
     """
 
     watermarks: Mapping[int, Watermark]
-    producers: Mapping[str, Any] = field(default_factory=dict)
+    producers: Mapping[str, ProducerEntry] = field(default_factory=dict)
     snapshot_id: int | None = None
 
     def __post_init__(self) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Mapping
 
 from storage import properties as properties_
-from storage.core.state import LogState, Producers
+from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, WrittenBatch
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -58,7 +58,7 @@ def expiry_ms(properties: Mapping[str, str]) -> int:
     return properties_.read(properties, properties_.PRODUCER_EXPIRY_MS)  # type: ignore[return-value] - has a default
 
 
-def live_producers(producers: Mapping[str, Any], now_ms: int, expiry: int) -> Producers:
+def live_producers(producers: Mapping[str, ProducerEntry], now_ms: int, expiry: int) -> Producers:
     """The producers used within ``expiry`` ms of ``now_ms`` (without parsing the others)."""
     return Producers.of(producers).live(now_ms, expiry)
 
@@ -85,34 +85,34 @@ def admit(
     entry = producers.get(pid)
     if entry is None:
         raise UnknownProducer(table=table, producer_id=batch.producer_id)
-    if batch.epoch < entry["epoch"]:
-        raise ProducerFenced(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry["epoch"])
-    if batch.epoch > entry["epoch"]:
-        raise InvalidProducerEpoch(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry["epoch"])
+    if batch.epoch < entry.epoch:
+        raise ProducerFenced(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry.epoch)
+    if batch.epoch > entry.epoch:
+        raise InvalidProducerEpoch(table=table, producer_id=batch.producer_id, epoch=batch.epoch, current_epoch=entry.epoch)
 
     duplicates: dict[int, tuple[int, int]] = {}
-    partitions = {p: dict(s) for p, s in entry["partitions"].items()}
+    partitions = dict(entry.partitions)
     for p, (base, nxt) in sorted(ranges.items()):
         first = batch.first_sequences[p]
         last = first + (nxt - base) - 1
-        seen = partitions.get(str(p), {"last_seq": -1, "batches": []})
-        cached = [b for b in seen["batches"] if b[0] == first and b[1] == last]
-        if cached:
-            duplicates[p] = (cached[0][2], cached[0][3])
+        seen = partitions.get(p, PartitionSequences())
+        cached = next((b for b in seen.batches if b.first_seq == first and b.last_seq == last), None)
+        if cached is not None:
+            duplicates[p] = (cached.base_offset, cached.next_offset)
             continue
-        if first <= seen["last_seq"]:
-            oldest = seen["batches"][0][0] if seen["batches"] else seen["last_seq"] + 1
+        if first <= seen.last_seq:
+            oldest = seen.batches[0].first_seq if seen.batches else seen.last_seq + 1
             if first < oldest:  # written, but too long ago for its offsets to be remembered
                 raise DuplicateSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first)
-            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen["last_seq"] + 1)
-        if first != seen["last_seq"] + 1:
-            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen["last_seq"] + 1)
-        partitions[str(p)] = {"last_seq": last, "batches": [*seen["batches"], [first, last, base, nxt]][-BATCHES_KEPT:]}
+            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1)
+        if first != seen.last_seq + 1:
+            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1)
+        partitions[p] = seen.written(WrittenBatch(first, last, base, nxt), BATCHES_KEPT)
     if duplicates:
         if len(duplicates) != len(ranges):  # commits are atomic, so a half-duplicate is a protocol error
             p = next(p for p in ranges if p not in duplicates)
             raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1)
         return Admission(state=state, duplicate_of=duplicates)
-    producers = producers.with_entry(pid, {**entry, "last_ms": now_ms, "partitions": partitions})
+    producers = producers.with_entry(pid, replace(entry, last_ms=now_ms, partitions=partitions))
     lineage = {"icelog.producer": f"{batch.producer_id}:{batch.epoch}", "icelog.sequences": ",".join(f"{p}:{s}" for p, s in sorted(batch.first_sequences.items()))}
     return Admission(state=replace(state, producers=producers), lineage=lineage)

@@ -4,10 +4,10 @@
   ``icelog_system.producer_ids``. Each lease is a compare-and-swap commit, so ids are unique
   in the catalog, never reused, and allocated in increasing order.
 * **State** lives in the log table's ``icelog.producers`` property (encoded by
-  ``storage.core.state.Producers``), changed in the same commit as the rows it describes; an entry::
-
-      {"<pid>": {"client": "orders-writer" | null, "epoch": 3, "last_ms": 1763800000000,
-                 "partitions": {"0": {"last_seq": 41, "batches": [[first_seq, last_seq, base_offset, next_offset], ...]}}}}
+  ``storage.core.state.Producers``), changed in the same commit as the rows it describes: per
+  producer id a ``ProducerEntry(client, epoch, last_ms, partitions)``, per partition its
+  ``PartitionSequences(last_seq, batches)``, each batch a
+  ``WrittenBatch(first_seq, last_seq, base_offset, next_offset)``.
 
   Only the last :data:`BATCHES_KEPT` batches per partition are remembered (as in Kafka).
 * **Admission** happens inside the commit decision, against the exact base of the commit
@@ -27,7 +27,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, check_writable, commit
-from storage.core.state import LogState, SystemState
+from storage.core.state import LogState, PartitionSequences, ProducerEntry, SystemState, WrittenBatch
 from storage.core.system import ensure_system_table
 from storage.errors import InvalidInput, PlanOutdated
 from storage.log.scan import planned_paths
@@ -79,7 +79,7 @@ def lease_producer_ids(catalog: Catalog, count: int = 1, floor: int = 0) -> rang
     return commit(catalog, SYSTEM_TABLE, LeaseProducerIds(count, floor=floor)).result
 
 
-def producer_id_floor(producers: Mapping[str, Any]) -> int:
+def producer_id_floor(producers: Mapping[str, ProducerEntry]) -> int:
     """The lowest id above every producer id in ``producers`` (0 for none)."""
     return max((int(pid) for pid in producers), default=-1) + 1
 
@@ -126,7 +126,7 @@ class InitProducer(Request):
         existing = producers.find_client(self.client_id) if self.client_id is not None else None
         if existing is not None:
             pid = existing
-            epoch = producers[pid]["epoch"] + 1
+            epoch = producers[pid].epoch + 1
             if epoch > MAX_INT32:
                 raise InvalidInput(reason=f"producer {pid} exhausted its epochs; use a new client id")
         else:
@@ -134,7 +134,7 @@ class InitProducer(Request):
             if pid in producers:  # never take over another producer's id, its epoch and sequences
                 raise PlanOutdated(table=self.table, what=f"the producer ids (id {pid} is taken here)")
         # A new epoch starts its sequences at 0, as in Kafka; older epochs are fenced from now on.
-        producers = producers.with_entry(pid, {"client": self.client_id, "epoch": epoch, "last_ms": now_ms, "partitions": {}})
+        producers = producers.with_entry(pid, ProducerEntry(client=self.client_id, epoch=epoch, last_ms=now_ms))
         return Decision(state=replace(state, producers=producers), result=ProducerIdentity(int(pid), epoch, self.client_id))
 
     def receipt(self, result: ProducerIdentity) -> list[int]:
@@ -173,7 +173,7 @@ def init_producer(catalog: Catalog, table: str, client_id: str | None = None) ->
 # --- rebuild from rows --------------------------------------------------------------------------
 
 
-def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Any]:
+def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, ProducerEntry]:
     """Producer state as the rows say it is: the newest epoch per producer, last batches per partition.
 
     A batch is a run of rows of one (producer, epoch, partition) committed together (one
@@ -196,31 +196,34 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Any]
         """,
         {"paths": paths},
     ).fetchall()
-    derived: dict[str, Any] = {}
+    derived: dict[str, ProducerEntry] = {}
+    sequences: dict[str, dict[int, PartitionSequences]] = {}  # each entry's partitions, built in place
     for pid, epoch, p, first_seq, last_seq, base, nxt, last_ms in rows:
-        entry = derived.setdefault(str(pid), {"client": None, "epoch": epoch, "last_ms": last_ms, "partitions": {}})
-        if epoch < entry["epoch"]:
+        key = str(pid)
+        entry = derived.get(key)
+        if entry is not None and epoch < entry.epoch:
             continue
-        if epoch > entry["epoch"]:
-            entry.update(epoch=epoch, partitions={})
-        entry["last_ms"] = max(entry["last_ms"], last_ms)
-        part = entry["partitions"].setdefault(str(p), {"last_seq": -1, "batches": []})
-        part["last_seq"] = max(part["last_seq"], last_seq)
-        part["batches"] = [*part["batches"], [first_seq, last_seq, base, nxt]][-BATCHES_KEPT:]
+        if entry is None or epoch > entry.epoch:  # a newer epoch starts its sequences anew
+            sequences[key] = {}
+            entry = ProducerEntry(client=None, epoch=epoch, last_ms=last_ms if entry is None else entry.last_ms, partitions=sequences[key])
+        seen = sequences[key]
+        seen[p] = seen.get(p, PartitionSequences()).written(WrittenBatch(first_seq, last_seq, base, nxt), BATCHES_KEPT)
+        derived[key] = replace(entry, last_ms=max(entry.last_ms, last_ms))
     return derived
 
 
-def merge_derived(stored: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str, Any]:
+def merge_derived(stored: Mapping[str, ProducerEntry], derived: Mapping[str, ProducerEntry]) -> dict[str, ProducerEntry]:
     """What rebuild writes: rows win for sequences; stored state adds client ids and newer epochs."""
-    merged = {pid: dict(entry) for pid, entry in derived.items()}
+    merged = dict(derived)
     for pid, entry in stored.items():
-        if pid not in merged:
-            merged[pid] = dict(entry)
+        mine = merged.get(pid)
+        if mine is None:
+            merged[pid] = entry
             continue
-        merged[pid]["client"] = entry.get("client")
-        merged[pid]["last_ms"] = max(merged[pid]["last_ms"], entry["last_ms"])
-        if entry["epoch"] > merged[pid]["epoch"]:
-            merged[pid].update(epoch=entry["epoch"], partitions=entry["partitions"])
+        mine = replace(mine, client=entry.client, last_ms=max(mine.last_ms, entry.last_ms))
+        if entry.epoch > mine.epoch:
+            mine = replace(mine, epoch=entry.epoch, partitions=entry.partitions)
+        merged[pid] = mine
     return merged
 
 
@@ -235,7 +238,7 @@ class RebuildProducers(Request):
 
 
 
-def rebuild(catalog: Catalog, table: str) -> dict[str, Any]:
+def rebuild(catalog: Catalog, table: str) -> dict[str, ProducerEntry]:
     """Recompute producer state from the rows and store it (decided on the base it replaces)."""
 
     log_table = LogTable.open(catalog, table)

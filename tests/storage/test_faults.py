@@ -106,7 +106,7 @@ def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, 
     # Init again (what a client does when its init failed): one producer for the client id,
     # a fresh one if the killed init never landed, the same one at the next epoch if it did.
     again = run_to_end(catalog_spec, "init_producer", "db.p", "app", "register", directory=tmp_path, name="again")
-    clients = [pid for pid, entry in t.state().producers.items() if entry["client"] == "app"]
+    clients = [pid for pid, entry in t.state().producers.items() if entry.client == "app"]
     assert clients == [str(again["producer_id"])]
     assert again["epoch"] == (1 if landed else 0)
     assert t.append({0: [{"key": "new"}]}, producer=ProducerBatch(again["producer_id"], again["epoch"], {0: 0})).ranges == {0: (2, 3)}

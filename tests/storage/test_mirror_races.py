@@ -129,7 +129,7 @@ def test_i6_a_promotion_between_plan_and_commit_refuses_the_step(source, target,
     assert bumped[0].epoch > me.epoch
     # The stale step's commit once landed on the promoted table and replaced its producer
     # state with the source's: the new owner's epoch bump was gone (a fenced zombie accepted).
-    assert after[str(bumped[0].producer_id)]["epoch"] == bumped[0].epoch, (before, dict(after))
+    assert after[str(bumped[0].producer_id)].epoch == bumped[0].epoch, (before, dict(after))
     assert isinstance(raised, MirrorPromoted)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from storage.core.commit import commit
-from storage.core.state import LogState, Producers, Watermark
+from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, Watermark, WrittenBatch
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -137,10 +138,12 @@ def test_i4_zombie_commit_racing_the_new_init_is_fenced(catalog, table):
 def test_i4_producers_expire_after_disuse_exactly_at_the_expiry(catalog):
     """The clock is injected (``admit(now_ms=...)``): alive at exactly ``expiry`` ms of disuse,
     unknown 1 ms later. The public append path has no clock parameter, see the next test."""
-    entry = {"client": "app", "epoch": 0, "last_ms": 1_000_000, "partitions": {"0": {"last_seq": 0, "batches": [[0, 0, 0, 1]]}}}
+    entry = ProducerEntry(
+        client="app", epoch=0, last_ms=1_000_000, partitions={0: PartitionSequences(0, (WrittenBatch(0, 0, 0, 1),))}
+    )
     state = LogState(watermarks={0: Watermark(0, 1)}, producers={"7": entry})
     alive = admit("db.e", state, ProducerBatch(7, 0, {0: 1}), {0: (1, 2)}, now_ms=1_000_300, expiry=300)
-    assert alive.state.producers["7"]["last_ms"] == 1_000_300 and alive.state.producers["7"]["partitions"]["0"]["last_seq"] == 1
+    assert alive.state.producers["7"].last_ms == 1_000_300 and alive.state.producers["7"].partitions[0].last_seq == 1
     resent = admit("db.e", state, ProducerBatch(7, 0, {0: 0}), {0: (1, 2)}, now_ms=1_000_300, expiry=300)
     assert resent.duplicate_of == {0: (0, 1)}
     for seq in (1, 0):  # a new batch and a re-send alike: the producer is gone
@@ -155,7 +158,8 @@ def test_i4_expired_producers_are_refused_and_dropped(catalog):
     me = init_producer(catalog, "db.e", "app")
     t.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
     state = dict(t.state().producers)
-    state[str(me.producer_id)]["last_ms"] -= 60_001 + 10_000  # disused for longer than the expiry
+    mine = state[str(me.producer_id)]
+    state[str(me.producer_id)] = replace(mine, last_ms=mine.last_ms - 60_001 - 10_000)  # disused for longer than the expiry
     with t.table().transaction() as txn:
         txn.set_properties({PRODUCERS: Producers.of(state).encode()})
     with pytest.raises(UnknownProducer):
@@ -176,15 +180,15 @@ def test_i4_state_rebuilt_from_rows_equals_stored_state(catalog, table):
     stored = table.state().producers
     derived = derive_state(table.table())
     for pid in stored:
-        assert derived[pid]["partitions"] == stored[pid]["partitions"]
-        assert derived[pid]["epoch"] == stored[pid]["epoch"]
+        assert derived[pid].partitions == stored[pid].partitions
+        assert derived[pid].epoch == stored[pid].epoch
     assert check_producers(table.table()).ok
     # Lose the state, rebuild it from the rows, and carry on exactly where the producer was.
     with table.table().transaction() as txn:
         txn.set_properties({PRODUCERS: ""})
     assert not check_producers(table.table()).ok
     rebuilt = rebuild(catalog, "db.p")
-    assert {pid: e["partitions"] for pid, e in rebuilt.items()} == {pid: e["partitions"] for pid, e in stored.items()}
+    assert {pid: e.partitions for pid, e in rebuilt.items()} == {pid: e.partitions for pid, e in stored.items()}
     assert check_producers(table.table()).ok
     assert table.append({0: batch(3)}, producer=ProducerBatch(b.producer_id, 0, {0: 0})).duplicate
 
@@ -193,7 +197,8 @@ def test_i4_validator_catches_stored_state_and_sequence_mismatch(catalog, table)
     me = init_producer(catalog, "db.p")
     table.append({0: batch(2)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
     state = dict(table.state().producers)
-    state[str(me.producer_id)]["partitions"]["0"]["last_seq"] = 9
+    mine = state[str(me.producer_id)]
+    state[str(me.producer_id)] = replace(mine, partitions={**mine.partitions, 0: replace(mine.partitions[0], last_seq=9)})
     with table.table().transaction() as txn:
         txn.set_properties({PRODUCERS: Producers.of(state).encode()})
     kinds = [v.kind for v in check_producers(table.table()).violations]

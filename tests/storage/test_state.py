@@ -6,7 +6,6 @@ import json
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
-from storage.core.state import LogState, Producers, Watermark, Watermarks
+from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, Watermark, Watermarks, WrittenBatch
 from storage.errors import UnsupportedFormat
 from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
@@ -26,15 +25,15 @@ from validations.producers import check_producers
 # --- codecs, property-based ----------------------------------------------------------------------
 
 pids = st.integers(0, 10**12).map(str)
-batches = st.lists(st.integers(-(2**63), 2**63 - 1), min_size=4, max_size=4)
-partition_entries = st.fixed_dictionaries({"last_seq": st.integers(-1, 2**31 - 1), "batches": st.lists(batches, max_size=3)})
-entries = st.fixed_dictionaries(
-    {
-        "client": st.none() | st.text(min_size=1, max_size=12),
-        "epoch": st.integers(0, 2**31 - 1),
-        "last_ms": st.integers(0, 40),  # few values: ties and out-of-order clocks are common
-        "partitions": st.dictionaries(st.integers(0, 10**5).map(str), partition_entries, max_size=2),
-    }
+longs = st.integers(-(2**63), 2**63 - 1)
+batches = st.builds(WrittenBatch, longs, longs, longs, longs)
+partition_entries = st.builds(PartitionSequences, st.integers(-1, 2**31 - 1), st.lists(batches, max_size=3).map(tuple))
+entries = st.builds(
+    ProducerEntry,
+    client=st.none() | st.text(min_size=1, max_size=12),
+    epoch=st.integers(0, 2**31 - 1),
+    last_ms=st.integers(0, 40),  # few values: ties and out-of-order clocks are common
+    partitions=st.dictionaries(st.integers(0, 10**5), partition_entries, max_size=2),
 )
 producer_maps = st.dictionaries(pids, entries, max_size=12)
 # A shared 2-core machine: generation is slow at times, and that is no failure.
@@ -49,7 +48,7 @@ def test_producers_round_trip_exactly(producers):
     assert '"' not in text and "\\" not in text  # nothing to escape inside the metadata JSON
     decoded = Producers.decode(text)
     assert dict(decoded) == producers and len(decoded) == len(producers)
-    assert Producers.decode(json.dumps(producers)) == producers  # format 1
+    assert Producers.decode(json.dumps({pid: e.to_dict() for pid, e in producers.items()})) == producers  # format 1
 
 
 @relaxed
@@ -67,15 +66,15 @@ def test_lazily_changed_producers_encode_as_the_eager_encoding(producers, data):
             now, expiry = data.draw(st.integers(0, 50)), data.draw(st.integers(0, 30))
             lazy = lazy.live(now, expiry)
             cutoff = now - expiry if cutoff is None else max(cutoff, now - expiry)
-    live = {pid: e for pid, e in model.items() if cutoff is None or e["last_ms"] >= cutoff}
+    live = {pid: e for pid, e in model.items() if cutoff is None or e.last_ms >= cutoff}
     assert lazy.encode() == Producers.of(live).encode()
     assert dict(lazy) == live
     for pid in {*producers, *model, "0", "404"}:
         assert (pid in lazy) == (pid in live)
         assert lazy.get(pid) == live.get(pid)
-    for client in {e["client"] for e in model.values() if e["client"] is not None}:
+    for client in {e.client for e in model.values() if e.client is not None}:
         found = lazy.find_client(client)
-        owners = {pid for pid, e in live.items() if e["client"] == client}
+        owners = {pid for pid, e in live.items() if e.client == client}
         assert found in owners if owners else found is None
 
 
@@ -99,10 +98,33 @@ def test_watermarks_round_trip_and_updates_equal_a_model(initial, data):
         assert key not in lazy
 
 
+def test_the_encodings_are_byte_for_byte_those_of_older_versions():
+    """Format 2 as written since it exists, and format 1 as an earlier icelog wrote it (tables on disk hold both)."""
+    line = "7;1700000000000;3;orders%20writer;0:41:30,35,100,106/36,41,106,112|12:0:0,0,7,8"
+    legacy = (
+        '{"7":{"client":"orders writer","epoch":3,"last_ms":1700000000000,"partitions":'
+        '{"0":{"batches":[[30,35,100,106],[36,41,106,112]],"last_seq":41},"12":{"batches":[[0,0,7,8]],"last_seq":0}}}}'
+    )
+    entry = ProducerEntry(
+        client="orders writer",
+        epoch=3,
+        last_ms=1_700_000_000_000,
+        partitions={
+            0: PartitionSequences(41, (WrittenBatch(30, 35, 100, 106), WrittenBatch(36, 41, 106, 112))),
+            12: PartitionSequences(0, (WrittenBatch(first_seq=0, last_seq=0, base_offset=7, next_offset=8),)),
+        },
+    )
+    assert Producers.of({"7": entry}).encode() == line
+    assert Producers.decode(line)["7"] == entry == Producers.decode(legacy)["7"]
+    assert Producers.decode(legacy).encode() == line
+    assert json.dumps({"7": entry.to_dict()}, sort_keys=True, separators=(",", ":")) == legacy
+    assert Producers.of({"8": ProducerEntry(client=None, epoch=0, last_ms=5)}).encode() == "8;5;0;*;"
+
+
 def test_lines_of_untouched_producers_are_written_back_verbatim():
-    producers = {str(i): {"client": f"c {i}", "epoch": 0, "last_ms": 1000 + i, "partitions": {}} for i in range(100)}
+    producers = {str(i): ProducerEntry(client=f"c {i}", epoch=0, last_ms=1000 + i) for i in range(100)}
     text = Producers.of(producers).encode()
-    changed = Producers.decode(text).live(1050, 0).with_entry("7", {"client": "c 7", "epoch": 1, "last_ms": 2000, "partitions": {}})
+    changed = Producers.decode(text).live(1050, 0).with_entry("7", ProducerEntry(client="c 7", epoch=1, last_ms=2000))
     lines = changed.encode().split(" ")
     assert lines[:-1] == text.split(" ")[50:]  # expired prefix cut, the rest as it was
     assert lines[-1].startswith("7;2000;1;c%207;")
@@ -138,7 +160,7 @@ def test_i1_watermarks_stay_exact_at_thousands_of_partitions(sqlite_catalog):
 class SeedProducers(Request):
     """Register producers with given entries in one commit (through the commit core)."""
 
-    entries: dict[str, Any]
+    entries: dict[str, ProducerEntry]
     commit_id: str = ""
 
     def decide(self, state: LogState, table: Table) -> Decision:
@@ -151,7 +173,9 @@ def test_i4_producer_state_stays_exact_beside_thousands_of_producers(sqlite_cata
     t = LogTable.create(sqlite_catalog, "db.busy", partitions=4, properties={"icelog.producer.expiry-ms": "3600000"})
     now = int(time.time() * 1000)
     seeded = {
-        str(10**9 + i): {"client": f"seed {i}", "epoch": i % 3, "last_ms": now - (4_000_000 if i % 10 == 0 else i), "partitions": {"1": {"last_seq": 4, "batches": [[0, 4, i, i + 5]]}}}
+        str(10**9 + i): ProducerEntry(
+            client=f"seed {i}", epoch=i % 3, last_ms=now - (4_000_000 if i % 10 == 0 else i), partitions={1: PartitionSequences(4, (WrittenBatch(0, 4, i, i + 5),))}
+        )
         for i in range(2_000)
     }
     commit(sqlite_catalog, t.identifier, SeedProducers(seeded))
@@ -159,7 +183,7 @@ def test_i4_producer_state_stays_exact_beside_thousands_of_producers(sqlite_cata
     assert dict(stored) == seeded  # expired ones stay until a producer commit drops them
     mine = [init_producer(sqlite_catalog, t.identifier, f"app-{i}") for i in range(3)]
     assert t.state().producers.get(str(10**9)) is None  # the init dropped the expired ones
-    live = {pid: e for pid, e in seeded.items() if e["last_ms"] >= now - 3_600_000}
+    live = {pid: e for pid, e in seeded.items() if e.last_ms >= now - 3_600_000}
     sequences: dict[tuple[int, int], int] = {}
     pick = random.Random(4)
     for _ in range(8):
@@ -170,13 +194,13 @@ def test_i4_producer_state_stays_exact_beside_thousands_of_producers(sqlite_cata
         state = t.state().producers
         assert {pid: state[pid] for pid in live} == live
         for other in mine:
-            assert state[str(other.producer_id)]["client"] == other.client_id
+            assert state[str(other.producer_id)].client == other.client_id
             for (pid, q), nxt in sequences.items():
                 if pid == other.producer_id:
-                    assert state[str(pid)]["partitions"][str(q)]["last_seq"] == nxt - 1
+                    assert state[str(pid)].partitions[q].last_seq == nxt - 1
     assert len(t.state().producers) == len(live) + len(mine)
     assert init_producer(sqlite_catalog, t.identifier, "seed 7").producer_id == 10**9 + 7  # found by client id: epoch bumped
-    assert t.state().producers[str(10**9 + 7)]["epoch"] == seeded[str(10**9 + 7)]["epoch"] + 1
+    assert t.state().producers[str(10**9 + 7)].epoch == seeded[str(10**9 + 7)].epoch + 1
     assert check_producers(t.table()).ok  # the real producers' state is what their rows say
 
 
@@ -188,7 +212,7 @@ def test_format_1_tables_are_read_and_rewritten_as_format_2(catalog):
     legacy = {
         FORMAT: "1",
         WATERMARKS: json.dumps({str(p): [w.start, w.end] for p, w in before.watermarks.items()}),
-        PRODUCERS: json.dumps(dict(before.producers), sort_keys=True, separators=(",", ":")),
+        PRODUCERS: json.dumps({pid: e.to_dict() for pid, e in before.producers.items()}, sort_keys=True, separators=(",", ":")),
     }
     with t.table().transaction() as txn:  # as an earlier icelog left it
         txn.set_properties(legacy)
