@@ -21,13 +21,28 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
     params={
         "table": Param(TABLES[0], type="string", pattern=NAME_PATTERN, description="Log table, namespace.table"),
         # Nullable: the UI's form sends an empty field as null, so a required "" would keep Trigger disabled.
-        "source": Param(LANDING or None, type=["null", "string"], description="Landing root (empty: $ICELOG_LANDING, else $ICELOG_HOME/landing)"),
+        "source": Param(
+            LANDING or None,
+            type=["null", "string"],
+            description="Landing root (empty: $ICELOG_LANDING, else $ICELOG_HOME/landing)",
+        ),
         "start": Param("2013-01-01", type="string", format="date", description="First day (inclusive)"),
         "end": Param("2013-01-31", type="string", format="date", description="Last day (inclusive)"),
-        "partitions": Param(None, type=["null", "array"], items={"type": "integer", "minimum": 0}, description="Only these log partitions (default: all)"),
+        "partitions": Param(
+            None,
+            type=["null", "array"],
+            items={"type": "integer", "minimum": 0},
+            description="Only these log partitions (default: all)",
+        ),
         "format": Param("parquet", type="string", enum=["parquet", "csv", "jsonl"]),
-        "key_column": Param(None, type=["null", "string"], description="Column whose hash picks the log partition (default: the table's icelog.key-column)"),
-        "reload_changed": Param(False, type="boolean", description="Load files whose content changed since they were loaded again, as new rows"),
+        "key_column": Param(
+            None,
+            type=["null", "string"],
+            description="Column whose hash picks the log partition (default: the table's icelog.key-column)",
+        ),
+        "reload_changed": Param(
+            False, type="boolean", description="Load files whose content changed since they were loaded again, as new rows"
+        ),
     },
 )
 def icelog_backfill():
@@ -35,9 +50,16 @@ def icelog_backfill():
     def backfill(params: dict | None = None) -> dict:
         from pipelines.tasks import backfill as run
 
-        return run(params["table"], params["start"], params["end"], landing=params["source"] or None,
-                   fmt=params["format"], key_column=params["key_column"], partitions=params["partitions"],
-                   reload_changed=bool(params.get("reload_changed")))
+        return run(
+            params["table"],
+            params["start"],
+            params["end"],
+            landing=params["source"] or None,
+            fmt=params["format"],
+            key_column=params["key_column"],
+            partitions=params["partitions"],
+            reload_changed=bool(params.get("reload_changed")),
+        )
 
     backfill()
 

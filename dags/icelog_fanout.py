@@ -23,9 +23,16 @@ COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
     params={
         "source": Param("demo.flights", type="string", pattern=NAME_PATTERN, description="Source log table, namespace.table"),
         "group": Param("fanout", type="string", pattern=COLUMN_PATTERN, description="Consumer group holding the source position"),
-        "routes": Param({}, type="object", additionalProperties={"type": "string", "pattern": NAME_PATTERN}, description="{route value: target table}"),
+        "routes": Param(
+            {},
+            type="object",
+            additionalProperties={"type": "string", "pattern": NAME_PATTERN},
+            description="{route value: target table}",
+        ),
         "route_column": Param("key", type="string", pattern=COLUMN_PATTERN),
-        "key_column": Param("key", type="string", pattern=COLUMN_PATTERN, description="Column whose hash picks the target partition"),
+        "key_column": Param(
+            "key", type="string", pattern=COLUMN_PATTERN, description="Column whose hash picks the target partition"
+        ),
     },
 )
 def icelog_fanout():
@@ -33,7 +40,13 @@ def icelog_fanout():
     def fanout(params: dict | None = None) -> dict:
         from pipelines.tasks import fanout as run
 
-        return run(params["source"], params["group"], params["routes"], route_column=params["route_column"], key_column=params["key_column"])
+        return run(
+            params["source"],
+            params["group"],
+            params["routes"],
+            route_column=params["route_column"],
+            key_column=params["key_column"],
+        )
 
     fanout()
 

@@ -24,7 +24,11 @@ from dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
     doc_md=__doc__,
     **DAG_DEFAULTS,
     params={
-        "target_catalog": Param(os.environ.get("ICELOG_MIRROR_CATALOG") or None, type=["null", "string"], description="pyiceberg catalog name of the copies (empty: $ICELOG_MIRROR_CATALOG)"),
+        "target_catalog": Param(
+            os.environ.get("ICELOG_MIRROR_CATALOG") or None,
+            type=["null", "string"],
+            description="pyiceberg catalog name of the copies (empty: $ICELOG_MIRROR_CATALOG)",
+        ),
     },
 )
 def icelog_mirror():

@@ -46,7 +46,9 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": os.environ.get("AIRFLOW__CORE__UNIT_TEST_MODE", "False"),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{airflow_home / 'airflow.db'}"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get(
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{airflow_home / 'airflow.db'}"
+        ),
         "NO_PROXY": "*",
     }
     if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
@@ -92,7 +94,14 @@ def services(env: dict[str, str], logs: Path, components: tuple[str, ...] = COMP
     try:
         for name in components:
             with open(logs / f"{name}.log", "ab") as out:  # the child keeps its own descriptor
-                procs[name] = subprocess.Popen([airflow_bin(), name], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                procs[name] = subprocess.Popen(
+                    [airflow_bin(), name],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         yield procs
     finally:
         stop(list(procs.values()))
@@ -120,7 +129,9 @@ def stop(procs: list[subprocess.Popen], grace: float = 15) -> None:
         proc.wait()
 
 
-def dags_test(env: dict[str, str], dag_id: str, logical_date: str | None = None, conf: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+def dags_test(
+    env: dict[str, str], dag_id: str, logical_date: str | None = None, conf: dict | None = None, timeout: float = 1800
+) -> subprocess.CompletedProcess:
     """Run one DAG run in-process (``airflow dags test``); raise if any task failed."""
     args = [airflow_bin(), "dags", "test", dag_id]
     if logical_date:
@@ -128,7 +139,9 @@ def dags_test(env: dict[str, str], dag_id: str, logical_date: str | None = None,
     if conf is not None:
         args += ["--conf", json.dumps(conf)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
-    failed = done.returncode != 0 or "state=failed" in done.stdout + done.stderr or "DagRunState.FAILED" in done.stdout + done.stderr
+    failed = (
+        done.returncode != 0 or "state=failed" in done.stdout + done.stderr or "DagRunState.FAILED" in done.stdout + done.stderr
+    )
     if failed:
         raise RuntimeError(f"airflow dags test {dag_id} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return done
@@ -141,7 +154,11 @@ if __name__ == "__main__":
         migrate(env)
     elif command == "test":
         migrate(env)
-        print(dags_test(env, args[0], args[1] if len(args) > 1 else None, json.loads(args[2]) if len(args) > 2 else None).stdout[-3000:])
+        print(
+            dags_test(env, args[0], args[1] if len(args) > 1 else None, json.loads(args[2]) if len(args) > 2 else None).stdout[
+                -3000:
+            ]
+        )
     elif command == "standalone":
         migrate(env)
         os.execve(airflow_bin(), [airflow_bin(), "standalone"], env)

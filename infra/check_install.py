@@ -37,8 +37,11 @@ def main() -> int:
         by_owners[tuple(sorted(names))].append(path)
     for names, paths in sorted(by_owners.items()):
         print(f"error: {' and '.join(names)} both install {len(paths)} file(s), e.g. {sorted(paths)[0]}", file=sys.stderr)
-    print("Keep one owner per file: add the unwanted distribution to infra/lock-excludes.txt, run `make lock`, "
-          "then `make clean setup`.", file=sys.stderr)
+    print(
+        "Keep one owner per file: add the unwanted distribution to infra/lock-excludes.txt, run `make lock`, "
+        "then `make clean setup`.",
+        file=sys.stderr,
+    )
     return 1
 
 

@@ -39,7 +39,9 @@ def main() -> int:
     staged = stage_landing(landing_root())
     console.print(f"landing: {staged} new daily files under {landing_root() / TABLE}")
     log_table, created = create_table(open_catalog())
-    console.print(f"{'created' if created else 'reusing'} {log_table.identifier} ({len(log_table.watermarks())} partitions, routed by tailnum)")
+    console.print(
+        f"{'created' if created else 'reusing'} {log_table.identifier} ({len(log_table.watermarks())} partitions, routed by tailnum)"
+    )
     timings = {}
     started = time.perf_counter()
     migrate(env)
@@ -60,17 +62,21 @@ def main() -> int:
             started = time.perf_counter()
             dags_test(env, dag_id, date, conf)
             timings[label] = time.perf_counter() - started
-        loaded = _ledger_rows(log_table)[before.num_rows:] if before is not None else _ledger_rows(log_table)
+        loaded = _ledger_rows(log_table)[before.num_rows :] if before is not None else _ledger_rows(log_table)
         what = "" if dag_id == "icelog_validate" else f": loaded {_files(loaded)}"
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
     ok = print_summary(console, log_table)
     total = sum(w.end - w.start for w in log_table.watermarks().values())
     console.print(f"{total:,} rows = the January 2013 flights (27,004): {'[green]yes[/]' if total == 27_004 else '[red]no[/]'}")
     report = icelog_home() / "reports" / TABLE / "index.html"
-    console.print(f"report (partitions, commit history, violations, GX Data Docs): file://{report}" if report.exists() else "[red]no report was written[/]")
+    console.print(
+        f"report (partitions, commit history, violations, GX Data Docs): file://{report}"
+        if report.exists()
+        else "[red]no report was written[/]"
+    )
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
-    console.print(f"      .venv/bin/icelog sql \"select origin, count(*) from {TABLE} group by 1\"")
+    console.print(f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"')
     return 0 if ok and total == 27_004 else 1
 
 
@@ -87,7 +93,9 @@ def _ledger_rows(log_table):
     import pyarrow as pa
 
     found = sorted((e for es in entries(book, log_table.identifier).values() for e in es), key=lambda e: e.loaded_at)
-    return pa.Table.from_pylist([{"path": e.path, "rows": e.rows} for e in found], schema=pa.schema([("path", pa.string()), ("rows", pa.int64())]))
+    return pa.Table.from_pylist(
+        [{"path": e.path, "rows": e.rows} for e in found], schema=pa.schema([("path", pa.string()), ("rows", pa.int64())])
+    )
 
 
 def _files(loaded) -> str:

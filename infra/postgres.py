@@ -54,11 +54,35 @@ def start(directory: str | Path, database: str = "icelog") -> str:
     bins = bin_dir()
     port = _free_port()
     if not data.exists():
-        subprocess.run(_as_server_user([str(bins / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]), check=True, capture_output=True)
-    subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", server_options(directory, port), "-l", str(directory / "server.log"), "-w", "start"]), check=True, capture_output=True)
+        subprocess.run(
+            _as_server_user([str(bins / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]),
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(
+        _as_server_user(
+            [
+                str(bins / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                server_options(directory, port),
+                "-l",
+                str(directory / "server.log"),
+                "-w",
+                "start",
+            ]
+        ),
+        check=True,
+        capture_output=True,
+    )
     (directory / "port").write_text(str(port))
     for _ in range(50):
-        created = subprocess.run(_as_server_user([str(bins / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", database]), capture_output=True, text=True)
+        created = subprocess.run(
+            _as_server_user([str(bins / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", database]),
+            capture_output=True,
+            text=True,
+        )
         if created.returncode == 0 or "already exists" in created.stderr:
             break
         time.sleep(0.2)

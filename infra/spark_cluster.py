@@ -35,7 +35,13 @@ _RUNNING: dict[int, subprocess.Popen] = {}  # reaped by stop() when started in t
 def _spawn(directory: Path, name: str, args: list[str]) -> int:
     env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     with open(directory / f"{name}.log", "w") as log:
-        proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     _RUNNING[proc.pid] = proc
     (directory / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
@@ -47,18 +53,41 @@ def _wait_for(path: Path, text: str, timeout: float = 120) -> None:
         if path.exists() and text in path.read_text(errors="replace"):
             return
         time.sleep(0.5)
-    raise RuntimeError(f"Spark did not report {text!r} in {path} within {timeout} s:\n{path.read_text(errors='replace')[-3000:] if path.exists() else ''}")
+    raise RuntimeError(
+        f"Spark did not report {text!r} in {path} within {timeout} s:\n{path.read_text(errors='replace')[-3000:] if path.exists() else ''}"
+    )
 
 
 def start(directory: str | Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> str:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     port, ui = _free_port(), _free_port()
-    _spawn(directory, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)])
+    _spawn(
+        directory,
+        "master",
+        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+    )
     url = f"spark://127.0.0.1:{port}"
     _wait_for(directory / "master.log", "I have been elected leader")
     for i in range(workers):
-        _spawn(directory, f"worker{i}", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory, "--webui-port", str(_free_port()), "--work-dir", str(directory / f"work{i}")])
+        _spawn(
+            directory,
+            f"worker{i}",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                str(_free_port()),
+                "--work-dir",
+                str(directory / f"work{i}"),
+            ],
+        )
     for i in range(workers):
         _wait_for(directory / f"worker{i}.log", "Successfully registered with master")
     (directory / "master.url").write_text(url)

@@ -139,12 +139,24 @@ def write_target(df: Any, target: LogTable, key_column: str, directory: str) -> 
     state = target.state()
     ends = {p: w.end for p, w in state.watermarks.items()}
     payload = cols.payload_arrow_schema(iceberg.schema())
-    part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(state.partitions)).cast("int")
-    columns = [(F.col(f.name).cast(_spark_type(f.type)) if f.name in df.columns else F.lit(None).cast(_spark_type(f.type))).alias(f.name) for f in payload]
+    part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(state.partitions)).cast(
+        "int"
+    )
+    columns = [
+        (F.col(f.name).cast(_spark_type(f.type)) if f.name in df.columns else F.lit(None).cast(_spark_type(f.type))).alias(f.name)
+        for f in payload
+    ]
     routed = df.select(part.alias(cols.PARTITION), *columns)
     counts = routed.groupBy(F.spark_partition_id().alias("_task"), cols.PARTITION).count().collect()
     if not counts:
         return {}, {}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    written = write_slices(routed, bases, ends, iceberg.schema(), directory.removeprefix("file://"), key_column=cols.key_column(iceberg.schema(), iceberg.properties))
+    written = write_slices(
+        routed,
+        bases,
+        ends,
+        iceberg.schema(),
+        directory.removeprefix("file://"),
+        key_column=cols.key_column(iceberg.schema(), iceberg.properties),
+    )
     return written, {p: ends[p] for p in written}

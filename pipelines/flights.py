@@ -29,12 +29,24 @@ TABLE = "demo.flights"
 PARTITIONS = 8
 KEY = "tailnum"
 FLIGHTS_PAYLOAD = [
-    {"name": "year", "type": "int"}, {"name": "month", "type": "int"}, {"name": "day", "type": "int"},
-    {"name": "dep_time", "type": "double"}, {"name": "sched_dep_time", "type": "int"}, {"name": "dep_delay", "type": "double"},
-    {"name": "arr_time", "type": "double"}, {"name": "sched_arr_time", "type": "int"}, {"name": "arr_delay", "type": "double"},
-    {"name": "carrier", "type": "string"}, {"name": "flight", "type": "int"}, {"name": "tailnum", "type": "string"},
-    {"name": "origin", "type": "string"}, {"name": "dest", "type": "string"}, {"name": "air_time", "type": "double"},
-    {"name": "distance", "type": "double"}, {"name": "hour", "type": "int"}, {"name": "minute", "type": "int"},
+    {"name": "year", "type": "int"},
+    {"name": "month", "type": "int"},
+    {"name": "day", "type": "int"},
+    {"name": "dep_time", "type": "double"},
+    {"name": "sched_dep_time", "type": "int"},
+    {"name": "dep_delay", "type": "double"},
+    {"name": "arr_time", "type": "double"},
+    {"name": "sched_arr_time", "type": "int"},
+    {"name": "arr_delay", "type": "double"},
+    {"name": "carrier", "type": "string"},
+    {"name": "flight", "type": "int"},
+    {"name": "tailnum", "type": "string"},
+    {"name": "origin", "type": "string"},
+    {"name": "dest", "type": "string"},
+    {"name": "air_time", "type": "double"},
+    {"name": "distance", "type": "double"},
+    {"name": "hour", "type": "int"},
+    {"name": "minute", "type": "int"},
     {"name": "time_hour", "type": "timestamptz"},
 ]
 
@@ -53,7 +65,17 @@ def load_flights() -> pa.Table:
     table = pa.Table.from_pandas(flights, preserve_index=False)
     stamps = pc.strptime(table["time_hour"], "%Y-%m-%dT%H:%M:%SZ", "us", error_is_null=True).cast(pa.timestamp("us", tz="UTC"))
     table = table.set_column(table.schema.get_field_index("time_hour"), "time_hour", stamps)
-    schema = pa.schema([(c["name"], {"int": pa.int32(), "double": pa.float64(), "string": pa.string(), "timestamptz": pa.timestamp("us", tz="UTC")}[c["type"]]) for c in FLIGHTS_PAYLOAD])
+    schema = pa.schema(
+        [
+            (
+                c["name"],
+                {"int": pa.int32(), "double": pa.float64(), "string": pa.string(), "timestamptz": pa.timestamp("us", tz="UTC")}[
+                    c["type"]
+                ],
+            )
+            for c in FLIGHTS_PAYLOAD
+        ]
+    )
     return table.select(schema.names).cast(schema)
 
 
@@ -62,7 +84,12 @@ LATE_FILE = "late-flights.parquet"
 
 
 def _day_keys(flights: pa.Table) -> pa.Array:
-    return pc.binary_join_element_wise(flights["year"].cast(pa.string()), pc.utf8_lpad(flights["month"].cast(pa.string()), 2, "0"), pc.utf8_lpad(flights["day"].cast(pa.string()), 2, "0"), "-")
+    return pc.binary_join_element_wise(
+        flights["year"].cast(pa.string()),
+        pc.utf8_lpad(flights["month"].cast(pa.string()), 2, "0"),
+        pc.utf8_lpad(flights["day"].cast(pa.string()), 2, "0"),
+        "-",
+    )
 
 
 def _write_once(target: Path, rows: pa.Table) -> int:
@@ -111,7 +138,7 @@ def monthly_batches(flights: pa.Table, partitions: int) -> list[dict[int, pa.Tab
 
 def produce_direct(log_table: LogTable, console: Console) -> tuple[int, int]:
     """Conditional monthly appends (see the module docstring); returns (written, skipped)."""
-    expected = {p: 0 for p in range(PARTITIONS)}
+    expected = dict.fromkeys(range(PARTITIONS), 0)
     written = skipped = 0
     batches = monthly_batches(load_flights(), PARTITIONS)
     with Progress(console=console, transient=True) as progress:
@@ -151,7 +178,9 @@ def main() -> int:
     console = Console()
     log_table, created = create_table(open_catalog(), "demo.flights_direct")
     written, skipped = produce_direct(log_table, console)
-    console.print(f"{'created' if created else 'reused'} {log_table.identifier}: {written} monthly commits written, {skipped} already present")
+    console.print(
+        f"{'created' if created else 'reused'} {log_table.identifier}: {written} monthly commits written, {skipped} already present"
+    )
     return 0 if print_summary(console, log_table) else 1
 
 

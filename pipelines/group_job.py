@@ -192,14 +192,30 @@ def _check_arguments(mode: str, chunk_size: int, max_records: int | None, attemp
 
 
 def _join(
-    catalog: Any, source: str, group: str, partitions: list[int], key_range: Range | str | None, member_id: str | None,
-    mode: str, key_column: str, chunk_size: int, session_timeout_ms: int,
+    catalog: Any,
+    source: str,
+    group: str,
+    partitions: list[int],
+    key_range: Range | str | None,
+    member_id: str | None,
+    mode: str,
+    key_column: str,
+    chunk_size: int,
+    session_timeout_ms: int,
 ) -> _Member:
     """Join the group (or take the explicit key range) and read the group's state after it."""
     if key_range is not None:
         lo, hi = parse_key_range(key_range if isinstance(key_range, str) else f"{key_range[0]}:{key_range[1]}")
         return _Member(None, None, {p: [(lo, hi)] for p in partitions}, group_state(catalog), None)
-    consumer = Consumer(catalog, group, session_timeout_ms=session_timeout_ms, mode=mode, chunk_size=chunk_size, key_column=key_column, **({"member_id": member_id} if member_id else {}))
+    consumer = Consumer(
+        catalog,
+        group,
+        session_timeout_ms=session_timeout_ms,
+        mode=mode,
+        chunk_size=chunk_size,
+        key_column=key_column,
+        **({"member_id": member_id} if member_id else {}),
+    )
     consumer.subscribe(source, partitions)
     state = group_state(catalog)
     record = state.members.get(group) or membership.empty_group()
@@ -235,7 +251,14 @@ def _within(column: Any, ranges: list[Range]) -> Any:
 
 
 def _read(
-    spark: Any, src: LogTable, group: str, me: _Member, marks: Mapping[int, Any], hash_of: Any, prune: str | None, max_records: int | None
+    spark: Any,
+    src: LogTable,
+    group: str,
+    me: _Member,
+    marks: Mapping[int, Any],
+    hash_of: Any,
+    prune: str | None,
+    max_records: int | None,
 ) -> dict[int, tuple[Any, list[Range]]]:
     """Per source partition: this member's pending records to consume, and their offsets as ranges."""
     from pyspark.sql import functions as F
@@ -312,8 +335,16 @@ def take(state: RangeState, runs: list[Range], max_records: int | None, max_rang
 
 
 def _produce(
-    catalog: Any, src: LogTable, tgt: LogTable, group: str, me: _Member, frames: Mapping[int, tuple[Any, list[Range]]],
-    transform: Callable[[Any], Any] | None, out_key: str, attempts: int, result: GroupJobResult,
+    catalog: Any,
+    src: LogTable,
+    tgt: LogTable,
+    group: str,
+    me: _Member,
+    frames: Mapping[int, tuple[Any, list[Range]]],
+    transform: Callable[[Any], Any] | None,
+    out_key: str,
+    attempts: int,
+    result: GroupJobResult,
 ) -> None:
     """Transform, write and commit with the consumed ranges; a moved target is rewritten and retried."""
     out = _transformed([df for _, (df, _) in sorted(frames.items())], transform, tgt, out_key)
@@ -350,7 +381,9 @@ def _transformed(frames: list[Any], transform: Callable[[Any], Any] | None, tgt:
     if out_key not in out.columns:
         missing.append(out_key)
     if missing:
-        raise cols.SchemaMismatch(table=tgt.identifier, reason=f"the transform's output lacks columns {missing}; it has {out.columns}")
+        raise cols.SchemaMismatch(
+            table=tgt.identifier, reason=f"the transform's output lacks columns {missing}; it has {out.columns}"
+        )
     return out.localCheckpoint(eager=True)
 
 

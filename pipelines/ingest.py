@@ -72,7 +72,11 @@ def require_source(source: str) -> None:
 def source_files(source: str) -> list[str]:
     """Files of a landing path: a file, a folder (recursively), or a glob."""
     if os.path.isdir(source):
-        found = [p for p in glob.glob(os.path.join(source, "**", "*"), recursive=True) if os.path.isfile(p) and not os.path.basename(p).startswith(("_", "."))]
+        found = [
+            p
+            for p in glob.glob(os.path.join(source, "**", "*"), recursive=True)
+            if os.path.isfile(p) and not os.path.basename(p).startswith(("_", "."))
+        ]
     else:
         found = [p for p in glob.glob(source) if os.path.isfile(p)]
     return sorted(found)
@@ -143,8 +147,17 @@ def ingest(
 
     listed = [ledger.SourceFile.stat(p) for p in source_files(source)]
     say(f"{len(listed)} files under {source}")
-    plan = ledger.plan(ident, listed, ledger.entries(tables[ledger.LEDGER_TABLE], ident, [f.path for f in listed]), wanted, reload_changed=reload_changed, verify=verify)
-    result = IngestResult(ident, run_key, 0, duplicate=bool(listed) and not plan.load, snapshot_id=state.snapshot_id, skipped=plan.skipped)
+    plan = ledger.plan(
+        ident,
+        listed,
+        ledger.entries(tables[ledger.LEDGER_TABLE], ident, [f.path for f in listed]),
+        wanted,
+        reload_changed=reload_changed,
+        verify=verify,
+    )
+    result = IngestResult(
+        ident, run_key, 0, duplicate=bool(listed) and not plan.load, snapshot_id=state.snapshot_id, skipped=plan.skipped
+    )
     if plan.skipped:
         say(f"skipping {len(plan.skipped)} files already loaded")
     if not plan.load:
@@ -164,19 +177,27 @@ def ingest(
     if unknown or missing_required:
         raise cols.SchemaMismatch(table=ident, reason=f"source lacks columns {unknown + missing_required}; it has {df.columns}")
     if key_column:
-        part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(partitions)).cast("int")
+        part = F.pmod(F.crc32(F.coalesce(F.col(key_column).cast("string"), F.lit("")).cast("binary")), F.lit(partitions)).cast(
+            "int"
+        )
     else:
         part = F.col(partition_column).cast("int")
     df = df.withColumn(cols.PARTITION, part).withColumn("_file", F.input_file_name())
     if partition_column:  # a key hash is always in range; a user's column may not be
-        bad = df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions)).limit(1).collect()
+        bad = (
+            df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions))
+            .limit(1)
+            .collect()
+        )
         if bad:
             raise InvalidInput(reason=f"row routed to partition {bad[0][cols.PARTITION]!r}, outside 0..{partitions - 1}")
     df = df.where(_partition_filter(F, plan.partitions))
     payload_columns = []
     for f in payload:
         spark_type = _spark_type(f.type)
-        payload_columns.append((F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name))
+        payload_columns.append(
+            (F.col(f.name).cast(spark_type) if f.name in df.columns else F.lit(None).cast(spark_type)).alias(f.name)
+        )
     routed = df.select(F.col(cols.PARTITION).cast("int").alias(cols.PARTITION), F.col("_file"), *payload_columns)
 
     # Pass 1: rows per (input split, source file, log partition). One split never packs two
@@ -194,7 +215,14 @@ def ingest(
     commit_id = uuid.uuid4().hex
     staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{commit_id}"
     slice_counts = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
-    written = write_slices(routed.drop("_file"), bases, ends, iceberg.schema(), staging, key_column=cols.key_column(iceberg.schema(), iceberg.properties))
+    written = write_slices(
+        routed.drop("_file"),
+        bases,
+        ends,
+        iceberg.schema(),
+        staging,
+        key_column=cols.key_column(iceberg.schema(), iceberg.properties),
+    )
     faults.checkpoint(faults.AFTER_INGEST_WRITE)
     say(f"committing {sum(map(len, written.values()))} data files")
 
@@ -211,7 +239,14 @@ def ingest(
         raise
     appended = outcome.result
     result.rows, result.ranges, result.snapshot_id = rows, dict(appended.ranges), outcome.snapshot_id
-    result.loaded = [{"path": f.path, "rows": sum(n - a for s in file_ranges.get(f.path, {}).values() for a, n in s), "ranges": file_ranges.get(f.path, {})} for f in plan.load]
+    result.loaded = [
+        {
+            "path": f.path,
+            "rows": sum(n - a for s in file_ranges.get(f.path, {}).values() for a, n in s),
+            "ranges": file_ranges.get(f.path, {}),
+        }
+        for f in plan.load
+    ]
     result.seconds = time.perf_counter() - started
     bound.info("ingested", rows=rows, files=len(plan.load), skipped=len(plan.skipped), snapshot_id=outcome.snapshot_id)
     say(f"committed {rows} rows from {len(plan.load)} files (snapshot {outcome.snapshot_id})")
@@ -236,24 +271,34 @@ def _local(uri: str) -> str:
     return os.path.realpath(unquote(urlparse(uri).path))
 
 
-def _ledger_request(catalog: Any, ident: str, plan: ledger.Plan, file_ranges: dict, partitions: int, run_key: str | None, commit_id: str) -> ledger.LedgerAppend:
+def _ledger_request(
+    catalog: Any, ident: str, plan: ledger.Plan, file_ranges: dict, partitions: int, run_key: str | None, commit_id: str
+) -> ledger.LedgerAppend:
     book = catalog.load_table(ledger.LEDGER_TABLE)
     rows = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
     files = write_log_files(book, {ident: rows})
     return ledger.LedgerAppend(tuple(files), rows.num_rows)
 
 
-def _record_empty(catalog: Any, ident: str, plan: ledger.Plan, run_key: str | None, partitions: int, result: IngestResult, started: float) -> IngestResult:
+def _record_empty(
+    catalog: Any, ident: str, plan: ledger.Plan, run_key: str | None, partitions: int, result: IngestResult, started: float
+) -> IngestResult:
     """New files without rows (for the wanted partitions): record them, so they count as loaded."""
     commit_id = uuid.uuid4().hex
-    outcome = commit_tables(catalog, [(ledger.LEDGER_TABLE, _ledger_request(catalog, ident, plan, {}, partitions, run_key, commit_id))], commit_id=commit_id)[0]
+    outcome = commit_tables(
+        catalog,
+        [(ledger.LEDGER_TABLE, _ledger_request(catalog, ident, plan, {}, partitions, run_key, commit_id))],
+        commit_id=commit_id,
+    )[0]
     result.loaded = [{"path": f.path, "rows": 0, "ranges": {}} for f in plan.load]
     result.seconds = time.perf_counter() - started
     log.info("recorded empty files", table=ident, files=len(plan.load), ledger_snapshot=outcome.snapshot_id)
     return result
 
 
-def file_offsets(bases: dict[tuple[int, int], int], counts: dict[tuple[int, int], int], split_file: dict[int, str]) -> dict[str, dict[int, list[list[int]]]]:
+def file_offsets(
+    bases: dict[tuple[int, int], int], counts: dict[tuple[int, int], int], split_file: dict[int, str]
+) -> dict[str, dict[int, list[list[int]]]]:
     """Offsets each source file's rows got: ``{path: {partition: [[first, next], ...]}}``,
     adjacent spans merged (a large file's splits usually follow each other)."""
     out: dict[str, dict[int, list[list[int]]]] = {}
@@ -384,20 +429,30 @@ class SliceWriter:
                     seq0 = first - self.ends[p]
                     columns = dict(
                         zip(
-                            (cols.PARTITION, cols.OFFSET, cols.TIMESTAMP, cols.PRODUCER_ID, cols.PRODUCER_EPOCH, cols.PRODUCER_SEQ),
+                            (
+                                cols.PARTITION,
+                                cols.OFFSET,
+                                cols.TIMESTAMP,
+                                cols.PRODUCER_ID,
+                                cols.PRODUCER_EPOCH,
+                                cols.PRODUCER_SEQ,
+                            ),
                             (
                                 pa.array(np.full(n, p, dtype=np.int32)),
                                 pa.array(np.arange(first, first + n, dtype=np.int64)),
                                 pa.array(np.full(n, self.now_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
                                 *self._producer_columns(n, seq0),
                             ),
+                            strict=True,
                         )
                     )
                     for f in payload:
                         columns[f.name] = rows.column(f.name).cast(f.type)
                     if cols.KEY_HASH in self.schema.names:  # computed by Spark (write_slices), else unknown
                         present = cols.KEY_HASH in rows.column_names
-                        columns[cols.KEY_HASH] = rows.column(cols.KEY_HASH).cast(pa.int32()) if present else pa.nulls(n, pa.int32())
+                        columns[cols.KEY_HASH] = (
+                            rows.column(cols.KEY_HASH).cast(pa.int32()) if present else pa.nulls(n, pa.int32())
+                        )
                     arrays = [columns[f.name] for f in self.schema]
                     pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
                     pending_rows[p] = pending_rows.get(p, 0) + n
@@ -414,8 +469,6 @@ class SliceWriter:
             yield pa.RecordBatch.from_pylist([{"path": path, "partition": p, "rows": counts[p]}], schema=out)
 
 
-
-
 def _spark_type(arrow_type: Any) -> str:
     import pyarrow as pa
 
@@ -424,7 +477,14 @@ def _spark_type(arrow_type: Any) -> str:
         return "string"
     if t.is_timestamp(arrow_type):
         return "timestamp" if arrow_type.tz else "timestamp_ntz"
-    mapping = {pa.int32(): "int", pa.int64(): "long", pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean", pa.date32(): "date"}
+    mapping = {
+        pa.int32(): "int",
+        pa.int64(): "long",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.bool_(): "boolean",
+        pa.date32(): "date",
+    }
     if arrow_type in mapping:
         return mapping[arrow_type]
     if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):

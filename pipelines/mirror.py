@@ -12,7 +12,9 @@ from storage.replication.mirror import copy_files, mirror
 MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
 
 
-def mirror_table(source: str, target_catalog: str | None = None, target_table: str | None = None, principal: str | None = None) -> dict[str, Any]:
+def mirror_table(
+    source: str, target_catalog: str | None = None, target_table: str | None = None, principal: str | None = None
+) -> dict[str, Any]:
     """One incremental, resumable mirror step of ``source`` (in the default catalog).
 
     Args:
@@ -50,7 +52,15 @@ def _copy_slice(pairs: Any) -> None:
     copy_files(list(pairs))
 
 
-def mirror_bulk(spark: Any, source_catalog: Any, source_table: str, target_catalog: Any, target_table: str | None = None, *, principal: str | None = None) -> Any:
+def mirror_bulk(
+    spark: Any,
+    source_catalog: Any,
+    source_table: str,
+    target_catalog: Any,
+    target_table: str | None = None,
+    *,
+    principal: str | None = None,
+) -> Any:
     """A mirror step whose file copies run on Spark's executors (bulk copies, first mirrors).
 
     Same guarantees as ``storage.replication.mirror.mirror``: it is the same step with another copier.

@@ -25,7 +25,9 @@ def check_java() -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.path.exists(java):
-        raise SparkUnavailable(reason="no Java runtime: install OpenJDK 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+        raise SparkUnavailable(
+            reason="no Java runtime: install OpenJDK 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
     version = subprocess.run([java, "-version"], capture_output=True, text=True)
     if version.returncode != 0:
         raise SparkUnavailable(reason=f"{java} -version failed: {version.stderr.strip()[:200]}")
@@ -75,7 +77,14 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
     return session
 
 
-def read_log(spark: Any, table: Any, partition: int | None = None, start: int | None = None, end: int | None = None, snapshot_id: int | None = None):
+def read_log(
+    spark: Any,
+    table: Any,
+    partition: int | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    snapshot_id: int | None = None,
+):
     """A log table (or one partition's offset range) as a Spark DataFrame.
 
     pyiceberg plans the files (pruning by partition and offset bounds); Spark's executors

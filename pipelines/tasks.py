@@ -46,15 +46,46 @@ def run_key(table: str, day: str) -> str:
     return f"{table}:{day}"
 
 
-def ingest_day(table: str, day: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None, reload_changed: bool = False) -> dict[str, Any]:
+def ingest_day(
+    table: str,
+    day: str,
+    *,
+    landing: str | None = None,
+    fmt: str = "parquet",
+    key_column: str | None = None,
+    catalog: str | None = None,
+    partitions: list[int] | None = None,
+    reload_changed: bool = False,
+) -> dict[str, Any]:
     """Ingest one day's landing folder: the files not loaded yet (each file exactly once)."""
     dt.date.fromisoformat(day)
     folder = day_folder(landing, table, day)
-    result = ingest(spark_session(app_name=f"icelog-ingest-{table}"), table, str(folder), run_key(table, day), fmt=fmt, key_column=key_column, catalog_name=catalog, only_partitions=partitions, reload_changed=reload_changed)
+    result = ingest(
+        spark_session(app_name=f"icelog-ingest-{table}"),
+        table,
+        str(folder),
+        run_key(table, day),
+        fmt=fmt,
+        key_column=key_column,
+        catalog_name=catalog,
+        only_partitions=partitions,
+        reload_changed=reload_changed,
+    )
     return result.to_dict()
 
 
-def backfill(table: str, start: str, end: str, *, landing: str | None = None, fmt: str = "parquet", key_column: str | None = None, catalog: str | None = None, partitions: list[int] | None = None, reload_changed: bool = False) -> dict[str, Any]:
+def backfill(
+    table: str,
+    start: str,
+    end: str,
+    *,
+    landing: str | None = None,
+    fmt: str = "parquet",
+    key_column: str | None = None,
+    catalog: str | None = None,
+    partitions: list[int] | None = None,
+    reload_changed: bool = False,
+) -> dict[str, Any]:
     """Ingest every day in ``[start, end]`` (inclusive), in order; each file exactly once."""
     first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
     if last < first:
@@ -62,8 +93,24 @@ def backfill(table: str, start: str, end: str, *, landing: str | None = None, fm
     days, rows, loaded, skipped = [], 0, 0, 0
     day = first
     while day <= last:
-        outcome = ingest_day(table, day.isoformat(), landing=landing, fmt=fmt, key_column=key_column, catalog=catalog, partitions=partitions, reload_changed=reload_changed)
-        days.append({"day": day.isoformat(), "rows": outcome["rows"], "files_loaded": len(outcome["loaded"]), "files_skipped": len(outcome["skipped"])})
+        outcome = ingest_day(
+            table,
+            day.isoformat(),
+            landing=landing,
+            fmt=fmt,
+            key_column=key_column,
+            catalog=catalog,
+            partitions=partitions,
+            reload_changed=reload_changed,
+        )
+        days.append(
+            {
+                "day": day.isoformat(),
+                "rows": outcome["rows"],
+                "files_loaded": len(outcome["loaded"]),
+                "files_skipped": len(outcome["skipped"]),
+            }
+        )
         rows += outcome["rows"]
         loaded += len(outcome["loaded"])
         skipped += len(outcome["skipped"])
@@ -71,7 +118,9 @@ def backfill(table: str, start: str, end: str, *, landing: str | None = None, fm
     return {"table": table, "days": days, "rows_written": rows, "files_loaded": loaded, "files_skipped": skipped}
 
 
-def validate(table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True, full: bool = False) -> dict[str, Any]:
+def validate(
+    table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True, full: bool = False
+) -> dict[str, Any]:
     """Run every registered check on ``table`` and publish its report (HTML, GX Data Docs)
     under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` on any violation.
 
@@ -82,7 +131,12 @@ def validate(table: str, *, deep: bool = True, catalog: str | None = None, repor
     checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers", "transactions"))
     summary = checks.to_dict()
     if report:
-        page = build_report(iceberg, icelog_home() / "reports" / log_table.identifier, full=full, spark=lambda: spark_session(app_name=f"icelog-validate-{table}"))
+        page = build_report(
+            iceberg,
+            icelog_home() / "reports" / log_table.identifier,
+            full=full,
+            spark=lambda: spark_session(app_name=f"icelog-validate-{table}"),
+        )
         summary["report"] = str(page)
         quality = json.loads((page.parent / "report.json").read_text())["quality"]
         summary["quality_ok"] = quality["success"] if quality else None
@@ -97,9 +151,29 @@ def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
     return run_maintenance(cat, LogTable.open(cat, table).identifier)
 
 
-def fanout(source: str, group: str, routes: dict[str, str], *, route_column: str = "key", key_column: str = "key", catalog: str | None = None) -> dict[str, Any]:
+def fanout(
+    source: str,
+    group: str,
+    routes: dict[str, str],
+    *,
+    route_column: str = "key",
+    key_column: str = "key",
+    catalog: str | None = None,
+) -> dict[str, Any]:
     """Copy a log table's new records to the routed tables in one transaction (exactly once)."""
-    if not isinstance(routes, dict) or not routes or not all(isinstance(k, str) and isinstance(v, str) for k, v in routes.items()):
+    if (
+        not isinstance(routes, dict)
+        or not routes
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in routes.items())
+    ):
         raise InvalidInput(reason=f"routes must be a non-empty {{value: table}} mapping, not {routes!r}")
-    result = run_fanout(spark_session(app_name=f"icelog-fanout-{source}"), source, group, routes, route_column=route_column, key_column=key_column, catalog_name=catalog)
+    result = run_fanout(
+        spark_session(app_name=f"icelog-fanout-{source}"),
+        source,
+        group,
+        routes,
+        route_column=route_column,
+        key_column=key_column,
+        catalog_name=catalog,
+    )
     return result.to_dict()

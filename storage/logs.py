@@ -25,7 +25,9 @@ _RENDER = [
 
 def get_logger(name: str) -> Any:
     """A structlog bound logger over the stdlib logger ``icelog.<name>``."""
-    return structlog.wrap_logger(logging.getLogger(f"{ROOT}.{name}"), processors=_RENDER, wrapper_class=structlog.stdlib.BoundLogger)
+    return structlog.wrap_logger(
+        logging.getLogger(f"{ROOT}.{name}"), processors=_RENDER, wrapper_class=structlog.stdlib.BoundLogger
+    )
 
 
 def configure(level: str | None = None) -> None:

@@ -26,6 +26,7 @@ The two modes differ in how they learn the coverage:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -117,7 +118,15 @@ def scan_files(
     for path, partition, n, lo, hi, ordered in rows:
         if partition != paths[path]:
             violations.append(
-                Violation(CHECK, table, "misplaced_row", f"{n} rows of partition {partition} in a file of partition {paths[path]} ({path})", partition=partition, first=lo, last=hi)
+                Violation(
+                    CHECK,
+                    table,
+                    "misplaced_row",
+                    f"{n} rows of partition {partition} in a file of partition {paths[path]} ({path})",
+                    partition=partition,
+                    first=lo,
+                    last=hi,
+                )
             )
         spans.append(FileSpan(path, partition, lo, hi, n, bool(ordered) and n == hi - lo + 1))
     irregular = {(s.path, s.partition) for s in spans if not s.ordered}
@@ -156,7 +165,7 @@ def offset_runs(offsets: np.ndarray) -> list[tuple[int, int, int]]:
     breaks = np.flatnonzero((np.diff(values) != 1) | (np.diff(counts) != 0)) + 1
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [len(values)])) - 1
-    return [(int(values[a]), int(values[b]), int(counts[a])) for a, b in zip(starts, ends) if counts[a]]
+    return [(int(values[a]), int(values[b]), int(counts[a])) for a, b in zip(starts, ends, strict=True) if counts[a]]
 
 
 def _coverage(pieces: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -168,7 +177,7 @@ def _coverage(pieces: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, in
         delta[last + 1] -= count
     points = sorted(delta)
     segments, current = [], 0
-    for x, nxt in zip(points, points[1:]):
+    for x, nxt in itertools.pairwise(points):
         current += delta[x]
         if current:
             segments.append((x, nxt, current))
@@ -181,9 +190,7 @@ def _paths_touching(pieces: list[tuple[int, int, int, str]], first: int, last: i
     return shown + (f" and {len(paths) - MAX_PATHS_IN_DETAIL} more" if len(paths) > MAX_PATHS_IN_DETAIL else "")
 
 
-def _gaps_and_duplicates(
-    table: str, p: int, pieces: list[tuple[int, int, int, str]], lo: int, hi: int
-) -> list[Violation]:
+def _gaps_and_duplicates(table: str, p: int, pieces: list[tuple[int, int, int, str]], lo: int, hi: int) -> list[Violation]:
     """Exact gaps in ``[lo, hi)`` and exact duplicates (anywhere), in offset order."""
     found: list[tuple[int, Violation]] = []
     segments = _coverage((a, b, c) for a, b, c, _ in pieces)
@@ -191,10 +198,20 @@ def _gaps_and_duplicates(
     for start, end, _ in segments:
         if start > cursor and cursor < hi:
             last = min(start, hi) - 1
-            found.append((cursor, Violation(CHECK, table, "gap", f"offsets {cursor}..{last} missing", partition=p, first=cursor, last=last)))
+            found.append(
+                (
+                    cursor,
+                    Violation(CHECK, table, "gap", f"offsets {cursor}..{last} missing", partition=p, first=cursor, last=last),
+                )
+            )
         cursor = max(cursor, end)
     if cursor < hi:
-        found.append((cursor, Violation(CHECK, table, "gap", f"offsets {cursor}..{hi - 1} missing", partition=p, first=cursor, last=hi - 1)))
+        found.append(
+            (
+                cursor,
+                Violation(CHECK, table, "gap", f"offsets {cursor}..{hi - 1} missing", partition=p, first=cursor, last=hi - 1),
+            )
+        )
     runs: list[list[int]] = []  # [first, last, min_count, max_count]
     for start, end, count in segments:
         if count < 2:
@@ -207,7 +224,9 @@ def _gaps_and_duplicates(
     for first, last, least, most in runs:
         times = f"{least}" if least == most else f"{least} to {most}"
         detail = f"offsets {first}..{last} committed {times} times ({_paths_touching(pieces, first, last)})"
-        found.append((first, Violation(CHECK, table, "duplicate", detail, partition=p, first=first, last=last, extra={"copies": most})))
+        found.append(
+            (first, Violation(CHECK, table, "duplicate", detail, partition=p, first=first, last=last, extra={"copies": most}))
+        )
     return [v for _, v in sorted(found, key=lambda item: (item[0], item[1].kind))]
 
 
@@ -240,12 +259,26 @@ def tile(
     for p in sorted(partitions):
         files = sorted(by_partition.get(p, []), key=lambda s: (s.first, s.last))
         if state is not None and p not in state.watermarks:
-            violations.append(Violation(CHECK, table, "unknown_partition", f"data files for partition {p}, which the table does not have", partition=p))
+            violations.append(
+                Violation(
+                    CHECK, table, "unknown_partition", f"data files for partition {p}, which the table does not have", partition=p
+                )
+            )
             continue
         for s in files:
             if trust_files and not s.ordered:
                 kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
-                violations.append(Violation(CHECK, table, kind, f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}", partition=p, first=s.first, last=s.last))
+                violations.append(
+                    Violation(
+                        CHECK,
+                        table,
+                        kind,
+                        f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}",
+                        partition=p,
+                        first=s.first,
+                        last=s.last,
+                    )
+                )
         pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.ordered]
         if not trust_files:
             pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
@@ -259,12 +292,43 @@ def tile(
             continue
         if not files:
             if mark.start != mark.end:
-                violations.append(Violation("watermark", table, "gap", f"no data, but watermarks say [{mark.start}, {mark.end})", partition=p, first=mark.start, last=mark.end - 1))
+                violations.append(
+                    Violation(
+                        "watermark",
+                        table,
+                        "gap",
+                        f"no data, but watermarks say [{mark.start}, {mark.end})",
+                        partition=p,
+                        first=mark.start,
+                        last=mark.end - 1,
+                    )
+                )
             continue
         if data_first < mark.start:
-            violations.append(Violation("watermark", table, "watermark", f"log_start is {mark.start} but the data holds offsets from {data_first}", partition=p, first=data_first, last=mark.start - 1))
+            violations.append(
+                Violation(
+                    "watermark",
+                    table,
+                    "watermark",
+                    f"log_start is {mark.start} but the data holds offsets from {data_first}",
+                    partition=p,
+                    first=data_first,
+                    last=mark.start - 1,
+                )
+            )
         if data_end != mark.end:
-            violations.append(Violation("watermark", table, "watermark", f"stored log_end is {mark.end} but the data ends at {data_end} (max offset + 1)", partition=p, first=min(mark.end, data_end), last=max(mark.end, data_end) - 1, extra={"stored_start": mark.start, "stored_end": mark.end, "data_end": data_end}))
+            violations.append(
+                Violation(
+                    "watermark",
+                    table,
+                    "watermark",
+                    f"stored log_end is {mark.end} but the data ends at {data_end} (max offset + 1)",
+                    partition=p,
+                    first=min(mark.end, data_end),
+                    last=max(mark.end, data_end) - 1,
+                    extra={"stored_start": mark.start, "stored_end": mark.end, "data_end": data_end},
+                )
+            )
     return violations
 
 

@@ -24,7 +24,9 @@ from validations.violations import CheckReport, Violation
 CHECK = "groups"
 
 
-def _partition_violations(name: str, group: str, p: int, committed: int | None, ranges: list, end: int, limit: int) -> list[Violation]:
+def _partition_violations(
+    name: str, group: str, p: int, committed: int | None, ranges: list, end: int, limit: int
+) -> list[Violation]:
     found: list[Violation] = []
 
     def bad(kind: str, detail: str, first: int | None = None, last: int | None = None) -> None:
@@ -63,7 +65,17 @@ def check_groups(table: Table, snapshot_id: int | None = None) -> CheckReport:
         for key in sorted(set(offsets) | set(ranges), key=int):
             p = int(key)
             if p not in marks:
-                violations.append(Violation(CHECK, name, "unknown_partition", f"group {group!r} has a position on partition {p}, which {name} lacks", p))
+                violations.append(
+                    Violation(
+                        CHECK,
+                        name,
+                        "unknown_partition",
+                        f"group {group!r} has a position on partition {p}, which {name} lacks",
+                        p,
+                    )
+                )
                 continue
-            violations += _partition_violations(name, group, p, offsets.get(key), ranges.get(key, []), marks[p].end, state.max_ranges)
+            violations += _partition_violations(
+                name, group, p, offsets.get(key), ranges.get(key, []), marks[p].end, state.max_ranges
+            )
     return CheckReport(name, snapshot_id, [CHECK], violations, 0, time.perf_counter() - started)

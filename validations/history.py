@@ -16,7 +16,7 @@ and size, without a time, until the registry forgets them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.table import Table
@@ -44,7 +44,7 @@ class CommitEntry:
 def iso(timestamp_ms: int | None) -> str | None:
     if timestamp_ms is None:
         return None
-    return datetime.fromtimestamp(timestamp_ms / 1000, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def _appended_ranges(receipt: Any) -> dict[int, tuple[int, int]]:

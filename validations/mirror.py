@@ -45,13 +45,24 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
     record = mirror_record(table.metadata)
     if record is None:
         violation = Violation(CHECK, name, "not_a_mirror", f"{name} records no mirror source (icelog.mirror)")
-        return CheckReport(name, snapshot_id or table.metadata.current_snapshot_id, [CHECK], [violation], 0, time.perf_counter() - started)
+        return CheckReport(
+            name, snapshot_id or table.metadata.current_snapshot_id, [CHECK], [violation], 0, time.perf_counter() - started
+        )
     if source is None:
         source = load(open_catalog(record["catalog"]), record["table"])
-    up_to_date = record.get("snapshot") == source.metadata.current_snapshot_id and record.get("version") == source.metadata.properties.get(VERSION)
+    up_to_date = record.get("snapshot") == source.metadata.current_snapshot_id and record.get(
+        "version"
+    ) == source.metadata.properties.get(VERSION)
     violations: list[Violation] = []
     if str(source.metadata.table_uuid) != record.get("uuid"):
-        violations.append(Violation(CHECK, name, "source_changed", f"source {record['table']} has table UUID {source.metadata.table_uuid}, the mirror copies {record.get('uuid')}"))
+        violations.append(
+            Violation(
+                CHECK,
+                name,
+                "source_changed",
+                f"source {record['table']} has table UUID {source.metadata.table_uuid}, the mirror copies {record.get('uuid')}",
+            )
+        )
     mine, theirs = LogState.from_metadata(table.metadata).watermarks, LogState.from_metadata(source.metadata).watermarks
     compare: dict[int, tuple[int, int]] = {}
     for p in sorted(set(mine) | set(theirs)):
@@ -66,8 +77,15 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
         if (up_to_date and (a.start, a.end) != (b.start, b.end)) or a.end > b.end:
             first = min(a.end, b.end) if a.end != b.end else min(a.start, b.start)
             violations.append(
-                Violation(CHECK, name, "range", f"partition {p}: mirror holds [{a.start}, {a.end}), source [{b.start}, {b.end})",
-                          partition=p, first=first, extra={"mirror": [a.start, a.end], "source": [b.start, b.end]})
+                Violation(
+                    CHECK,
+                    name,
+                    "range",
+                    f"partition {p}: mirror holds [{a.start}, {a.end}), source [{b.start}, {b.end})",
+                    partition=p,
+                    first=first,
+                    extra={"mirror": [a.start, a.end], "source": [b.start, b.end]},
+                )
             )
         lo, hi = max(a.start, b.start), min(a.end, b.end)
         if hi > lo:
@@ -77,15 +95,24 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
         columns = [f.name for f in table.schema().fields if source.schema().find_field(f.name, case_sensitive=True) is not None]
         con = duckdb.connect()
         try:
-            found, rows = _content_violations(con, name, columns, planned_paths(table, snapshot_id), planned_paths(source), compare)
+            found, rows = _content_violations(
+                con, name, columns, planned_paths(table, snapshot_id), planned_paths(source), compare
+            )
         finally:
             con.close()
         violations.extend(found)
-    return CheckReport(name, snapshot_id or table.metadata.current_snapshot_id, [CHECK], violations, rows, time.perf_counter() - started)
+    return CheckReport(
+        name, snapshot_id or table.metadata.current_snapshot_id, [CHECK], violations, rows, time.perf_counter() - started
+    )
 
 
 def _content_violations(
-    con: duckdb.DuckDBPyConnection, name: str, columns: list[str], mine: list[str], theirs: list[str], compare: dict[int, tuple[int, int]]
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    columns: list[str],
+    mine: list[str],
+    theirs: list[str],
+    compare: dict[int, tuple[int, int]],
 ) -> tuple[list[Violation], int]:
     row_hash = "hash(" + ", ".join(f'"{c}"' for c in columns) + ")"
     bounds = " OR ".join(f"(log_partition = {p} AND log_offset >= {lo} AND log_offset < {hi})" for p, (lo, hi) in compare.items())
@@ -107,8 +134,15 @@ def _content_violations(
         lo, hi = max(lo, bad * CHUNK), min(hi, (bad + 1) * CHUNK)
         offset = _first_difference(con, row_hash, mine, theirs, p, lo, hi)
         violations.append(
-            Violation(CHECK, name, "content", f"partition {p}: offset {offset} differs from the source (first difference in [{lo}, {hi}))",
-                      partition=p, first=offset, last=offset)
+            Violation(
+                CHECK,
+                name,
+                "content",
+                f"partition {p}: offset {offset} differs from the source (first difference in [{lo}, {hi}))",
+                partition=p,
+                first=offset,
+                last=offset,
+            )
         )
     return violations, rows
 
@@ -120,7 +154,7 @@ def _first_difference(con: Any, row_hash: str, mine: list[str], theirs: list[str
     )
     a = con.execute(query, {"paths": mine}).fetchall() if mine else []
     b = con.execute(query, {"paths": theirs}).fetchall() if theirs else []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # a length difference is judged below
         if x != y:
             return min(x[0], y[0])
     return (a[len(b)][0] if len(a) > len(b) else b[len(a)][0]) if len(a) != len(b) else lo

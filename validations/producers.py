@@ -22,8 +22,10 @@ def sequence_violations(table: Table, snapshot_id: int | None = None) -> list[Vi
     paths = planned_paths(table, snapshot_id)
     if not paths:
         return []
-    rows = duckdb.connect().execute(
-        """
+    rows = (
+        duckdb.connect()
+        .execute(
+            """
         SELECT producer_id, producer_epoch, log_partition, log_offset, producer_seq, prev_seq FROM (
           SELECT producer_id, producer_epoch, log_partition, log_offset, producer_seq,
                  lag(producer_seq) OVER (PARTITION BY producer_id, producer_epoch, log_partition ORDER BY log_offset) AS prev_seq
@@ -31,11 +33,21 @@ def sequence_violations(table: Table, snapshot_id: int | None = None) -> list[Vi
         WHERE prev_seq IS NOT NULL AND producer_seq <> prev_seq + 1
         ORDER BY 1, 2, 3, 4
         """,
-        {"paths": paths},
-    ).fetchall()
+            {"paths": paths},
+        )
+        .fetchall()
+    )
     return [
-        Violation(CHECK, name, "sequence", f"producer {pid} epoch {epoch}: offset {offset} has sequence {seq}, expected {prev + 1}",
-                  partition=p, first=offset, last=offset, extra={"producer_id": pid, "epoch": epoch, "sequence": seq, "expected": prev + 1})
+        Violation(
+            CHECK,
+            name,
+            "sequence",
+            f"producer {pid} epoch {epoch}: offset {offset} has sequence {seq}, expected {prev + 1}",
+            partition=p,
+            first=offset,
+            last=offset,
+            extra={"producer_id": pid, "epoch": epoch, "sequence": seq, "expected": prev + 1},
+        )
         for pid, epoch, p, offset, seq, prev in rows
     ]
 
@@ -51,10 +63,26 @@ def state_violations(table: Table) -> list[Violation]:
     for pid, rows_entry in derived.items():
         entry = stored.get(pid)
         if entry is None:
-            found.append(Violation(CHECK, name, "producer_state", f"producer {pid} wrote rows but has no stored state", extra={"producer_id": int(pid)}))
+            found.append(
+                Violation(
+                    CHECK,
+                    name,
+                    "producer_state",
+                    f"producer {pid} wrote rows but has no stored state",
+                    extra={"producer_id": int(pid)},
+                )
+            )
             continue
         if entry.epoch < rows_entry.epoch:
-            found.append(Violation(CHECK, name, "producer_state", f"producer {pid}: stored epoch {entry.epoch} < epoch {rows_entry.epoch} in rows", extra={"producer_id": int(pid)}))
+            found.append(
+                Violation(
+                    CHECK,
+                    name,
+                    "producer_state",
+                    f"producer {pid}: stored epoch {entry.epoch} < epoch {rows_entry.epoch} in rows",
+                    extra={"producer_id": int(pid)},
+                )
+            )
         elif entry.epoch == rows_entry.epoch and entry.partitions != rows_entry.partitions:
             for p in sorted(set(entry.partitions) | set(rows_entry.partitions)):
                 want, got = rows_entry.partitions.get(p), entry.partitions.get(p)
@@ -73,6 +101,10 @@ def check_producers(table: Table, snapshot_id: int | None = None) -> CheckReport
     started = time.perf_counter()
     current = snapshot_id is None or snapshot_id == table.metadata.current_snapshot_id
     violations = sequence_violations(table, snapshot_id) + (state_violations(table) if current else [])
-    return CheckReport(".".join(table.name()[-2:]), snapshot_id or table.metadata.current_snapshot_id,
-                       ["producer-sequences", "producer-state"] if current else ["producer-sequences"], violations,
-                       seconds=time.perf_counter() - started)
+    return CheckReport(
+        ".".join(table.name()[-2:]),
+        snapshot_id or table.metadata.current_snapshot_id,
+        ["producer-sequences", "producer-state"] if current else ["producer-sequences"],
+        violations,
+        seconds=time.perf_counter() - started,
+    )

@@ -78,12 +78,19 @@ class ValidationScope:
             return None
         terms = [
             f"({cols.PARTITION} = {p} AND {cols.OFFSET} >= {start} AND {cols.OFFSET} < {end})"
-            for p, spans in sorted(self.ranges.items()) for start, end in spans
+            for p, spans in sorted(self.ranges.items())
+            for start, end in spans
         ]
         return " OR ".join(terms) if terms else "FALSE"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "ranges": {str(p): [list(s) for s in spans] for p, spans in sorted(self.ranges.items())}, "since": self.since, "rows": self.rows, "reason": self.reason}
+        return {
+            "mode": self.mode,
+            "ranges": {str(p): [list(s) for s in spans] for p, spans in sorted(self.ranges.items())},
+            "since": self.since,
+            "rows": self.rows,
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -128,11 +135,17 @@ def payload_expectations(table: str, path: str | Path | None = None) -> list[dic
 
 def system_expectations(now_ms: int) -> list[dict[str, Any]]:
     return [
-        *({"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}} for c in (cols.PARTITION, cols.OFFSET, cols.TIMESTAMP)),
+        *(
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}}
+            for c in (cols.PARTITION, cols.OFFSET, cols.TIMESTAMP)
+        ),
         {"type": "expect_compound_columns_to_be_unique", "kwargs": {"column_list": [cols.PARTITION, cols.OFFSET]}},
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": cols.OFFSET, "min_value": 0}},
         # Appended no earlier than 2000 and no later than a day from now (clock skew).
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "log_timestamp_ms", "min_value": 946_684_800_000, "max_value": now_ms + 86_400_000}},
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "log_timestamp_ms", "min_value": 946_684_800_000, "max_value": now_ms + 86_400_000},
+        },
     ]
 
 
@@ -250,7 +263,10 @@ def scope_paths(table: Table, scope: ValidationScope, snapshot_id: int | None) -
     condition: Any = AlwaysTrue() if scope.mode == "full" else AlwaysFalse()
     for p, spans in scope.ranges.items():
         for start, end in spans:
-            condition = Or(condition, And(EqualTo(cols.PARTITION, p), And(GreaterThanOrEqual(cols.OFFSET, start), LessThan(cols.OFFSET, end))))
+            condition = Or(
+                condition,
+                And(EqualTo(cols.PARTITION, p), And(GreaterThanOrEqual(cols.OFFSET, start), LessThan(cols.OFFSET, end))),
+            )
     return [local_path(t.file.file_path) for t in table.scan(row_filter=condition, snapshot_id=snapshot_id).plan_files()]
 
 
@@ -277,7 +293,10 @@ def _pandas_rows(table: Table, paths: list[str], predicate: str | None):
         return pd.DataFrame({f.name: [] for f in table.schema().fields} | {"log_timestamp_ms": []})
     where = f" WHERE {predicate}" if predicate else ""
     with duckdb.connect() as con:
-        return con.execute(f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM read_parquet($p, union_by_name=true, hive_partitioning=false){where}", {"p": paths}).df()  # folder names are not columns
+        return con.execute(
+            f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM read_parquet($p, union_by_name=true, hive_partitioning=false){where}",
+            {"p": paths},
+        ).df()  # folder names are not columns
 
 
 def _spark_rows(spark: Any, table: Table, paths: list[str], predicate: str | None):
@@ -335,7 +354,9 @@ def run_suite(
     at = snapshot_id if snapshot_id is not None else table.metadata.current_snapshot_id
     docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     if scope.mode == "none":
-        return QualityResult(name, True, 0, [], str(docs) if docs.exists() else None, time.perf_counter() - started, at, "none", scope.to_dict())
+        return QualityResult(
+            name, True, 0, [], str(docs) if docs.exists() else None, time.perf_counter() - started, at, "none", scope.to_dict()
+        )
     chosen = pick_engine(scope.rows, engine)
     paths = scope_paths(table, scope, at)
     if chosen == "spark":
@@ -348,17 +369,45 @@ def run_suite(
     outcome = _checkpoint(root, name, chosen, [_expectation(e) for e in entries], frame)
     results = [r for run in outcome.run_results.values() for r in run.results]
     failed = [
-        {"expectation": r.expectation_config.type, "kwargs": {k: v for k, v in r.expectation_config.kwargs.items() if k != "batch_id"}, "unexpected_count": (r.result or {}).get("unexpected_count")}
-        for r in results if not r.success
+        {
+            "expectation": r.expectation_config.type,
+            "kwargs": {k: v for k, v in r.expectation_config.kwargs.items() if k != "batch_id"},
+            "unexpected_count": (r.result or {}).get("unexpected_count"),
+        }
+        for r in results
+        if not r.success
     ]
     try:
         offline_data_docs(docs.parent)
         offline = ""
     except WebAssetsMissing as e:  # validation stands; only the pages need the network then
         offline = e.describe()
-    result = QualityResult(name, bool(outcome.success), len(results), failed, str(docs) if docs.exists() else None, time.perf_counter() - started, at, chosen, scope.to_dict(), offline)
+    result = QualityResult(
+        name,
+        bool(outcome.success),
+        len(results),
+        failed,
+        str(docs) if docs.exists() else None,
+        time.perf_counter() - started,
+        at,
+        chosen,
+        scope.to_dict(),
+        offline,
+    )
     if snapshot_id is None:
-        _write_record(table, root, {"at_ms": int(time.time() * 1000), "snapshot_id": at, "success": result.success, "engine": chosen, "failed": len(failed), "seconds": round(result.seconds, 3), **scope.to_dict()})
+        _write_record(
+            table,
+            root,
+            {
+                "at_ms": int(time.time() * 1000),
+                "snapshot_id": at,
+                "success": result.success,
+                "engine": chosen,
+                "failed": len(failed),
+                "seconds": round(result.seconds, 3),
+                **scope.to_dict(),
+            },
+        )
     return result
 
 
@@ -376,10 +425,22 @@ def _checkpoint(root: Path, name: str, engine: str, expectations: list[Any], fra
     else:
         source = context.data_sources.add_or_update_pandas(name=f"icelog__{key}")
     asset = source.add_dataframe_asset(name=key) if key not in [a.name for a in source.assets] else source.get_asset(key)
-    batch = asset.add_batch_definition_whole_dataframe(f"{key}__snapshot") if f"{key}__snapshot" not in [b.name for b in asset.batch_definitions] else asset.get_batch_definition(f"{key}__snapshot")
+    batch = (
+        asset.add_batch_definition_whole_dataframe(f"{key}__snapshot")
+        if f"{key}__snapshot" not in [b.name for b in asset.batch_definitions]
+        else asset.get_batch_definition(f"{key}__snapshot")
+    )
     suite = context.suites.add_or_update(gx.ExpectationSuite(name=f"{key}__suite", expectations=expectations))
-    definition = context.validation_definitions.add_or_update(gx.ValidationDefinition(name=f"{key}__validation__{engine}", data=batch, suite=suite))
-    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(name=f"{key}__checkpoint__{engine}", validation_definitions=[definition], actions=[UpdateDataDocsAction(name="data_docs")]))
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=f"{key}__validation__{engine}", data=batch, suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=f"{key}__checkpoint__{engine}",
+            validation_definitions=[definition],
+            actions=[UpdateDataDocsAction(name="data_docs")],
+        )
+    )
     return checkpoint.run(batch_parameters={"dataframe": frame})
 
 
@@ -400,16 +461,34 @@ def _quiet(context: Any) -> None:
 CDN_ASSETS: tuple[tuple[str, str], ...] = (
     (r"https://maxcdn\.bootstrapcdn\.com/bootstrap/[\d.]+/css/bootstrap\.min\.css", "bootstrap/dist/css/bootstrap.min.css"),
     (r"https://stackpath\.bootstrapcdn\.com/bootstrap/[\d.]+/js/bootstrap\.min\.js", "bootstrap/dist/js/bootstrap.min.js"),
-    (r"https://cdn\.jsdelivr\.net/npm/@forevolve/bootstrap-dark@[\d.]+/dist/css/bootstrap-prefers-dark\.css", "@forevolve/bootstrap-dark/dist/css/bootstrap-prefers-dark.css"),
+    (
+        r"https://cdn\.jsdelivr\.net/npm/@forevolve/bootstrap-dark@[\d.]+/dist/css/bootstrap-prefers-dark\.css",
+        "@forevolve/bootstrap-dark/dist/css/bootstrap-prefers-dark.css",
+    ),
     (r"https://code\.jquery\.com/jquery-[\d.]+\.min\.js", "jquery/dist/jquery.min.js"),
     (r"https://cdnjs\.cloudflare\.com/ajax/libs/popper\.js/[\d.]+/umd/popper\.min\.js", "popper.js/dist/umd/popper.min.js"),
-    (r"https://cdnjs\.cloudflare\.com/ajax/libs/font-awesome/[\d.]+/css/all\.min\.css", "@fortawesome/fontawesome-free/css/all.min.css"),
-    (r"https://cdnjs\.cloudflare\.com/ajax/libs/bootstrap-datepicker/[\d.]+/css/bootstrap-datepicker\.min\.css", "bootstrap-datepicker/dist/css/bootstrap-datepicker.min.css"),
-    (r"https://cdnjs\.cloudflare\.com/ajax/libs/bootstrap-datepicker/[\d.]+/js/bootstrap-datepicker\.min\.js", "bootstrap-datepicker/dist/js/bootstrap-datepicker.min.js"),
+    (
+        r"https://cdnjs\.cloudflare\.com/ajax/libs/font-awesome/[\d.]+/css/all\.min\.css",
+        "@fortawesome/fontawesome-free/css/all.min.css",
+    ),
+    (
+        r"https://cdnjs\.cloudflare\.com/ajax/libs/bootstrap-datepicker/[\d.]+/css/bootstrap-datepicker\.min\.css",
+        "bootstrap-datepicker/dist/css/bootstrap-datepicker.min.css",
+    ),
+    (
+        r"https://cdnjs\.cloudflare\.com/ajax/libs/bootstrap-datepicker/[\d.]+/js/bootstrap-datepicker\.min\.js",
+        "bootstrap-datepicker/dist/js/bootstrap-datepicker.min.js",
+    ),
     (r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/bootstrap-table\.min\.css", "bootstrap-table/dist/bootstrap-table.min.css"),
     (r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/bootstrap-table\.min\.js", "bootstrap-table/dist/bootstrap-table.min.js"),
-    (r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/extensions/filter-control/bootstrap-table-filter-control(\.min)?\.css", "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.css"),
-    (r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/extensions/filter-control/bootstrap-table-filter-control\.min\.js", "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.js"),
+    (
+        r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/extensions/filter-control/bootstrap-table-filter-control(\.min)?\.css",
+        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.css",
+    ),
+    (
+        r"https://unpkg\.com/bootstrap-table@[\d.]+/dist/extensions/filter-control/bootstrap-table-filter-control\.min\.js",
+        "bootstrap-table/dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    ),
     (r"https://cdn\.jsdelivr\.net/npm/vega@5", "vega/build/vega.min.js"),
     (r"https://cdn\.jsdelivr\.net/npm/vega-lite@5", "vega-lite/build/vega-lite.min.js"),
     (r"https://cdn\.jsdelivr\.net/npm/vega-embed@6", "vega-embed/build/vega-embed.min.js"),
@@ -466,7 +545,7 @@ def offline_data_docs(site: Path, assets: Path | None = None) -> list[str]:
             local = os.path.relpath(target / rel, page.parent)
             text = pattern.sub(lambda m, local=local: (replaced.add(m.group(0)), local)[1], text)
         images = os.path.relpath(site / "static" / "images", page.parent)
-        text = re.sub(GX_IMAGES, lambda m: (replaced.add(m.group(0)), f"{images}/{m.group(1)}")[1], text)
+        text = re.sub(GX_IMAGES, lambda m, images=images: (replaced.add(m.group(0)), f"{images}/{m.group(1)}")[1], text)
         text = re.sub(INTEGRITY, "", text)
         if text != original:
             page.write_text(text)

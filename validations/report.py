@@ -49,12 +49,17 @@ def partition_files(table: Table) -> list[dict[str, Any]]:
     out = []
     for p, w in sorted(state.watermarks.items()):
         entries = files.get(p, [])
-        out.append({
-            "partition": p, "log_start": w.start, "log_end": w.end, "rows": w.end - w.start,
-            "files": len(entries),
-            "small_files": sum(1 for e in entries if e[2].record_count < SMALL_FILE_ROWS),
-            "compaction_due": any(True for _ in _small_runs(entries, SMALL_FILE_ROWS)),
-        })
+        out.append(
+            {
+                "partition": p,
+                "log_start": w.start,
+                "log_end": w.end,
+                "rows": w.end - w.start,
+                "files": len(entries),
+                "small_files": sum(1 for e in entries if e[2].record_count < SMALL_FILE_ROWS),
+                "compaction_due": any(True for _ in _small_runs(entries, SMALL_FILE_ROWS)),
+            }
+        )
     return out
 
 
@@ -78,7 +83,17 @@ def _fmt(v: float) -> str:
     return f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
 
 
-def _frame(chart_id: str, label: str, width: int, height: int, ticks: list[float], x_title: str, y_title: str, body: str, pad: tuple[int, int, int, int]) -> str:
+def _frame(
+    chart_id: str,
+    label: str,
+    width: int,
+    height: int,
+    ticks: list[float],
+    x_title: str,
+    y_title: str,
+    body: str,
+    pad: tuple[int, int, int, int],
+) -> str:
     left, top_pad, right, bottom = pad
     top = ticks[-1]
     grid = "".join(
@@ -101,7 +116,16 @@ def _y(v: float, top: float, height: int, top_pad: int, bottom: int) -> float:
     return height - bottom - (height - top_pad - bottom) * (v / top if top else 0)
 
 
-def bar_chart(chart_id: str, labels: list[str], series: list[tuple[str, list[float], str]], *, x_title: str, y_title: str, width: int = 900, height: int = 240) -> str:
+def bar_chart(
+    chart_id: str,
+    labels: list[str],
+    series: list[tuple[str, list[float], str]],
+    *,
+    x_title: str,
+    y_title: str,
+    width: int = 900,
+    height: int = 240,
+) -> str:
     """Vertical bars, one group per label; series are drawn stacked (each ``(name, values, css class)``)."""
     pad = (70, 16, 16, 58)
     if not labels:
@@ -115,30 +139,46 @@ def bar_chart(chart_id: str, labels: list[str], series: list[tuple[str, list[flo
         for name, values, css in series:
             v = values[i]
             y0, y1 = _y(base, ticks[-1], height, pad[1], pad[3]), _y(base + v, ticks[-1], height, pad[1], pad[3])
-            bars.append(f'<rect class="bar {css}" x="{x:.1f}" y="{y1:.1f}" width="{slot * 0.7:.1f}" height="{max(0.0, y0 - y1):.1f}"><title>{html.escape(label)}: {_fmt(v)} {html.escape(name)}</title></rect>')
+            bars.append(
+                f'<rect class="bar {css}" x="{x:.1f}" y="{y1:.1f}" width="{slot * 0.7:.1f}" height="{max(0.0, y0 - y1):.1f}"><title>{html.escape(label)}: {_fmt(v)} {html.escape(name)}</title></rect>'
+            )
             base += v
         if i % every == 0:
-            bars.append(f'<text class="tick" x="{x + slot * 0.35:.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape(label)}</text>')
+            bars.append(
+                f'<text class="tick" x="{x + slot * 0.35:.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape(label)}</text>'
+            )
     return _frame(chart_id, y_title, width, height, ticks, x_title, y_title, "".join(bars), pad)
 
 
-def line_chart(chart_id: str, points: list[tuple[int, float, str]], *, x_title: str, y_title: str, width: int = 900, height: int = 260) -> str:
+def line_chart(
+    chart_id: str, points: list[tuple[int, float, str]], *, x_title: str, y_title: str, width: int = 900, height: int = 260
+) -> str:
     """Values over time: ``(timestamp_ms, value, tooltip)``, with time ticks on the x axis."""
     pad = (70, 16, 24, 58)
     if not points:
         return f'<svg id="{chart_id}" class="chart" width="{width}" height="40"><text x="10" y="25">no commits yet</text></svg>'
     ticks = nice_ticks(max(p[1] for p in points))
     t0, t1 = points[0][0], points[-1][0]
+
     def x(t: int) -> float:
         return pad[0] + (width - pad[0] - pad[2]) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.5)
+
     line = " ".join(f"{x(t):.1f},{_y(v, ticks[-1], height, pad[1], pad[3]):.1f}" for t, v, _ in points)
-    dots = "".join(f'<circle cx="{x(t):.1f}" cy="{_y(v, ticks[-1], height, pad[1], pad[3]):.1f}" r="3"><title>{html.escape(tip)}</title></circle>' for t, v, tip in points)
+    dots = "".join(
+        f'<circle cx="{x(t):.1f}" cy="{_y(v, ticks[-1], height, pad[1], pad[3]):.1f}" r="3"><title>{html.escape(tip)}</title></circle>'
+        for t, v, tip in points
+    )
     times = sorted({t0, t1, *([t0 + (t1 - t0) * k // 4 for k in (1, 2, 3)] if t1 > t0 else [])})
     # Within a day the time of day says enough; a label equal to its neighbour's is dropped.
     labels = {t: (iso(t) or "").replace("T", " ")[:16] if t1 - t0 >= 86_400_000 else (iso(t) or "")[11:19] for t in times}
     kept = [t for i, t in enumerate(times) if i == 0 or labels[t] != labels[times[i - 1]]]
-    xticks = "".join(f'<text class="tick" x="{x(t):.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape(labels[t])}</text>' for t in kept)
-    return _frame(chart_id, y_title, width, height, ticks, x_title, y_title, f'<polyline points="{line}" class="line"/>{dots}{xticks}', pad)
+    xticks = "".join(
+        f'<text class="tick" x="{x(t):.1f}" y="{height - pad[3] + 14}" text-anchor="middle">{html.escape(labels[t])}</text>'
+        for t in kept
+    )
+    return _frame(
+        chart_id, y_title, width, height, ticks, x_title, y_title, f'<polyline points="{line}" class="line"/>{dots}{xticks}', pad
+    )
 
 
 CSS = """
@@ -210,7 +250,9 @@ def build_report(
     if gx:
         from validations.quality import run_suite  # imports great_expectations (~14 s): only when asked for
 
-        quality = run_suite(table, expectations_file=expectations_file, full=full, engine=engine, spark=spark, docs_root=docs_root)
+        quality = run_suite(
+            table, expectations_file=expectations_file, full=full, engine=engine, spark=spark, docs_root=docs_root
+        )
         if quality.data_docs:
             target = out / "data-docs"
             shutil.rmtree(target, ignore_errors=True)
@@ -220,52 +262,94 @@ def build_report(
     per_day = rows_per_day(table, paths)
     ok = checks.ok and (quality is None or quality.success)
     summary = {
-        "table": name, "ok": ok, "snapshot_id": state.snapshot_id,
-        "rows": sum(p["rows"] for p in partitions), "partitions": len(partitions),
-        "files": sum(p["files"] for p in partitions), "small_files": sum(p["small_files"] for p in partitions),
+        "table": name,
+        "ok": ok,
+        "snapshot_id": state.snapshot_id,
+        "rows": sum(p["rows"] for p in partitions),
+        "partitions": len(partitions),
+        "files": sum(p["files"] for p in partitions),
+        "small_files": sum(p["small_files"] for p in partitions),
         "compaction_due": [p["partition"] for p in partitions if p["compaction_due"]],
-        "last_commit_ms": table.metadata.last_updated_ms, "freshness_ms": freshness_ms(table, now_ms),
-        "violations": len(checks.violations), "quality_ok": quality.success if quality else None,
+        "last_commit_ms": table.metadata.last_updated_ms,
+        "freshness_ms": freshness_ms(table, now_ms),
+        "violations": len(checks.violations),
+        "quality_ok": quality.success if quality else None,
         "quality_scope": quality.scope if quality else None,
     }
     page = _page(name, summary, partitions, per_day, commits, checks, quality, out, now_ms)
     page_path = out / "index.html"
     page_path.write_text(page)
-    doc = {**summary, "checks": checks.to_dict(), "quality": quality.to_dict() if quality else None, "partition_files": partitions,
-           "rows_per_day": per_day, "history": [c.to_dict() for c in commits], "seconds": time.perf_counter() - started}
+    doc = {
+        **summary,
+        "checks": checks.to_dict(),
+        "quality": quality.to_dict() if quality else None,
+        "partition_files": partitions,
+        "rows_per_day": per_day,
+        "history": [c.to_dict() for c in commits],
+        "seconds": time.perf_counter() - started,
+    }
     (out / "report.json").write_text(json.dumps(doc, default=str, indent=1))
     return page_path
 
 
-def _page(name: str, s: dict[str, Any], partitions: list[dict[str, Any]], per_day: list[dict[str, Any]], commits: list[Any], checks: Any, quality: Any, out: Path, now_ms: int) -> str:
+def _page(
+    name: str,
+    s: dict[str, Any],
+    partitions: list[dict[str, Any]],
+    per_day: list[dict[str, Any]],
+    commits: list[Any],
+    checks: Any,
+    quality: Any,
+    out: Path,
+    now_ms: int,
+) -> str:
     esc = html.escape
     due = s["compaction_due"]
     compaction_note = (
         f'<p id="compaction-note" class="badge warn">Compaction is due in partition{"s" if len(due) > 1 else ""} {", ".join(map(str, due[:20]))}{" …" if len(due) > 20 else ""}: '
         f"runs of {COMPACT_MIN_FILES}+ adjoining files under {SMALL_FILE_ROWS:,} rows (<code>icelog maintain {esc(s['table'])}</code>).</p>"
-        if due else '<p id="compaction-note" class="meta">No compaction due.</p>'
+        if due
+        else '<p id="compaction-note" class="meta">No compaction due.</p>'
     )
     timed = [c for c in commits if c.timestamp_ms is not None]
     total, points = 0, []
     for c in commits:
         total += c.rows
         if c.timestamp_ms is not None:
-            points.append((c.timestamp_ms, total, f"{iso(c.timestamp_ms)}: +{c.rows:,} rows (total appended {total:,}), commit {c.commit_id[:8]}"))
+            points.append(
+                (
+                    c.timestamp_ms,
+                    total,
+                    f"{iso(c.timestamp_ms)}: +{c.rows:,} rows (total appended {total:,}), commit {c.commit_id[:8]}",
+                )
+            )
     points.sort()
     rows = "".join(
         f"<tr><td>{p['partition']}</td><td>{p['log_start']:,}</td><td>{p['log_end']:,}</td><td>{p['rows']:,}</td><td>{p['files']}</td><td>{p['small_files']}</td><td>{'yes' if p['compaction_due'] else ''}</td></tr>"
         for p in partitions
     )
-    violations = "".join(
-        f"<tr><td>{esc(v.kind)}</td><td>{'' if v.partition is None else v.partition}</td><td>{'' if v.first is None else v.first}</td><td>{'' if v.last is None else v.last}</td><td class='text'>{esc(v.detail)}</td></tr>"
-        for v in checks.violations[:50]
-    ) or "<tr><td colspan=5>none</td></tr>"
+    violations = (
+        "".join(
+            f"<tr><td>{esc(v.kind)}</td><td>{'' if v.partition is None else v.partition}</td><td>{'' if v.first is None else v.first}</td><td>{'' if v.last is None else v.last}</td><td class='text'>{esc(v.detail)}</td></tr>"
+            for v in checks.violations[:50]
+        )
+        or "<tr><td colspan=5>none</td></tr>"
+    )
     quality_html, quality_tile = "<p>Great Expectations not run.</p>", ("not run", "")
     if quality is not None:
-        failed = "".join(f"<li>{esc(f['expectation'])} {esc(json.dumps(f['kwargs']))}: {f['unexpected_count']} unexpected</li>" for f in quality.failed)
-        docs_link = '<a id="data-docs" href="data-docs/index.html">Great Expectations Data Docs</a>' if (out / "data-docs").exists() else ""
+        failed = "".join(
+            f"<li>{esc(f['expectation'])} {esc(json.dumps(f['kwargs']))}: {f['unexpected_count']} unexpected</li>"
+            for f in quality.failed
+        )
+        docs_link = (
+            '<a id="data-docs" href="data-docs/index.html">Great Expectations Data Docs</a>'
+            if (out / "data-docs").exists()
+            else ""
+        )
         if quality.docs_not_offline:
-            docs_link += f' <span id="docs-not-offline" class="badge warn">needs the network: {esc(quality.docs_not_offline)}</span>'
+            docs_link += (
+                f' <span id="docs-not-offline" class="badge warn">needs the network: {esc(quality.docs_not_offline)}</span>'
+            )
         scope = quality.scope or {}
         quality_html = (
             f"<p><span id='quality-status' class='badge {'ok' if quality.success else 'bad'}'>{'passed' if quality.success else 'failed'}</span> "
@@ -275,17 +359,20 @@ def _page(name: str, s: dict[str, Any], partitions: list[dict[str, Any]], per_da
         quality_tile = ("passed" if quality.success else "failed", f"{scope.get('mode', '')}, {scope.get('rows', 0):,} rows")
     labels = [str(p["partition"]) for p in partitions]
     tiles = [
-        ("rows", f"{s['rows']:,}", "", "tile-rows"), ("partitions", str(s["partitions"]), "", "tile-partitions"),
+        ("rows", f"{s['rows']:,}", "", "tile-rows"),
+        ("partitions", str(s["partitions"]), "", "tile-partitions"),
         ("data files", f"{s['files']:,}", f"{s['small_files']:,} small", "tile-files"),
         ("since last commit", human_age(s["freshness_ms"]), esc(iso(s["last_commit_ms"]) or ""), "freshness"),
         ("data quality", quality_tile[0], quality_tile[1], "tile-quality"),
     ]
-    tiles_html = "".join(f'<div class="tile" id="{i}"><span>{label}</span><b>{value}</b><span>{sub}</span></div>' for label, value, sub, i in tiles)
+    tiles_html = "".join(
+        f'<div class="tile" id="{i}"><span>{label}</span><b>{value}</b><span>{sub}</span></div>' for label, value, sub, i in tiles
+    )
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>icelog report: {esc(s['table'])}</title><style>{CSS}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>icelog report: {esc(s["table"])}</title><style>{CSS}</style></head>
 <body>
-<h1>{esc(s['table'])} <span id="status" class="badge {'ok' if s['ok'] else 'bad'}">{'OK' if s['ok'] else 'VIOLATIONS'}</span></h1>
-<p class="meta">snapshot {s['snapshot_id']} · generated {esc(iso(now_ms) or '')}</p>
+<h1>{esc(s["table"])} <span id="status" class="badge {"ok" if s["ok"] else "bad"}">{"OK" if s["ok"] else "VIOLATIONS"}</span></h1>
+<p class="meta">snapshot {s["snapshot_id"]} · generated {esc(iso(now_ms) or "")}</p>
 <div class="tiles">{tiles_html}</div>
 <h2>Partitions</h2>
 <p class="meta legend">Rows per partition (skew shows as uneven bars) and data files per partition:<i style="background:#e0a100"></i>small<i style="background:#7fa7ef"></i>other</p>
@@ -300,7 +387,7 @@ def _page(name: str, s: dict[str, Any], partitions: list[dict[str, Any]], per_da
 <p class="meta">Rows appended, cumulative, over the last {len(commits):,} commits the table's commit registry keeps ({len(timed):,} with a time; a commit's time is the append time of its rows).</p>
 {line_chart("commit-history", points, x_title="commit time (UTC)", y_title="rows appended (cumulative)")}
 <h2>Validation</h2>
-<p>Checks: {esc(', '.join(checks.checks))} ({checks.rows:,} rows, {checks.seconds:.2f} s)</p>
+<p>Checks: {esc(", ".join(checks.checks))} ({checks.rows:,} rows, {checks.seconds:.2f} s)</p>
 <table id="violations"><tr><th>kind</th><th>partition</th><th>first</th><th>last</th><th>detail</th></tr>{violations}</table>
 <h2>Data quality</h2>
 {quality_html}
@@ -312,7 +399,9 @@ def _page(name: str, s: dict[str, Any], partitions: list[dict[str, Any]], per_da
 # --- every table at once ------------------------------------------------------------------
 
 
-def build_index(catalog: Catalog, out: str | Path, *, tables: list[str] | None = None, now_ms: int | None = None, **report: Any) -> Path:
+def build_index(
+    catalog: Catalog, out: str | Path, *, tables: list[str] | None = None, now_ms: int | None = None, **report: Any
+) -> Path:
     """Report every log table (``out/<table>/index.html``) and write ``out/index.html`` linking them.
 
     A table whose report fails is listed with its error; the others are still written.
@@ -328,36 +417,58 @@ def build_index(catalog: Catalog, out: str | Path, *, tables: list[str] | None =
             entries.append(json.loads((page.parent / "report.json").read_text()))
         except IcelogError as e:
             entries.append({"table": name, "error": str(e)})
-    (out / "index.json").write_text(json.dumps([{k: v for k, v in e.items() if k in INDEX_KEYS} for e in entries], default=str, indent=1))
+    (out / "index.json").write_text(
+        json.dumps([{k: v for k, v in e.items() if k in INDEX_KEYS} for e in entries], default=str, indent=1)
+    )
     (out / "index.html").write_text(_index_page(entries, now_ms))
     return out / "index.html"
 
 
 DUE = '<span class="badge warn">due</span>'
-INDEX_KEYS = ("table", "ok", "rows", "partitions", "files", "small_files", "compaction_due", "freshness_ms", "violations", "quality_ok", "error")
+INDEX_KEYS = (
+    "table",
+    "ok",
+    "rows",
+    "partitions",
+    "files",
+    "small_files",
+    "compaction_due",
+    "freshness_ms",
+    "violations",
+    "quality_ok",
+    "error",
+)
 
 
 def _index_page(entries: list[dict[str, Any]], now_ms: int) -> str:
     esc = html.escape
+
     def status(e: dict[str, Any]) -> str:
         if "error" in e:
             return '<span class="badge bad status">ERROR</span>'
         return f'<span class="badge {"ok" if e["ok"] else "bad"} status">{"OK" if e["ok"] else "VIOLATIONS"}</span>'
-    rows = "".join(
-        f'<tr><td><a href="{esc(e["table"])}/index.html">{esc(e["table"])}</a></td><td>{status(e)}</td>'
-        + (f'<td colspan=6 class="text">{esc(e["error"])}</td>' if "error" in e else
-           f'<td>{e["rows"]:,}</td><td>{e["partitions"]}</td><td>{e["files"]:,} ({e["small_files"]:,} small)</td>'
-           f'<td>{DUE if e["compaction_due"] else ""}</td><td>{human_age(e["freshness_ms"])}</td>'
-           f'<td>{"" if e["quality_ok"] is None else ("passed" if e["quality_ok"] else "failed")}</td>')
-        + "</tr>"
-        for e in entries
-    ) or '<tr><td colspan=8>no log tables</td></tr>'
+
+    rows = (
+        "".join(
+            f'<tr><td><a href="{esc(e["table"])}/index.html">{esc(e["table"])}</a></td><td>{status(e)}</td>'
+            + (
+                f'<td colspan=6 class="text">{esc(e["error"])}</td>'
+                if "error" in e
+                else f"<td>{e['rows']:,}</td><td>{e['partitions']}</td><td>{e['files']:,} ({e['small_files']:,} small)</td>"
+                f"<td>{DUE if e['compaction_due'] else ''}</td><td>{human_age(e['freshness_ms'])}</td>"
+                f"<td>{'' if e['quality_ok'] is None else ('passed' if e['quality_ok'] else 'failed')}</td>"
+            )
+            + "</tr>"
+            for e in entries
+        )
+        or "<tr><td colspan=8>no log tables</td></tr>"
+    )
     bad = sum(1 for e in entries if "error" in e or not e.get("ok"))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>icelog reports</title><style>{CSS}</style></head>
 <body>
-<h1>icelog tables <span id="status" class="badge {'bad' if bad else 'ok'}">{f'{bad} need attention' if bad else 'all OK'}</span></h1>
-<p class="meta">{len(entries)} log tables · generated {esc(iso(now_ms) or '')}</p>
+<h1>icelog tables <span id="status" class="badge {"bad" if bad else "ok"}">{f"{bad} need attention" if bad else "all OK"}</span></h1>
+<p class="meta">{len(entries)} log tables · generated {esc(iso(now_ms) or "")}</p>
 <table id="tables"><tr><th>table</th><th>status</th><th>rows</th><th>partitions</th><th>files</th><th>compaction</th><th>since last commit</th><th>data quality</th></tr>{rows}</table>
 <script>document.body.dataset.rendered = String(document.querySelectorAll('#tables a').length);</script>
 </body></html>

@@ -13,7 +13,7 @@ the empty table, which is what the table held then.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import duckdb
 import pyarrow as pa
@@ -43,7 +43,7 @@ def _name(table: Table) -> str:
 
 def _iso(timestamp_ms: int) -> str:
     try:
-        return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
     except (ValueError, OverflowError, OSError):  # beyond datetime's years 1..9999
         return f"{timestamp_ms} ms after the epoch"
 
@@ -137,9 +137,7 @@ def snapshot_as_of(table: Table, timestamp_ms: int) -> int | None:
     return chosen.snapshot_id if chosen is not None else None
 
 
-def register_table(
-    con: duckdb.DuckDBPyConnection, name: str, table: Table, snapshot_id: int | None = None
-) -> None:
+def register_table(con: duckdb.DuckDBPyConnection, name: str, table: Table, snapshot_id: int | None = None) -> None:
     namespace, table_name = name.split(".")
     con.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
     paths = planned_paths(table, snapshot_id) if snapshot_id is not None or table.metadata.current_snapshot_id else []
@@ -230,4 +228,3 @@ def connect(
         else:
             register_table(con, name, table, sid)
     return con
-

@@ -34,7 +34,13 @@ def _journal(table: Table) -> tuple[list[tuple[str, str, str]], dict]:
     except UnknownTable:
         return [], {}
     paths = planned_paths(journal)
-    rows = duckdb.connect().execute("SELECT txn_id, txn_state, detail FROM read_parquet($p) ORDER BY log_offset", {"p": paths}).fetchall() if paths else []
+    rows = (
+        duckdb.connect()
+        .execute("SELECT txn_id, txn_state, detail FROM read_parquet($p) ORDER BY log_offset", {"p": paths})
+        .fetchall()
+        if paths
+        else []
+    )
     return rows, dict(JournalState.from_metadata(journal.metadata).transactions)
 
 
@@ -64,20 +70,48 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
             start = max(first, marks[int(p)].start) if int(p) in marks else first
             if start >= nxt:
                 continue  # removed by retention
-            present = con.execute(
-                "SELECT count(*), count(DISTINCT log_offset) FROM read_parquet($p) WHERE log_partition = $part AND log_offset >= $a AND log_offset < $b",
-                {"p": paths, "part": int(p), "a": start, "b": nxt},
-            ).fetchone() if paths else (0, 0)
+            present = (
+                con.execute(
+                    "SELECT count(*), count(DISTINCT log_offset) FROM read_parquet($p) WHERE log_partition = $part AND log_offset >= $a AND log_offset < $b",
+                    {"p": paths, "part": int(p), "a": start, "b": nxt},
+                ).fetchone()
+                if paths
+                else (0, 0)
+            )
             if present != (nxt - start, nxt - start):
-                violations.append(Violation(
-                    CHECK, name, "missing_transaction_rows",
-                    f"transaction {txn_id}: partition {p} offsets {start}..{nxt - 1} hold {present[0]} rows, expected {nxt - start}",
-                    partition=int(p), first=start, last=nxt - 1, extra={"txn_id": txn_id},
-                ))
+                violations.append(
+                    Violation(
+                        CHECK,
+                        name,
+                        "missing_transaction_rows",
+                        f"transaction {txn_id}: partition {p} offsets {start}..{nxt - 1} hold {present[0]} rows, expected {nxt - start}",
+                        partition=int(p),
+                        first=start,
+                        last=nxt - 1,
+                        extra={"txn_id": txn_id},
+                    )
+                )
     if name == JOURNAL:  # the journal's own commits carry every transaction id it records
         carried: set = set()
     else:
-        carried = {s.summary.additional_properties.get(TXN_ID) for s in table.metadata.snapshots if s.summary} | {c[0] for c in recent_commits(table.metadata)}
+        carried = {s.summary.additional_properties.get(TXN_ID) for s in table.metadata.snapshots if s.summary} | {
+            c[0] for c in recent_commits(table.metadata)
+        }
     for txn_id in sorted(not_committed & carried):
-        violations.append(Violation(CHECK, name, "uncommitted_transaction_visible", f"transaction {txn_id} is not COMMITTED in the journal but the table carries it", extra={"txn_id": txn_id}))
-    return CheckReport(table=name, snapshot_id=snapshot_id or table.metadata.current_snapshot_id, checks=[CHECK], violations=violations, rows=0, seconds=time.perf_counter() - started)
+        violations.append(
+            Violation(
+                CHECK,
+                name,
+                "uncommitted_transaction_visible",
+                f"transaction {txn_id} is not COMMITTED in the journal but the table carries it",
+                extra={"txn_id": txn_id},
+            )
+        )
+    return CheckReport(
+        table=name,
+        snapshot_id=snapshot_id or table.metadata.current_snapshot_id,
+        checks=[CHECK],
+        violations=violations,
+        rows=0,
+        seconds=time.perf_counter() - started,
+    )

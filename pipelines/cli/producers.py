@@ -54,4 +54,7 @@ def producers_rebuild(ctx: Context, table: str) -> None:
 
     name = LogTable.open(ctx.catalog, table).identifier
     state = rebuild(ctx.catalog, name)
-    ctx.emit({"table": name, "producers": {pid: e.to_dict() for pid, e in state.items()}}, lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"))
+    ctx.emit(
+        {"table": name, "producers": {pid: e.to_dict() for pid, e in state.items()}},
+        lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"),
+    )

@@ -118,7 +118,7 @@ class KVStore:
                 raise ReplayGap(table=self.log.identifier, partition=self.partition, offset=self.next_offset + i)
         if len(offsets) != end - self.next_offset:
             raise ReplayGap(table=self.log.identifier, partition=self.partition, offset=self.next_offset + len(offsets))
-        for key, value in zip(rows.column("key").to_pylist(), rows.column("value").to_pylist()):
+        for key, value in zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True):
             if key is not None:  # not a key-value record
                 self._apply(key, _decode(value))
         self.next_offset = end
@@ -249,9 +249,18 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.times):
                 emit({"op": "incr", **asdict(store.incr(args.key))})
         elif args.op == "get":
-            emit({"key": args.key, "value": store.get(args.key), "found": args.key in store.data, "next_offset": store.next_offset})
+            emit(
+                {"key": args.key, "value": store.get(args.key), "found": args.key in store.data, "next_offset": store.next_offset}
+            )
         else:
-            emit({"table": store.log.identifier, "partition": store.partition, "next_offset": store.next_offset, "data": store.data})
+            emit(
+                {
+                    "table": store.log.identifier,
+                    "partition": store.partition,
+                    "next_offset": store.next_offset,
+                    "data": store.data,
+                }
+            )
     except IcelogError as e:
         emit(e.to_dict())
         return exit_code(e)

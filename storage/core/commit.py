@@ -316,7 +316,9 @@ def is_system_table(identifier: str) -> bool:
 def refuse_system_table(identifier: str) -> None:
     """Raise :class:`InvalidIdentifier` for ``icelog_system.*``: icelog alone writes its state there."""
     if is_system_table(identifier):
-        raise InvalidIdentifier(identifier=identifier, reason=f"{SYSTEM_NAMESPACE}.* holds icelog's own state and is written only by icelog")
+        raise InvalidIdentifier(
+            identifier=identifier, reason=f"{SYSTEM_NAMESPACE}.* holds icelog's own state and is written only by icelog"
+        )
 
 
 def check_writable(identifier: str, metadata: TableMetadata, request: Any) -> None:
@@ -383,8 +385,13 @@ def commit(
     the metadata again; a base that moved on meanwhile only loses the compare-and-swap).
     """
     return commit_tables(
-        catalog, [(identifier, request)], commit_id=commit_id, max_attempts=max_attempts, deadline_s=deadline_s,
-        write_rows=write_rows, loaded={identifier: loaded} if loaded is not None else None,
+        catalog,
+        [(identifier, request)],
+        commit_id=commit_id,
+        max_attempts=max_attempts,
+        deadline_s=deadline_s,
+        write_rows=write_rows,
+        loaded={identifier: loaded} if loaded is not None else None,
     )[0]
 
 
@@ -437,8 +444,15 @@ def commit_tables(
             attempt += 1
             rounds += 1  # attempts and waits: only the first round may use the caller's base
             try:
-                tables = dict(loaded) if rounds == 1 and loaded and set(loaded) == set(identifiers) else _load_all(catalog, identifiers)
-            except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
+                tables = (
+                    dict(loaded)
+                    if rounds == 1 and loaded and set(loaded) == set(identifiers)
+                    else _load_all(catalog, identifiers)
+                )
+            except (
+                SQLAlchemyError,
+                CatalogUnavailable,
+            ) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
                 bound.warning("catalog read failed", attempt=attempt, error=repr(e))
                 read_error = e
                 if time.monotonic() - started > deadline_s:
@@ -475,7 +489,9 @@ def commit_tables(
                 _write_files(plans, written, write_rows)
                 faults.checkpoint(faults.AFTER_DATA_FILES)
                 staged = [plan for plan in plans if plan.decision.write]
-                swaps = [_stage(p.table, p.state, p.decision, written[p.ident][1], commit_id, p.request, p.settings) for p in staged]
+                swaps = [
+                    _stage(p.table, p.state, p.decision, written[p.ident][1], commit_id, p.request, p.settings) for p in staged
+                ]
             except OSError as e:
                 if deciding and isinstance(e, FileNotFoundError):
                     raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
@@ -559,7 +575,9 @@ def _write_files(
         written[plan.ident] = (key, files)
 
 
-def _landed_now(plans: list[_Plan], staged: list[_Plan], responses: Sequence[CommitTableResponse], attempt: int, bound: Any) -> list[CommitOutcome]:
+def _landed_now(
+    plans: list[_Plan], staged: list[_Plan], responses: Sequence[CommitTableResponse], attempt: int, bound: Any
+) -> list[CommitOutcome]:
     """After the swap: sweep superseded metadata and give every result its snapshot."""
     snapshots: dict[str, int | None] = {}
     for plan, response in zip(staged, responses, strict=True):
@@ -567,7 +585,10 @@ def _landed_now(plans: list[_Plan], staged: list[_Plan], responses: Sequence[Com
         snapshots[plan.ident] = response.metadata.current_snapshot_id
         _attach_snapshot(plan.decision.result, snapshots[plan.ident])
     bound.debug("committed", attempt=attempt, snapshots=snapshots)
-    return [CommitOutcome(p.decision.result, snapshots.get(p.ident, p.state.snapshot_id), attempt, not p.decision.write) for p in plans]
+    return [
+        CommitOutcome(p.decision.result, snapshots.get(p.ident, p.state.snapshot_id), attempt, not p.decision.write)
+        for p in plans
+    ]
 
 
 def _lease(metadata: TableMetadata) -> tuple[str, float]:
@@ -619,11 +640,17 @@ def _release_lease(catalog: Catalog, identifiers: list[str], commit_id: str, bou
         tables = _load_all(catalog, identifiers)
         held = [t for t in tables.values() if _lease(t.metadata)[0] == commit_id]
         if held:
-            swap(catalog, [
-                TableSwap(t, (AssertStateVersion(version=_version(t.metadata)),),
-                          (SetPropertiesUpdate(updates={LEASE: "", VERSION: str(_version(t.metadata) + 1)}),))
-                for t in held
-            ])
+            swap(
+                catalog,
+                [
+                    TableSwap(
+                        t,
+                        (AssertStateVersion(version=_version(t.metadata)),),
+                        (SetPropertiesUpdate(updates={LEASE: "", VERSION: str(_version(t.metadata) + 1)}),),
+                    )
+                    for t in held
+                ],
+            )
     except Exception as e:  # noqa: BLE001 - the lease's expiry is the fallback
         bound.warning("lease not released; it expires", error=repr(e))
 
@@ -685,7 +712,12 @@ class _StagingTransaction(Transaction):
 
 
 def _stage(
-    table: Table, state: Any, decision: Decision, new_files: list[DataFile], commit_id: str, request: Any,
+    table: Table,
+    state: Any,
+    decision: Decision,
+    new_files: list[DataFile],
+    commit_id: str,
+    request: Any,
     settings: props.CommitSettings,
 ) -> TableSwap:
     """Turn a decision into catalog updates plus the requirements that pin its base."""
@@ -731,7 +763,9 @@ def _stage(
         properties[FORGOTTEN] = str(max(int(v or 0) for v in known))
     updates.append(SetPropertiesUpdate(updates=properties))
     adding = 1 if files or decision.drop_files else 0
-    expired = set(decision.expire) | set(_snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main))
+    expired = set(decision.expire) | set(
+        _snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main)
+    )
     if expired:
         updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(expired)))
     requirements = (
@@ -770,14 +804,12 @@ def _evaluator_per_manifest(overwrite: Any) -> None:
     summary and skipped, and a live file to delete is then "missing" (ValidationException).
     A fresh evaluator per manifest shares nothing (``tests/storage/test_maintenance.py``)."""
     build = overwrite._build_manifest_evaluator
-    overwrite._build_manifest_evaluator = lambda spec_id: (lambda manifest: build(spec_id)(manifest))
+    overwrite._build_manifest_evaluator = lambda spec_id: lambda manifest: build(spec_id)(manifest)
 
 
 def _snapshots_to_expire(metadata: TableMetadata, adding: int, keep: int, protect: int | None = None) -> list[int]:
     """Inline expiry keeps commit cost flat: only the newest ``icelog.snapshots.keep`` stay."""
     protected = {ref.snapshot_id for ref in metadata.refs.values()} | {protect}
-    candidates = sorted(
-        (s for s in metadata.snapshots if s.snapshot_id not in protected), key=lambda s: s.timestamp_ms
-    )
+    candidates = sorted((s for s in metadata.snapshots if s.snapshot_id not in protected), key=lambda s: s.timestamp_ms)
     excess = len(metadata.snapshots) + adding - keep
     return [s.snapshot_id for s in candidates[: max(0, excess)]]

@@ -251,7 +251,9 @@ class Producers(Mapping[str, ProducerEntry]):
             at = b
         pieces.append(text[at:])
         pieces = [piece for piece in pieces if piece]
-        added = sorted((line for line in self._changed.values() if self._cutoff is None or _last_ms(line) >= self._cutoff), key=_order)
+        added = sorted(
+            (line for line in self._changed.values() if self._cutoff is None or _last_ms(line) >= self._cutoff), key=_order
+        )
         last = _last_line(pieces[-1]) if pieces else None
         if last is not None and added and _order(added[0]) < _order(last):  # rare: a clock behind the others
             lines = "".join(pieces).rstrip(" ").split(" ")

@@ -80,7 +80,7 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
         with ThreadPoolExecutor(max_workers=min(8, len(staged))) as pool:
             list(pool.map(write, staged))
     with Session(catalog.engine) as session:
-        for i, (s, new) in enumerate(zip(ordered, staged)):
+        for i, (s, new) in enumerate(zip(ordered, staged, strict=True)):
             namespace, name = _key(s.base)
             result = session.execute(
                 update(IcebergTables)
@@ -98,7 +98,10 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
             if i < len(staged) - 1:
                 faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
         session.commit()
-    by_name = {_key(s.base): CommitTableResponse(metadata=t.metadata, metadata_location=t.metadata_location) for s, t in zip(ordered, staged)}
+    by_name = {
+        _key(s.base): CommitTableResponse(metadata=t.metadata, metadata_location=t.metadata_location)
+        for s, t in zip(ordered, staged, strict=True)
+    }
     return [by_name[_key(s.base)] for s in swaps]
 
 

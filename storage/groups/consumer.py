@@ -172,9 +172,7 @@ class Consumer:
         if record["generation"] != self.generation:
             self._in_flight.clear()  # fetched under the old generation: those commits are fenced
         self.generation = record["generation"]
-        self._assigned = [
-            _Assignment(t, p, None) for t, ps in sorted(self._subscription.items()) for p in ps
-        ]
+        self._assigned = [_Assignment(t, p, None) for t, ps in sorted(self._subscription.items()) for p in ps]
 
     def _hashes(self, record: Mapping[str, Any], a: _Assignment) -> list[Range]:
         return membership.fetchable_hashes(record, self.member_id, a.table, a.partition)
@@ -247,8 +245,8 @@ class Consumer:
     def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[Range], key_column: str) -> pa.Table:
         offsets = rows.column(cols.OFFSET).to_numpy()
         keep = np.ones(len(offsets), dtype=bool)
-        for f, l in rs.ranges:
-            keep &= ~((offsets >= f) & (offsets <= l))
+        for first, last in rs.ranges:
+            keep &= ~((offsets >= first) & (offsets <= last))
         if in_flight:
             keep &= ~np.isin(offsets, np.fromiter(in_flight, dtype=np.int64))
         if hashes != [(0, membership.HASH_SPACE - 1)]:

@@ -114,7 +114,7 @@ def assign_sticky(before: Mapping[str, list[Range]], members: list[str]) -> dict
                 owner[lo : hi + 1] = [m] * (hi - lo + 1)
     base, extra = divmod(HASH_SPACE, len(members))
     quota = {m: base + (1 if i < extra else 0) for i, m in enumerate(sorted(members))}
-    count = {m: 0 for m in members}
+    count = dict.fromkeys(members, 0)
     for h, m in enumerate(owner):
         if m is None:
             continue

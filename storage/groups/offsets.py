@@ -134,7 +134,9 @@ class CommitGroupOffsets(Request):
                 raise InvalidOffset(partition=p, offset=offset, reason=f"beyond the log end {end} of {source}")
             ranges = state.ranges.get(self.group, {}).get(source, {}).get(str(p), [])
             updates[(source, p)] = normalize(offset - 1, [tuple(r) for r in ranges])  # type: ignore[misc]
-        return Decision(state=with_range_states(state, self.group, updates), result={"group": self.group, "committed": len(self.offsets)})
+        return Decision(
+            state=with_range_states(state, self.group, updates), result={"group": self.group, "committed": len(self.offsets)}
+        )
 
 
 def with_range_states(state: GroupOffsetsState, group: str, updates: Mapping[tuple[str, int], RangeState]) -> GroupOffsetsState:
@@ -207,7 +209,10 @@ def _fence(group: str, record: dict[str, Any], member: str | None, generation: i
         return
     if member not in record["members"] or generation != record["generation"]:
         raise StaleGeneration(
-            group=group, member=member, generation=-1 if generation is None else generation, current_generation=record["generation"]
+            group=group,
+            member=member,
+            generation=-1 if generation is None else generation,
+            current_generation=record["generation"],
         )
     record["members"][member]["heartbeat_ms"] = now_ms
     membership.acknowledge(record, member)
@@ -248,13 +253,18 @@ class CommitRanges(Request):
                 except RangeError as e:
                     raise InvalidRange(table=source, partition=p, first=first, last=last, reason=str(e)) from e
             if len(rs.ranges) > state.max_ranges:
-                raise RangeLimitExceeded(group=self.group, table=source, partition=p, ranges=len(rs.ranges), limit=state.max_ranges)
+                raise RangeLimitExceeded(
+                    group=self.group, table=source, partition=p, ranges=len(rs.ranges), limit=state.max_ranges
+                )
             updates[(source, p)] = rs
         new = _with_group(with_range_states(state, self.group, updates), self.group, record)
         result = {
             "group": self.group,
             "generation": record["generation"],
-            "partitions": {f"{t}/{p}": {"stable": rs.stable, "committed": rs.committed, "ranges": rs.to_json()} for (t, p), rs in updates.items()},
+            "partitions": {
+                f"{t}/{p}": {"stable": rs.stable, "committed": rs.committed, "ranges": rs.to_json()}
+                for (t, p), rs in updates.items()
+            },
         }
         return Decision(state=new, result=result)
 
@@ -264,7 +274,7 @@ class CommitRanges(Request):
 
 def validate_ranges(group: str, ranges: Mapping[tuple[str, int], list[tuple[int, int]]]) -> None:
     """Shape checks before anything is read (I8)."""
-    validate_offsets(group, {key: 0 for key in ranges} if ranges else {})
+    validate_offsets(group, dict.fromkeys(ranges, 0) if ranges else {})
     for (source, p), rs in ranges.items():
         if not rs:
             raise InvalidInput(reason=f"no ranges for {source} partition {p}")
@@ -405,7 +415,7 @@ def describe_group(catalog: Catalog, group: str, now_ms: int | None = None) -> d
                 "ranges": rs.to_json(),
                 "log_start": start,
                 "log_end": end,
-                "lag": max(0, end - rs.committed) - sum(l - f + 1 for f, l in rs.ranges),
+                "lag": max(0, end - rs.committed) - sum(last - first + 1 for first, last in rs.ranges),
                 "owners": record["assignment"].get(source, {}).get(str(p), {}),
                 "draining": [d for d in record["draining"] if d["table"] == source and d["partition"] == p],
             }
@@ -426,7 +436,13 @@ def describe_group(catalog: Catalog, group: str, now_ms: int | None = None) -> d
         }
         for m, s in sorted(record["members"].items())
     ]
-    return {"group": group, "generation": record["generation"], "members": members, "partitions": partitions, "max_ranges": state.max_ranges}
+    return {
+        "group": group,
+        "generation": record["generation"],
+        "members": members,
+        "partitions": partitions,
+        "max_ranges": state.max_ranges,
+    }
 
 
 @dataclass
@@ -444,7 +460,9 @@ class ResetGroup(Request):
         _fence(self.group, record, None, None, self.now_ms if self.now_ms is not None else _now_ms())
         updates = {key: RangeState(offset - 1, ()) for key, offset in self.positions.items()}
         new = _with_group(with_range_states(state, self.group, updates), self.group, record)
-        return Decision(state=new, result={"group": self.group, "reset": {f"{t}/{p}": o for (t, p), o in sorted(self.positions.items())}})
+        return Decision(
+            state=new, result={"group": self.group, "reset": {f"{t}/{p}": o for (t, p), o in sorted(self.positions.items())}}
+        )
 
 
 def reset_group(catalog: Catalog, group: str, table: str, to: str, partitions: list[int] | None = None) -> dict[str, Any]:

@@ -38,7 +38,7 @@ class RangeState:
         return self.stable + 1
 
     def is_done(self, offset: int) -> bool:
-        return offset <= self.stable or any(f <= offset <= l for f, l in self.ranges)
+        return offset <= self.stable or any(first <= offset <= last for first, last in self.ranges)
 
     def to_json(self) -> list[list[int]]:
         return [list(r) for r in self.ranges]
@@ -57,7 +57,7 @@ def normalize(stable: int, ranges: Iterable[Range]) -> RangeState:
             merged.append([first, last])
     if merged and merged[0][0] == stable + 1:
         stable = merged.pop(0)[1]
-    return RangeState(stable, tuple((f, l) for f, l in merged))
+    return RangeState(stable, tuple((first, last) for first, last in merged))
 
 
 def check_range(first: object, last: object) -> None:
@@ -100,14 +100,14 @@ def pending(state: RangeState, first: int, last: int) -> list[Range]:
     """
     out: list[Range] = []
     cursor = max(first, state.stable + 1)
-    for f, l in state.ranges:
-        if l < cursor:
+    for lo, hi in state.ranges:
+        if hi < cursor:
             continue
-        if f > last:
+        if lo > last:
             break
-        if f > cursor:
-            out.append((cursor, min(f - 1, last)))
-        cursor = l + 1
+        if lo > cursor:
+            out.append((cursor, min(lo - 1, last)))
+        cursor = hi + 1
     if cursor <= last:
         out.append((cursor, last))
     return out
@@ -124,7 +124,7 @@ def to_ranges(offsets: Iterable[int]) -> list[Range]:
             out[-1][1] = o
         else:
             out.append([o, o])
-    return [(f, l) for f, l in out]
+    return [(first, last) for first, last in out]
 
 
 def commit_ranges(state: RangeState, ranges: Iterable[Range]) -> RangeState:

@@ -76,7 +76,15 @@ def bulk_load(
             say(f"resuming after {done:,} records of load {load_id!r} already in the log")
     elif load_id is not None:
         raise InvalidInput(reason="a load id needs an expected offset: the offset of the load's first record")
-    result: dict[str, Any] = {"base_offset": None, "next_offset": None, "rows": 0, "batches": 0, "resumed_lines": done, "snapshot_id": None, "duplicate": False}
+    result: dict[str, Any] = {
+        "base_offset": None,
+        "next_offset": None,
+        "rows": 0,
+        "batches": 0,
+        "resumed_lines": done,
+        "snapshot_id": None,
+        "duplicate": False,
+    }
     written = done
     for rows in batches(done):
         if rows.num_rows == 0 and (start_offset is not None or result["batches"]):

@@ -162,9 +162,16 @@ def entries(ledger: Table, table: str, paths: Sequence[str] | None = None) -> di
     for r in sorted(rows.to_pylist(), key=lambda r: r["loaded_at"]):
         found.setdefault(r["path"], []).append(
             Entry(
-                r["path"], r["size"], r["mtime_ns"], r["fingerprint"],
+                r["path"],
+                r["size"],
+                r["mtime_ns"],
+                r["fingerprint"],
                 None if r["partitions"] is None else tuple(r["partitions"]),
-                json.loads(r["ranges"]), r["rows"], r["run_key"], r["commit_id"], r["loaded_at"],
+                json.loads(r["ranges"]),
+                r["rows"],
+                r["run_key"],
+                r["commit_id"],
+                r["loaded_at"],
             )
         )
     return found
@@ -199,8 +206,11 @@ def plan(
             if f.fingerprint != last.fingerprint:
                 if not reload_changed:
                     raise SourceFileChanged(
-                        table=table, path=f.path, loaded_fingerprint=last.fingerprint,
-                        fingerprint=f.fingerprint or "", loaded_at=last.loaded_at.isoformat(),
+                        table=table,
+                        path=f.path,
+                        loaded_fingerprint=last.fingerprint,
+                        fingerprint=f.fingerprint or "",
+                        loaded_at=last.loaded_at.isoformat(),
                     )
                 last, history = None, []  # new content: new rows
         covered: set[int] = set()
@@ -210,11 +220,15 @@ def plan(
         rest = set(wanted) - covered
         if last is not None and not rest:
             touched = (f.size, f.mtime_ns) != (last.size, last.mtime_ns)
-            out.skipped.append({
-                "path": f.path,
-                "reason": "already loaded (same content, touched since)" if touched else "already loaded",
-                "loaded_at": last.loaded_at.isoformat(), "run_key": last.run_key, "commit_id": last.commit_id,
-            })
+            out.skipped.append(
+                {
+                    "path": f.path,
+                    "reason": "already loaded (same content, touched since)" if touched else "already loaded",
+                    "loaded_at": last.loaded_at.isoformat(),
+                    "run_key": last.run_key,
+                    "commit_id": last.commit_id,
+                }
+            )
             continue
         out.load.append(f.with_fingerprint())
         out.partitions[f.path] = rest  # a partial earlier load (some partitions only): the rest
@@ -232,18 +246,26 @@ def ledger_rows(
     now: dt.datetime | None = None,
 ) -> pa.Table:
     """The ledger rows recording one load: one per file, with the offsets its rows got."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     rows = []
     for f in files:
         spans = ranges.get(f.path, {})
         parts = partitions.get(f.path)
-        rows.append({
-            "table_name": table, "path": f.path, "size": f.size, "mtime_ns": f.mtime_ns,
-            "fingerprint": f.fingerprint, "partitions": None if parts == set(range(all_partitions)) else sorted(parts),
-            "ranges": json.dumps({str(p): s for p, s in sorted(spans.items())}, separators=(",", ":")),
-            "rows": sum(n - first for s in spans.values() for first, n in s),
-            "run_key": run_key, "commit_id": commit_id, "loaded_at": now,
-        })
+        rows.append(
+            {
+                "table_name": table,
+                "path": f.path,
+                "size": f.size,
+                "mtime_ns": f.mtime_ns,
+                "fingerprint": f.fingerprint,
+                "partitions": None if parts == set(range(all_partitions)) else sorted(parts),
+                "ranges": json.dumps({str(p): s for p, s in sorted(spans.items())}, separators=(",", ":")),
+                "rows": sum(n - first for s in spans.values() for first, n in s),
+                "run_key": run_key,
+                "commit_id": commit_id,
+                "loaded_at": now,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=SCHEMA.as_arrow())
 
 

@@ -84,9 +84,7 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
     write_uuid, counter = uuid.uuid4(), itertools.count()
     jobs: list[tuple[WriteTask, int | None]] = []
     for partition, rows in sorted(batches.items()):
-        key = PartitionKey(
-            field_values=[PartitionFieldValue(field, partition)], partition_spec=spec, schema=schema
-        )
+        key = PartitionKey(field_values=[PartitionFieldValue(field, partition)], partition_spec=spec, schema=schema)
         rows = with_key_hash(rows, key_column).select(arrow_schema.names).cast(arrow_schema)
         for start in range(0, rows.num_rows, MAX_ROWS_PER_FILE):
             chunk, group_rows = clustered(rows.slice(start, MAX_ROWS_PER_FILE))
@@ -97,10 +95,18 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
     # Files with the default row groups are written together (pyiceberg writes them in
     # parallel); pyiceberg takes the row-group size from the table properties, so each
     # clustered file is written with its own.
-    done = dict(zip((t.task_id for t, g in jobs if g is None), write_file(table.io, metadata, (t for t, g in jobs if g is None))))
+    done = dict(
+        zip(
+            (t.task_id for t, g in jobs if g is None),
+            write_file(table.io, metadata, (t for t, g in jobs if g is None)),
+            strict=True,
+        )
+    )
     for task, group_rows in jobs:
         if group_rows is not None:
-            own = metadata.model_copy(update={"properties": {**metadata.properties, TableProperties.PARQUET_ROW_GROUP_LIMIT: str(group_rows)}})
+            own = metadata.model_copy(
+                update={"properties": {**metadata.properties, TableProperties.PARQUET_ROW_GROUP_LIMIT: str(group_rows)}}
+            )
             done[task.task_id] = next(iter(write_file(table.io, own, iter([task]))))
     return [done[t.task_id] for t, _ in jobs]
 
@@ -195,7 +201,11 @@ def prewritten_files(
         cursor = expected_offsets[p]
         for first, nxt, data_file in spans:
             if file_partition(data_file) != p or first != cursor or nxt - first != data_file.record_count:
-                raise CorruptBatch(table=identifier, partition=p, reason=f"{data_file.file_path}: not offsets {cursor}.. of partition {p} in consecutive order")
+                raise CorruptBatch(
+                    table=identifier,
+                    partition=p,
+                    reason=f"{data_file.file_path}: not offsets {cursor}.. of partition {p} in consecutive order",
+                )
             _check_exact_offsets(table, identifier, p, data_file, first)
             cursor = nxt
         described[p] = [f for *_, f in spans]
@@ -212,7 +222,11 @@ def _check_exact_offsets(table: Table, identifier: str, partition: int, data_fil
     offsets, parts = rows.column(cols.OFFSET), rows.column(cols.PARTITION)
     count = data_file.record_count
     if rows.num_rows != count or offsets.null_count or parts.null_count:
-        raise CorruptBatch(table=identifier, partition=partition, reason=f"{data_file.file_path}: null offsets or partitions, or not {count} rows")
+        raise CorruptBatch(
+            table=identifier,
+            partition=partition,
+            reason=f"{data_file.file_path}: null offsets or partitions, or not {count} rows",
+        )
     if not pc.all(pc.equal(parts, partition)).as_py():
         raise CorruptBatch(table=identifier, partition=partition, reason=f"{data_file.file_path}: rows of another partition")
     index = offsets.to_numpy() - first
@@ -222,8 +236,10 @@ def _check_exact_offsets(table: Table, identifier: str, partition: int, data_fil
     if not inside.all() or not seen.all():  # count values in a range of count, all distinct: exactly the range
         missing = first + int(np.argmin(seen)) if not seen.all() else None
         raise CorruptBatch(
-            table=identifier, partition=partition,
-            reason=f"{data_file.file_path}: offsets are not exactly {first}..{first + count - 1}" + (f" (offset {missing} is missing)" if missing is not None else ""),
+            table=identifier,
+            partition=partition,
+            reason=f"{data_file.file_path}: offsets are not exactly {first}..{first + count - 1}"
+            + (f" (offset {missing} is missing)" if missing is not None else ""),
         )
 
 
@@ -257,5 +273,3 @@ def file_offset_range(data_file: DataFile, offset_field_id: int) -> tuple[int, i
 
 def file_partition(data_file: DataFile) -> int:
     return data_file.partition[0]
-
-

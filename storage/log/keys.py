@@ -40,7 +40,11 @@ def partition_for_key(key: str | None, partitions: int) -> int:
 
 def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, partitions: int) -> np.ndarray:
     """Vectorised :func:`partition_for_key` (dictionary-encoded, so each distinct key hashes once)."""
-    encoded = pc.dictionary_encode(pc.fill_null(keys, "")).combine_chunks() if isinstance(keys, pa.ChunkedArray) else pc.dictionary_encode(pc.fill_null(keys, ""))
+    encoded = (
+        pc.dictionary_encode(pc.fill_null(keys, "")).combine_chunks()
+        if isinstance(keys, pa.ChunkedArray)
+        else pc.dictionary_encode(pc.fill_null(keys, ""))
+    )
     table = np.array([zlib.crc32(k.encode()) % partitions for k in encoded.dictionary.to_pylist()], dtype=np.int32)
     return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(table) else np.zeros(len(keys), dtype=np.int32)
 
@@ -66,5 +70,9 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
         with duckdb.connect() as con:
             con.register("distinct_keys", pa.table({"k": distinct}))
-            lookup = con.execute(f"SELECT {DUCKDB_KEY_HASH.format(key='k')} AS h FROM distinct_keys").fetchnumpy()["h"].astype(np.int32)
+            lookup = (
+                con.execute(f"SELECT {DUCKDB_KEY_HASH.format(key='k')} AS h FROM distinct_keys")
+                .fetchnumpy()["h"]
+                .astype(np.int32)
+            )
     return lookup[encoded.indices.to_numpy(zero_copy_only=False)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Iterator
 
 import pyarrow as pa
@@ -52,7 +52,6 @@ class PartitionGrowth(Request):
             raise InvalidInput(reason=f"at most {MAX_PARTITIONS} partitions per table, not {self.count}")
         new_state = state.with_partitions(self.count)
         return Decision(state=new_state, result={"partitions": self.count}, write=self.count != state.partitions)
-
 
 
 def live_files(table: Table) -> list[DataFile]:
@@ -113,7 +112,6 @@ class Retention(Request):
         return Decision(state=state.with_starts(starts), result=result, drop_files=tuple(drop), write=bool(drop))
 
 
-
 @dataclass
 class Compaction(Request):
     """Rewrite runs of small files of a partition into one file, keeping every offset.
@@ -137,7 +135,9 @@ class Compaction(Request):
         by_partition = files_by_partition(table)
         if self._runs is None:
             self._runs = [
-                (p, tuple(e[2].file_path for e in run)) for p, entries in by_partition.items() for run in _small_runs(entries, self.target_rows)
+                (p, tuple(e[2].file_path for e in run))
+                for p, entries in by_partition.items()
+                for run in _small_runs(entries, self.target_rows)
             ]
         live = {e[2].file_path: e[2] for entries in by_partition.values() for e in entries}
         drop: list[DataFile] = []
@@ -213,7 +213,6 @@ class _ExpireSnapshots(Request):
             if s.snapshot_id not in protected and s.timestamp_ms < cutoff
         ]
         return Decision(state=state, result=len(doomed), expire=tuple(doomed), write=bool(doomed))
-
 
 
 def referenced_files(table: Table) -> set[str]:
@@ -299,8 +298,10 @@ def maintain(
     table = load(catalog, identifier)
     props = table.metadata.properties
     retention_ms = retention_ms if retention_ms is not None else properties.read(props, properties.RETENTION_MS, identifier)
-    retention_bytes = retention_bytes if retention_bytes is not None else properties.read(props, properties.RETENTION_BYTES, identifier)
-    report: dict[str, Any] = {"table": identifier, "started": datetime.now(timezone.utc).isoformat()}
+    retention_bytes = (
+        retention_bytes if retention_bytes is not None else properties.read(props, properties.RETENTION_BYTES, identifier)
+    )
+    report: dict[str, Any] = {"table": identifier, "started": datetime.now(UTC).isoformat()}
     if props.get(READ_ONLY):
         if explicit:
             refuse_read_only(identifier, table.metadata)

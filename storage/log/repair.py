@@ -61,7 +61,10 @@ def _foreign_chain(table: Table, head: int | None) -> list[int]:
         parent = snapshot.parent_snapshot_id
         snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
     if head is not None and snapshot is None:
-        raise RepairImpossible(table=".".join(table.name()), reason=f"icelog's last snapshot {head} is not an ancestor of the current one (expired or replaced)")
+        raise RepairImpossible(
+            table=".".join(table.name()),
+            reason=f"icelog's last snapshot {head} is not an ancestor of the current one (expired or replaced)",
+        )
     return chain
 
 
@@ -111,7 +114,7 @@ def _row_keys(table: Table, files: Iterable[DataFile]) -> Counter:
     for data_file in files:
         with table.io.new_input(data_file.file_path).open() as f:
             rows = pq.read_table(f, columns=[cols.PARTITION, cols.OFFSET])
-        keys.update(zip(rows[cols.PARTITION].to_pylist(), rows[cols.OFFSET].to_pylist()))
+        keys.update(zip(rows[cols.PARTITION].to_pylist(), rows[cols.OFFSET].to_pylist(), strict=True))
     return keys
 
 
@@ -143,7 +146,10 @@ class Repair(Request):
             # icelog_system.* is written only by icelog, a mirror target only by its mirror: a
             # foreign record there is a forgery or a divergence, never adopted.
             if mode == "adopt":
-                raise RepairImpossible(table=self.table, reason="foreign rows are never adopted into a system table or a read-only mirror target; use rollback")
+                raise RepairImpossible(
+                    table=self.table,
+                    reason="foreign rows are never adopted into a system table or a read-only mirror target; use rollback",
+                )
             mode = "rollback"
         chain = _foreign_chain(table, head)
         before, after = _files(table, head), _files(table, current)
@@ -158,8 +164,12 @@ class Repair(Request):
             raise RepairImpossible(table=self.table, reason=f"foreign rows do not extend the log exactly: {why}")
         dropped, restored = _row_changes(table, added, removed)
         report.update(
-            action="rolled_back", reason=why, dropped_rows=dropped, restored_rows=restored,
-            dropped_files=len(added), restored_files=len(removed),
+            action="rolled_back",
+            reason=why,
+            dropped_rows=dropped,
+            restored_rows=restored,
+            dropped_files=len(added),
+            restored_files=len(removed),
         )
         if head is None:  # icelog never committed a snapshot: back to the empty table
             return Decision(state=state, result=report, expire=tuple(chain))

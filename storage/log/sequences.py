@@ -38,10 +38,16 @@ class ProducerBatch:
     def validate(self, partitions: Mapping[int, int]) -> None:
         """Check field types and ranges against the rows per partition (I8)."""
         for name, value in (("producer id", self.producer_id), ("epoch", self.epoch)):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= (2**63 - 1 if name == "producer id" else MAX_INT32):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not 0 <= value <= (2**63 - 1 if name == "producer id" else MAX_INT32)
+            ):
                 raise InvalidInput(reason=f"{name} must be a non-negative integer, got {value!r}")
         if set(self.first_sequences) != set(partitions):
-            raise InvalidInput(reason=f"sequences given for partitions {sorted(self.first_sequences)} but rows for {sorted(partitions)}")
+            raise InvalidInput(
+                reason=f"sequences given for partitions {sorted(self.first_sequences)} but rows for {sorted(partitions)}"
+            )
         for p, seq in self.first_sequences.items():
             if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or seq + partitions[p] - 1 > MAX_INT32:
                 raise InvalidInput(reason=f"partition {p}: sequence {seq!r} is not a non-negative 32-bit integer range")
@@ -104,15 +110,24 @@ def admit(
             oldest = seen.batches[0].first_seq if seen.batches else seen.last_seq + 1
             if first < oldest:  # written, but too long ago for its offsets to be remembered
                 raise DuplicateSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first)
-            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1)
+            raise OutOfOrderSequence(
+                table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1
+            )
         if first != seen.last_seq + 1:
-            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1)
+            raise OutOfOrderSequence(
+                table=table, partition=p, producer_id=batch.producer_id, sequence=first, expected=seen.last_seq + 1
+            )
         partitions[p] = seen.written(WrittenBatch(first, last, base, nxt), BATCHES_KEPT)
     if duplicates:
         if len(duplicates) != len(ranges):  # commits are atomic, so a half-duplicate is a protocol error
             p = next(p for p in ranges if p not in duplicates)
-            raise OutOfOrderSequence(table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1)
+            raise OutOfOrderSequence(
+                table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1
+            )
         return Admission(state=state, duplicate_of=duplicates)
     producers = producers.with_entry(pid, replace(entry, last_ms=now_ms, partitions=partitions))
-    lineage = {"icelog.producer": f"{batch.producer_id}:{batch.epoch}", "icelog.sequences": ",".join(f"{p}:{s}" for p, s in sorted(batch.first_sequences.items()))}
+    lineage = {
+        "icelog.producer": f"{batch.producer_id}:{batch.epoch}",
+        "icelog.sequences": ",".join(f"{p}:{s}" for p, s in sorted(batch.first_sequences.items())),
+    }
     return Admission(state=replace(state, producers=producers), lineage=lineage)

@@ -82,8 +82,6 @@ class AppendResult:
         return asdict(self)
 
 
-
-
 @dataclass
 class AppendRequest(Request):
     """One append to one or more partitions in one commit.
@@ -308,9 +306,7 @@ class LogTable:
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         payload = self._validate(rows, expected_offsets or {}, state, table, producer)
-        request = AppendRequest(
-            self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer
-        )
+        request = AppendRequest(self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer)
         return self._commit(request, table).result
 
     def commit_files(
@@ -352,7 +348,6 @@ class LogTable:
         """The checked request of :meth:`commit_files`, to run alone or in a multi-table commit."""
         import uuid
 
-
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         described = prewritten_files(table, self.identifier, state.partitions, files, expected_offsets)
@@ -369,7 +364,12 @@ class LogTable:
         return self._validate(rows, {}, LogState.from_metadata(table.metadata), table)
 
     def _validate(
-        self, rows: Mapping[int, Any], expected: Mapping[int, int], state: LogState, table: Table, producer: ProducerBatch | None = None
+        self,
+        rows: Mapping[int, Any],
+        expected: Mapping[int, int],
+        state: LogState,
+        table: Table,
+        producer: ProducerBatch | None = None,
     ) -> dict[int, pa.Table]:
         if not rows:
             raise InvalidInput(reason="an append needs at least one partition with rows")

@@ -70,7 +70,6 @@ class LeaseProducerIds(Request):
         return range(*receipt)
 
 
-
 def lease_producer_ids(catalog: Catalog, count: int = 1, floor: int = 0) -> range:
     """Lease ``count`` producer ids, unique in the catalog and never reused, none below ``floor``."""
     if not isinstance(count, int) or count < 1:
@@ -144,7 +143,6 @@ class InitProducer(Request):
         return ProducerIdentity(receipt[0], receipt[1], self.client_id)
 
 
-
 def init_producer(catalog: Catalog, table: str, client_id: str | None = None) -> ProducerIdentity:
     """Initialise a producer for ``table``.
 
@@ -181,12 +179,13 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Prod
     """
     import duckdb
 
-
     paths = planned_paths(table, snapshot_id)
     if not paths:
         return {}
-    rows = duckdb.connect().execute(
-        """
+    rows = (
+        duckdb.connect()
+        .execute(
+            """
         SELECT producer_id, producer_epoch, log_partition, min(producer_seq), max(producer_seq),
                min(log_offset), max(log_offset) + 1, epoch_ms(max(log_timestamp))
         FROM read_parquet($paths)
@@ -194,8 +193,10 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Prod
         GROUP BY producer_id, producer_epoch, log_partition, log_timestamp
         ORDER BY producer_id, log_partition, min(log_offset)
         """,
-        {"paths": paths},
-    ).fetchall()
+            {"paths": paths},
+        )
+        .fetchall()
+    )
     derived: dict[str, ProducerEntry] = {}
     sequences: dict[str, dict[int, PartitionSequences]] = {}  # each entry's partitions, built in place
     for pid, epoch, p, first_seq, last_seq, base, nxt, last_ms in rows:
@@ -205,7 +206,9 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Prod
             continue
         if entry is None or epoch > entry.epoch:  # a newer epoch starts its sequences anew
             sequences[key] = {}
-            entry = ProducerEntry(client=None, epoch=epoch, last_ms=last_ms if entry is None else entry.last_ms, partitions=sequences[key])
+            entry = ProducerEntry(
+                client=None, epoch=epoch, last_ms=last_ms if entry is None else entry.last_ms, partitions=sequences[key]
+            )
         seen = sequences[key]
         seen[p] = seen.get(p, PartitionSequences()).written(WrittenBatch(first_seq, last_seq, base, nxt), BATCHES_KEPT)
         derived[key] = replace(entry, last_ms=max(entry.last_ms, last_ms))
@@ -235,7 +238,6 @@ class RebuildProducers(Request):
     def decide(self, state: LogState, table: Table) -> Decision:
         merged = merge_derived(state.producers, derive_state(table))
         return Decision(state=replace(state, producers=merged), result=merged, write=merged != state.producers)
-
 
 
 def rebuild(catalog: Catalog, table: str) -> dict[str, ProducerEntry]:

@@ -65,7 +65,9 @@ class TransactionAborted(AbortableError):
 
 def ensure_journal(catalog: Catalog) -> LogTable:
     try:
-        return LogTable.create(catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True)
+        return LogTable.create(
+            catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True
+        )
     except TableAlreadyExists:
         return LogTable.open(catalog, JOURNAL)
 
@@ -128,7 +130,9 @@ class JournalStep(Request):
     def decide(self, state: JournalState, table: Table) -> Decision:
         step = _Step(
             txns=json.loads(json.dumps(state.transactions)),  # a deep copy to edit
-            records=[], aborted=[], now=self.clock(),
+            records=[],
+            aborted=[],
+            now=self.clock(),
             default_timeout=props.read(table.metadata.properties, props.TRANSACTION_TIMEOUT_MS, JOURNAL),  # type: ignore[arg-type]
             result={},
         )
@@ -242,7 +246,13 @@ class RegisterPartitions(_ProducerStep):
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
             if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
-            txn = entry["txn"] = {"id": self.txn_id, "state": ONGOING, "started_ms": step.now, "last_ms": step.now, "partitions": {}}
+            txn = entry["txn"] = {
+                "id": self.txn_id,
+                "state": ONGOING,
+                "started_ms": step.now,
+                "last_ms": step.now,
+                "partitions": {},
+            }
             kind = "BEGIN"
         elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
@@ -266,11 +276,17 @@ class PrepareCommit(_ProducerStep):
             return  # an earlier attempt whose outcome was unknown landed
         if txn["state"] != ONGOING:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
-        unregistered = [(t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])]
+        unregistered = [
+            (t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])
+        ]
         if unregistered:  # a late append to a partition the journal never registered (KAFKA-17754-like)
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered")
+            raise InvalidTxnState(
+                transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered"
+            )
         txn.update(state=PREPARE_COMMIT, last_ms=step.now, prepared=dict(self.prepared))
-        step.records.append(_record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])}))
+        step.records.append(
+            _record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])})
+        )
 
 
 @dataclass
@@ -282,7 +298,9 @@ class CommitTransaction(_ProducerStep):
     def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
         txn = self._ongoing(txn, step)
         if txn["state"] != PREPARE_COMMIT:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared")
+            raise InvalidTxnState(
+                transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared"
+            )
         ranges = self.committed_ranges() if self.committed_ranges else {}
         entry["txn"] = None
         # Its staged payload files are deleted after the commit; if the process dies first,
@@ -302,7 +320,9 @@ class AbortTransaction(_ProducerStep):
         if txn is None or txn["id"] != self.txn_id:
             return  # already aborted (by timeout, a new instance, or an earlier attempt)
         if txn["state"] == PREPARE_COMMIT:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit")
+            raise InvalidTxnState(
+                transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit"
+            )
         step.abort(self.transactional_id, entry, txn, "aborted by the producer")
 
 

@@ -227,7 +227,9 @@ class TransactionalProducer:
             clock, the one every client shares (tests inject one).
     """
 
-    def __init__(self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, catalog: Catalog, transactional_id: str, *, timeout_ms: int | None = None, clock: Callable[[], int] | None = None
+    ) -> None:
         if not isinstance(transactional_id, str) or not transactional_id.strip() or len(transactional_id) > 256:
             raise InvalidInput(reason="a transactional id is a non-empty string of at most 256 characters")
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1):
@@ -253,20 +255,27 @@ class TransactionalProducer:
         check_atomic(self.catalog, 2)  # refuse now, not at the first commit
         ensure_journal(self.catalog)
         for _ in range(10):  # each round finishes one prepared transaction; it never needs many
-            entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(self.transactional_id)
+            entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(
+                self.transactional_id
+            )
             _delete_leftovers(self.catalog, entry or {})  # before the init step forgets them
             fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
             step = InitTransactions(self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
             result = commit(self.catalog, JOURNAL, step).result
             _clean_aborted(self.catalog, result)
             if result.get("roll_forward"):
-                roll_forward(self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"], self.clock)
+                roll_forward(
+                    self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"], self.clock
+                )
                 continue
             _delete_leftovers(self.catalog, result.get("leftovers", {}))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
-        raise InvalidTxnState(transactional_id=self.transactional_id, reason="a prepared transaction stayed prepared after 10 roll-forwards; run `icelog transactions recover` and check its tables")
+        raise InvalidTxnState(
+            transactional_id=self.transactional_id,
+            reason="a prepared transaction stayed prepared after 10 roll-forwards; run `icelog transactions recover` and check its tables",
+        )
 
     def begin_transaction(self) -> str:
         if self.epoch is None:
@@ -291,7 +300,9 @@ class TransactionalProducer:
         log_table = self._table(table)
         current = log_table.table()
         payload = log_table.conform({partition: rows}, current)[partition]
-        if expected_offset is not None and (not isinstance(expected_offset, int) or isinstance(expected_offset, bool) or expected_offset < 0):
+        if expected_offset is not None and (
+            not isinstance(expected_offset, int) or isinstance(expected_offset, bool) or expected_offset < 0
+        ):
             raise InvalidInput(reason=f"an expected offset is an integer >= 0, not {expected_offset!r}")
         name = log_table.identifier
         if partition not in self._registered.get(name, set()):
@@ -376,13 +387,17 @@ class TransactionalProducer:
                 self._journal(RegisterPartitions, partitions={})
             prepared = {
                 "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
-                "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]} if self._offsets else None,
+                "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]}
+                if self._offsets
+                else None,
             }
             self._journal(PrepareCommit, prepared=prepared)
             self._prepared = prepared
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
-            ranges = _commit_prepared(self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock)
+            ranges = _commit_prepared(
+                self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock
+            )
         except TransientError:
             raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
         except (AbortableError, TerminalError) as e:
@@ -401,7 +416,10 @@ class TransactionalProducer:
         if self.txn_id is None:
             return
         if self._prepared is not None:  # its commit failed with an unknown outcome
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again")
+            raise InvalidTxnState(
+                transactional_id=self.transactional_id,
+                reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again",
+            )
         try:
             self._journal(AbortTransaction)
         except ProducerFenced:
@@ -442,7 +460,10 @@ class TransactionalProducer:
         if self.txn_id is None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="no open transaction: call begin_transaction()")
         if sending and self._prepared is not None:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is prepared: call commit_transaction() again")
+            raise InvalidTxnState(
+                transactional_id=self.transactional_id,
+                reason=f"transaction {self.txn_id} is prepared: call commit_transaction() again",
+            )
         return self.txn_id
 
     def _table(self, table: str) -> LogTable:
@@ -487,7 +508,13 @@ def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
 
 
 def _commit_prepared(
-    catalog: Catalog, tid: str, producer_id: int | None, epoch: int | None, txn_id: str, prepared: Mapping[str, Any], clock: Callable[[], int]
+    catalog: Catalog,
+    tid: str,
+    producer_id: int | None,
+    epoch: int | None,
+    txn_id: str,
+    prepared: Mapping[str, Any],
+    clock: Callable[[], int],
 ) -> dict[str, dict[str, list[int]]]:
     """The commit point: data tables, group offsets and the COMMITTED record, all or nothing."""
 

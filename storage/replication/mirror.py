@@ -216,7 +216,9 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         raise NotALogTable(table=source_id)
     record = mirror_record(target.metadata) or {}
     if record.get("uuid") != str(source.metadata.table_uuid):
-        raise MirrorSourceChanged(source=source_id, expected_uuid=str(record.get("uuid")), actual_uuid=str(source.metadata.table_uuid))
+        raise MirrorSourceChanged(
+            source=source_id, expected_uuid=str(record.get("uuid")), actual_uuid=str(source.metadata.table_uuid)
+        )
     missing = _missing_columns(source, target)
     if missing:
         raise MirrorSchemaChanged(source=source_id, columns=missing)
@@ -272,7 +274,13 @@ class MirrorWrite(OffsetWriteRequest):
 
 
 def _plan(
-    source: Table, target: Table, record: Mapping[str, Any], progress: Mapping[str, Any], result: MirrorResult, copier: Copier, token: str
+    source: Table,
+    target: Table,
+    record: Mapping[str, Any],
+    progress: Mapping[str, Any],
+    result: MirrorResult,
+    copier: Copier,
+    token: str,
 ) -> MirrorWrite:
     """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
     src = LogState.from_metadata(source.metadata)
@@ -292,7 +300,11 @@ def _plan(
         if mark.end > end:
             wanted[p] = (end, mark.end)
         elif mark.end < have.end:
-            raise MirrorSourceChanged(source=result.source, expected_uuid=str(record.get("uuid")), actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})")
+            raise MirrorSourceChanged(
+                source=result.source,
+                expected_uuid=str(record.get("uuid")),
+                actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})",
+            )
     files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result, copier, token)
     spans = batch_spans(target, result.target, rows, files)
     if result.incremental and any(spans.get(p) != need for p, need in wanted.items()):
@@ -304,7 +316,9 @@ def _plan(
         spans = batch_spans(target, result.target, rows, files)
     for p, need in wanted.items():
         if spans.get(p) != need:
-            raise InvalidInput(reason=f"{result.source} partition {p}: source files cover {spans.get(p)}, not {need} (run `icelog validate` on the source)")
+            raise InvalidInput(
+                reason=f"{result.source} partition {p}: source files cover {spans.get(p)}, not {need} (run `icelog validate` on the source)"
+            )
     result.ranges = dict(spans)
     lineage = {SOURCE_SNAPSHOT: str(progress["snapshot"]), "icelog.mirror-source": f"{record['catalog']}/{record['table']}"}
     return MirrorWrite(
@@ -322,14 +336,19 @@ def _plan(
 
 
 def _copy_delta(
-    source: Table, target: Table, since: int | None, wanted: Mapping[int, tuple[int, int]], result: MirrorResult, copier: Copier, token: str
+    source: Table,
+    target: Table,
+    since: int | None,
+    wanted: Mapping[int, tuple[int, int]],
+    result: MirrorResult,
+    copier: Copier,
+    token: str,
 ) -> tuple[dict[int, list[DataFile]], dict[int, pa.Table]]:
     """Copy the source files holding the wanted offsets; slice the ones that straddle."""
     if not wanted:
         return {}, {}
     candidates = _added_since(source, since) if since is not None else None
     if candidates is None:
-
         result.incremental = False
         candidates = live_files(source)
     offset_id = source.schema().find_field(cols.OFFSET).field_id
@@ -360,7 +379,7 @@ def _copy_delta(
     with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:  # footers only: stats for the manifests
         copied = list(pool.map(lambda pair: data_files_from_parquet(target, [pair[1]])[0], pairs))
     files: dict[int, list[DataFile]] = {}
-    for (p, data_file), new_file in zip(jobs, copied):
+    for (p, data_file), new_file in zip(jobs, copied, strict=True):
         files.setdefault(p, []).append(new_file)
         result.copied_files += 1
         result.bytes_copied += data_file.file_size_in_bytes
@@ -378,7 +397,6 @@ def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
     """Copy files byte for byte, in parallel threads: local files with the kernel's
     ``copy_file_range`` (``shutil.copyfile``), others through pyarrow's filesystems."""
     from pyarrow import fs as pafs
-
 
     def one(pair: tuple[str, str]) -> None:
         src, dst = pair
@@ -450,7 +468,13 @@ def _open_target(source_catalog: Catalog, source_id: str, catalog: Catalog, targ
 
 def _create_target(source_catalog: str, source_id: str, source: Table, catalog: Catalog, target_id: str) -> Table:
     props = {k: v for k, v in source.metadata.properties.items() if k not in _OWN_PROPERTIES}
-    record = {"catalog": source_catalog, "table": source_id, "uuid": str(source.metadata.table_uuid), "snapshot": None, "version": None}
+    record = {
+        "catalog": source_catalog,
+        "table": source_id,
+        "uuid": str(source.metadata.table_uuid),
+        "snapshot": None,
+        "version": None,
+    }
     props.update(
         {
             **LogState.initial(LogState.from_metadata(source.metadata).partitions).to_properties(),

@@ -16,6 +16,7 @@ Writing with offsets needs the ``replicator-write`` permission (``storage.replic
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
@@ -65,7 +66,9 @@ def _span(table: str, partition: int, offsets: np.ndarray, partitions: np.ndarra
     if not np.array_equal(offsets, np.arange(first, first + len(offsets), dtype=offsets.dtype)):
         bad = int(np.argmax(offsets != np.arange(first, first + len(offsets), dtype=offsets.dtype)))
         raise CorruptBatch(
-            table=table, partition=partition, reason=f"offsets not consecutive: {int(offsets[bad])} follows {int(offsets[bad - 1])}"
+            table=table,
+            partition=partition,
+            reason=f"offsets not consecutive: {int(offsets[bad])} follows {int(offsets[bad - 1])}",
         )
     if partitions is not None and not (partitions == partition).all():
         raise CorruptBatch(table=table, partition=partition, reason="rows of another partition")
@@ -97,16 +100,24 @@ def batch_spans(
             pieces.append(_span(identifier, p, offsets, batch.column(cols.PARTITION).to_numpy(zero_copy_only=False)))
         for data_file in files.get(p, ()):
             if file_partition(data_file) != p:
-                raise CorruptBatch(table=identifier, partition=p, reason=f"{data_file.file_path} holds partition {file_partition(data_file)}")
+                raise CorruptBatch(
+                    table=identifier, partition=p, reason=f"{data_file.file_path} holds partition {file_partition(data_file)}"
+                )
             first, nxt = file_offset_range(data_file, offset_id)
             if nxt - first != data_file.record_count:
-                raise CorruptBatch(table=identifier, partition=p, reason=f"{data_file.file_path}: offsets {first}..{nxt - 1} in {data_file.record_count} rows")
+                raise CorruptBatch(
+                    table=identifier,
+                    partition=p,
+                    reason=f"{data_file.file_path}: offsets {first}..{nxt - 1} in {data_file.record_count} rows",
+                )
             pieces.append((first, nxt))
         if not pieces:
             continue
-        for (_, prev_next), (first, _) in zip(pieces, pieces[1:]):
+        for (_, prev_next), (first, _) in itertools.pairwise(pieces):
             if first != prev_next:
-                raise CorruptBatch(table=identifier, partition=p, reason=f"offsets not consecutive: {first} follows {prev_next - 1}")
+                raise CorruptBatch(
+                    table=identifier, partition=p, reason=f"offsets not consecutive: {first} follows {prev_next - 1}"
+                )
         spans[p] = (pieces[0][0], pieces[-1][1])
     return spans
 
@@ -175,8 +186,15 @@ class OffsetWriteRequest(Request):
         added = tuple(f for p in sorted(self.files) for f in self.files[p])
         rows = {p: r for p, r in self.rows.items() if r.num_rows}
         return Decision(
-            state=new_state, result=result, rows=rows, ranges=dict(self.spans), add_files=added,
-            drop_files=drop, lineage=dict(self.lineage), properties=dict(self.properties), write=changed,
+            state=new_state,
+            result=result,
+            rows=rows,
+            ranges=dict(self.spans),
+            add_files=added,
+            drop_files=drop,
+            lineage=dict(self.lineage),
+            properties=dict(self.properties),
+            write=changed,
         )
 
     def _follow_log_starts(self, state: LogState, table: Table) -> tuple[LogState, tuple[DataFile, ...]]:

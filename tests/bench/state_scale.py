@@ -61,7 +61,7 @@ def _interleaved(samples: int, *appends: Callable[[int], None]) -> list[list[flo
     """Time each append function ``samples`` times, taking turns."""
     timings: list[list[float]] = [[] for _ in appends]
     for i in range(samples):
-        for fn, out in zip(appends, timings):
+        for fn, out in zip(appends, timings, strict=True):
             started = time.perf_counter()
             fn(i)
             out.append(time.perf_counter() - started)
@@ -85,8 +85,12 @@ def bench_partitions(root: Path, partitions: int, samples: int, record: Record) 
     )
     props = large.table().metadata.properties
     record(
-        f"append 100 rows p50 @ {partitions:,} partitions", _p50(large_lat), "ms",
-        "the same @ 10 partitions p50", _p50(small_lat), "<= 1.5x",
+        f"append 100 rows p50 @ {partitions:,} partitions",
+        _p50(large_lat),
+        "ms",
+        "the same @ 10 partitions p50",
+        _p50(small_lat),
+        "<= 1.5x",
     )
     record(f"watermark state @ {partitions:,} partitions", len(props.get("icelog.watermarks", "")) / 1024, "KiB")
 
@@ -110,8 +114,12 @@ def bench_producers(root: Path, producers: int, samples: int, record: Record) ->
     one_lat, many_lat = _interleaved(samples, lambda i: send(one)(i + warm), lambda i: send(many)(i + warm))
     props = many.table().metadata.properties
     record(
-        f"idempotent append p50, {producers:,} active producers", _p50(many_lat), "ms",
-        "the same with 1 producer p50", _p50(one_lat), "<= 1.5x",
+        f"idempotent append p50, {producers:,} active producers",
+        _p50(many_lat),
+        "ms",
+        "the same with 1 producer p50",
+        _p50(one_lat),
+        "<= 1.5x",
     )
     record(f"producer state, {producers:,} active producers", len(props.get("icelog.producers", "")) / 1024, "KiB")
 

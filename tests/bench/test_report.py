@@ -9,8 +9,14 @@ import pytest
 from tests.bench.report import BEGIN, END, Figure, Target, figure, render_section, render_table, replace_section
 
 RUN = {
-    "command": "python -m tests.bench.run", "date": "2026-11-23 00:00 UTC", "commit": "abc1234", "cpus": 2,
-    "load_start": (1.0, 1.5, 2.0), "load_end": (3.0, 2.5, 2.0), "versions": "Python 3.11", "benches": ["latency", "spark"],
+    "command": "python -m tests.bench.run",
+    "date": "2026-11-23 00:00 UTC",
+    "commit": "abc1234",
+    "cpus": 2,
+    "load_start": (1.0, 1.5, 2.0),
+    "load_end": (3.0, 2.5, 2.0),
+    "versions": "Python 3.11",
+    "benches": ["latency", "spark"],
 }
 
 
@@ -20,12 +26,14 @@ def row(table: str, name: str) -> list[str]:
 
 
 def test_a_missed_target_prints_as_missed_and_a_met_one_as_met():
-    table = render_table([
-        Figure("spark ingest", 1.8, "Mrows/s", "plain write", 4.5, Target("ratio", ">=", 0.8)),
-        Figure("append p50", 22.0, "ms", "plain append", 21.4, Target("value", "<=", 50)),
-        Figure("check", 1000.0, "ms", target=Target("value", "<", 1000)),  # on the bound of a strict target
-        Figure("gx first run", 5.9, "s", "second run", 0.9),
-    ])
+    table = render_table(
+        [
+            Figure("spark ingest", 1.8, "Mrows/s", "plain write", 4.5, Target("ratio", ">=", 0.8)),
+            Figure("append p50", 22.0, "ms", "plain append", 21.4, Target("value", "<=", 50)),
+            Figure("check", 1000.0, "ms", target=Target("value", "<", 1000)),  # on the bound of a strict target
+            Figure("gx first run", 5.9, "s", "second run", 0.9),
+        ]
+    )
     assert row(table, "spark ingest")[3:] == ["0.40", "ratio ≥ 0.8", "**missed**"]
     assert row(table, "append p50")[4:] == ["≤ 50 ms", "met"]
     assert row(table, "check")[-1] == "**missed**"
@@ -38,16 +46,19 @@ def test_a_ratio_target_without_a_reference_is_not_checked_rather_than_met():
     assert fig.ratio is None and fig.verdict == "not checked"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("target <= 1.5x", Target("ratio", "<=", 1.5)),
-    ("target <= 1.5x (2 tables)", Target("ratio", "<=", 1.5, "(2 tables)")),
-    ("target ratio <= 0.3", Target("ratio", "<=", 0.3)),
-    ("<= 1.5", Target("value", "<=", 1.5)),
-    ("target >= 50 Mrows/s", Target("value", ">=", 50)),
-    ("target < 1,000 ms", Target("value", "<", 1000)),
-    ("target overhead <= 10%", Target("ratio", "<=", 1.1, "overhead <= 10%")),
-    ("≤ 1.5×", Target("ratio", "<=", 1.5)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("target <= 1.5x", Target("ratio", "<=", 1.5)),
+        ("target <= 1.5x (2 tables)", Target("ratio", "<=", 1.5, "(2 tables)")),
+        ("target ratio <= 0.3", Target("ratio", "<=", 0.3)),
+        ("<= 1.5", Target("value", "<=", 1.5)),
+        ("target >= 50 Mrows/s", Target("value", ">=", 50)),
+        ("target < 1,000 ms", Target("value", "<", 1000)),
+        ("target overhead <= 10%", Target("ratio", "<=", 1.1, "overhead <= 10%")),
+        ("≤ 1.5×", Target("ratio", "<=", 1.5)),
+    ],
+)
 def test_a_stated_target_string_becomes_a_checked_bound(text, expected):
     parsed = Target.parse(text)
     assert parsed is not None and (parsed.on, parsed.op, parsed.note) == (expected.on, expected.op, expected.note)
@@ -80,12 +91,15 @@ def test_the_section_between_the_markers_is_replaced_and_the_rest_kept():
     assert twice.count(BEGIN) == 1 and twice.count(END) == 1 and "60.0 ms" not in twice and "| met |" in twice
 
 
-@pytest.mark.parametrize("broken", [
-    "no markers at all\n",
-    f"{BEGIN}\nonly the start\n",
-    f"{END}\nend before start\n{BEGIN}\n",
-    f"{BEGIN}\n{END}\n{BEGIN}\n{END}\n",
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "no markers at all\n",
+        f"{BEGIN}\nonly the start\n",
+        f"{END}\nend before start\n{BEGIN}\n",
+        f"{BEGIN}\n{END}\n{BEGIN}\n{END}\n",
+    ],
+)
 def test_missing_repeated_or_reversed_markers_refuse_to_write(broken):
     with pytest.raises(ValueError):
         replace_section(broken, "table")

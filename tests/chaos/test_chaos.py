@@ -22,7 +22,15 @@ def _stored(worker: str, batch: int, rows: int, partition: int, base: int) -> li
 
 
 def _ack(worker: str, batch: int, rows: int, partition: int, base: int, **extra) -> dict:
-    return {"worker": worker, "batch": batch, "rows": rows, "partition": partition, "range": [base, base + rows], "duplicate": False, **extra}
+    return {
+        "worker": worker,
+        "batch": batch,
+        "rows": rows,
+        "partition": partition,
+        "range": [base, base + rows],
+        "duplicate": False,
+        **extra,
+    }
 
 
 def test_i7_checker_passes_acked_rows_and_an_unacked_batch_stored_once():
@@ -50,7 +58,9 @@ def test_i2_checker_fails_on_a_row_at_another_offset_or_a_conditional_append_els
     ]
     moved = check_acked(stored, [_ack("appender0", 0, 2, 1, 3)], ["appender0"])
     assert moved and all("stored at" in f for f in moved)
-    assert check_acked(stored + [("stranger:0:0", 1, 6)], [], ["appender0"]) == ["row 'stranger:0:0' written by no writer of the run"]
+    assert check_acked(stored + [("stranger:0:0", 1, 6)], [], ["appender0"]) == [
+        "row 'stranger:0:0' written by no writer of the run"
+    ]
 
 
 def test_i7_checker_allows_rows_below_log_start_only_when_retention_could_drop_them():
@@ -63,25 +73,39 @@ def test_i7_checker_allows_rows_below_log_start_only_when_retention_could_drop_t
         for i in range(3)
     ]
     # At or above log_start an acknowledged row is never allowed to be missing.
-    assert check_acked(kept[1:], acks, ["soak"], {0: 3}, retention_cutoff=250.0) == ["acknowledged row 'soak:1:0' (partition 0, offset 3) lost"]
+    assert check_acked(kept[1:], acks, ["soak"], {0: 3}, retention_cutoff=250.0) == [
+        "acknowledged row 'soak:1:0' (partition 0, offset 3) lost"
+    ]
 
 
 def _window(commits: int, p50: float, metadata_bytes: int, snapshots: int = 20, manifests: int = 5, commit_ids: int = 50) -> dict:
-    return {"commits": commits, "p50_ms": p50, "p95_ms": 2 * p50, "max_ms": 3 * p50, "metadata_bytes": metadata_bytes,
-            "snapshots": snapshots, "manifests": manifests, "commit_ids": commit_ids}
+    return {
+        "commits": commits,
+        "p50_ms": p50,
+        "p95_ms": 2 * p50,
+        "max_ms": 3 * p50,
+        "metadata_bytes": metadata_bytes,
+        "snapshots": snapshots,
+        "manifests": manifests,
+        "commit_ids": commit_ids,
+    }
 
 
 def test_soak_check_passes_a_plateau_and_fails_growth():
     flat = [_window(100 * (i + 1), 60.0, 40_000 + 500 * min(i, 3), commit_ids=min(250, 100 * (i + 1))) for i in range(10)]
     assert check_soak(flat, 1000, 100) == []
     linear = [{**w, "metadata_bytes": 20_000 * (i + 1)} for i, w in enumerate(flat)]
-    assert check_soak(linear, 1000, 100) == ["metadata_bytes kept growing: 200000 at the end, over 154096 (1.5x the first half's largest, 100000, + 4096)"]
+    assert check_soak(linear, 1000, 100) == [
+        "metadata_bytes kept growing: 200000 at the end, over 154096 (1.5x the first half's largest, 100000, + 4096)"
+    ]
     slower = flat[:-1] + [{**flat[-1], "p50_ms": 181.0}]
     assert check_soak(slower, 1000, 100) == ["commit latency grew: p50 181.0 ms in the last window, 60.0 ms in the first (> 3x)"]
     # Manifests saw-tooth up to the merge count: a run sampled as 2, 4, ... 20 is bounded, 60 is not.
     drifting = [{**w, "manifests": 2 * (i + 1)} for i, w in enumerate(flat)]
     assert check_soak(drifting, 1000, 100) == []
-    assert [f.split(":")[0] for f in check_soak(drifting[:-1] + [{**flat[-1], "manifests": 60}], 1000, 100)] == ["manifests kept growing"]
+    assert [f.split(":")[0] for f in check_soak(drifting[:-1] + [{**flat[-1], "manifests": 60}], 1000, 100)] == [
+        "manifests kept growing"
+    ]
     snapshots = flat[:-1] + [{**flat[-1], "snapshots": 40}]
     assert [f.split(":")[0] for f in check_soak(snapshots, 1000, 100)] == ["snapshots kept growing"]
     assert check_soak(flat[:3], 1000, 100) == ["the soak recorded 3 windows of 100 commits, expected 10"]
@@ -104,10 +128,12 @@ def test_i10_checker_fails_on_a_key_out_of_order_twice_or_lost():
     swapped = [good[3], good[1], good[2], good[0]]
     assert check_group(source, swapped, []) == ["key 'k1' of partition 0: offset 0 processed after offset 2"]
     assert check_group(source, good + [good[0]], []) == [
-        "source record 0:0 processed 2 times", "key 'k1' of partition 0: offset 0 processed after offset 2"
+        "source record 0:0 processed 2 times",
+        "key 'k1' of partition 0: offset 0 processed after offset 2",
     ]
     assert check_group(source, good[:3], [("member1", 0, 2)]) == [
-        "source record 0:2 never processed", "member1 acknowledged 0:2, not in the output"
+        "source record 0:2 never processed",
+        "member1 acknowledged 0:2, not in the output",
     ]
 
 
@@ -130,13 +156,23 @@ def _assert_ok(report, config: Config) -> None:
     hard = {"kill -9", "slow"} & set(kinds)  # a slow fault starts with a kill -9
     assert hard and "sigterm" in kinds, report.describe()  # a run without faults proves nothing
     assert report.counts["rows"] > 0 and report.counts["group_commits"] > 0 and report.counts["copied"] > 0, report.describe()
-    assert report.counts["soak_commits"] >= config.soak_commits and len(report.soak) >= config.soak_commits // config.soak_window, report.describe()
+    assert (
+        report.counts["soak_commits"] >= config.soak_commits and len(report.soak) >= config.soak_commits // config.soak_window
+    ), report.describe()
 
 
 # The soak: 200 commits reported every 50, on a table whose retention keeps 10 s.
 SHORT = Config(
-    duration=50, seed=14, producers=1, appenders=1, members=2, interval=(2.0, 5.0), faults=("kill", "sigterm", "slow"),
-    soak_commits=200, soak_window=50, retention_ms=10_000,
+    duration=50,
+    seed=14,
+    producers=1,
+    appenders=1,
+    members=2,
+    interval=(2.0, 5.0),
+    faults=("kill", "sigterm", "slow"),
+    soak_commits=200,
+    soak_window=50,
+    retention_ms=10_000,
 )
 
 
@@ -177,9 +213,21 @@ def test_chaos_postgres_with_catalog_down_and_disk_full(tmp_path: Path):
     """Every fault kind at once, on a PostgreSQL server of its own (catalog-down stops it)."""
     from infra import postgres
 
-    config = Config(duration=120, seed=1415, producers=1, appenders=1, members=2, interval=(3.0, 8.0), soak_commits=300, soak_window=50,
-                    retention_ms=10_000, warehouse_tmpfs_mb=256)
-    server = Path(tempfile.mkdtemp(prefix="icelog-pg-chaos-"))  # pytest's tmp_path is private to root; the server runs as postgres
+    config = Config(
+        duration=120,
+        seed=1415,
+        producers=1,
+        appenders=1,
+        members=2,
+        interval=(3.0, 8.0),
+        soak_commits=300,
+        soak_window=50,
+        retention_ms=10_000,
+        warehouse_tmpfs_mb=256,
+    )
+    server = Path(
+        tempfile.mkdtemp(prefix="icelog-pg-chaos-")
+    )  # pytest's tmp_path is private to root; the server runs as postgres
     try:
         report = run_chaos(config, tmp_path / "run", "postgres", postgres.start(server), echo=False, pg_dir=server)
     finally:

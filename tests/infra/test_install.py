@@ -22,7 +22,11 @@ def test_the_lock_holds_one_owner_of_the_pyspark_package():
     names = locked_names()
     assert "pyspark" in names
     assert "pyspark-client" not in names
-    excluded = {line.strip() for line in (ROOT / "infra/lock-excludes.txt").read_text().splitlines() if line.strip() and not line.startswith("#")}
+    excluded = {
+        line.strip()
+        for line in (ROOT / "infra/lock-excludes.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert not excluded & names
 
 

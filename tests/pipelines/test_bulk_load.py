@@ -31,7 +31,25 @@ def write_input(path, n: int = LINES) -> None:
 
 
 def loader(spec, path, log, batch: int = 50, stdin=None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "pipelines.cli", "--output", "json", "produce", "db.bulk", "--partition", "1", "--expected-offset", str(K), "--load-id", "big-load", "--input", str(path), "--batch-size", str(batch)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "--output",
+        "json",
+        "produce",
+        "db.bulk",
+        "--partition",
+        "1",
+        "--expected-offset",
+        str(K),
+        "--load-id",
+        "big-load",
+        "--input",
+        str(path),
+        "--batch-size",
+        str(batch),
+    ]
     return subprocess.Popen(argv, env={**os.environ, **spec.env()}, stdin=stdin, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -102,7 +120,7 @@ def test_i2_a_concurrent_writer_stops_the_bulk_load_it_never_interleaves(sqlite_
     foreign = values.index("foreign")
     assert values[:K] == [f"pre-{i}" for i in range(K)]
     assert values[K:foreign] == [f"line-{i}" for i in range(100)]  # its first 100 lines, in order
-    assert values[foreign + 1:] == []  # nothing of the loader's after the foreign row
+    assert values[foreign + 1 :] == []  # nothing of the loader's after the foreign row
     # Run again with the same arguments: it sees the foreign record at the log end and stops.
     with open(tmp_path / "again.log", "w") as log:
         assert loader(sqlite_spec, source, log).wait(timeout=300) == 3
@@ -121,7 +139,13 @@ def test_empty_or_tiny_inputs_resume_cleanly(sqlite_spec, tmp_path, lines):
 
 
 def produce(spec, *args: str, stdin: str, code: int) -> dict:
-    result = CliRunner().invoke(cli, ["--output", "json", "produce", "db.bulk", "--partition", "1", *args], input=stdin, env=spec.env(), catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["--output", "json", "produce", "db.bulk", "--partition", "1", *args],
+        input=stdin,
+        env=spec.env(),
+        catch_exceptions=False,
+    )
     assert result.exit_code == code, result.output
     return json.loads(result.stdout.strip().splitlines()[-1])
 

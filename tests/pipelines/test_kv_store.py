@@ -34,7 +34,14 @@ def test_i2_two_leader_processes_incrementing_one_counter_lose_no_update(catalog
     LogTable.create(catalog_spec.open(), "db.kv", partitions=1)
     times = 30
     procs = [
-        subprocess.Popen([*CLI, "db.kv", "incr", "counter", "--times", str(times)], env=catalog_spec.env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*CLI, "db.kv", "incr", "counter", "--times", str(times)],
+            env=catalog_spec.env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     try:
@@ -45,7 +52,7 @@ def test_i2_two_leader_processes_incrementing_one_counter_lose_no_update(catalog
                 proc.kill()
                 proc.communicate()
     leaders = []
-    for proc, (out, err) in zip(procs, outputs):
+    for proc, (out, err) in zip(procs, outputs, strict=False):
         assert proc.returncode == 0, err[-3000:]
         leaders.append([json.loads(line) for line in out.splitlines() if line.strip()])
 
@@ -59,12 +66,12 @@ def test_i2_two_leader_processes_incrementing_one_counter_lose_no_update(catalog
     data = log.read(0)
     offsets = data.column("log_offset").to_pylist()
     assert offsets == list(range(2 * times))  # contiguous, nothing else written
-    in_log = dict(zip(offsets, data.column("value").to_pylist()))
+    in_log = dict(zip(offsets, data.column("value").to_pylist(), strict=False))
     assert {a["offset"]: json.dumps(a["value"]) for a in acks} == in_log  # every ack exactly once, where it said
     assert check_contiguity(log.table(), deep=True).ok
 
     for lines in leaders:  # each write landed exactly where its leader expected
-        for before, write in zip(lines, lines[1:]):
+        for before, write in zip(lines, lines[1:], strict=False):
             others = write["offset"] - before["offset"] - 1  # the other leader's records in between
             # no mismatch: right after its own last write; m mismatches: m moves of the log end
             assert others == 0 if write["mismatches"] == 0 else others >= write["mismatches"], lines
@@ -139,7 +146,10 @@ def test_a_store_refuses_a_partition_whose_history_is_incomplete(sqlite_catalog,
 
 
 def test_cli_creates_the_table_and_prints_json(sqlite_spec, monkeypatch, capsys):
-    assert run_cli(sqlite_spec, "db.cli", "put", "n", "41") == (0, [{"op": "put", "key": "n", "value": 41, "offset": 0, "mismatches": 0}])
+    assert run_cli(sqlite_spec, "db.cli", "put", "n", "41") == (
+        0,
+        [{"op": "put", "key": "n", "value": 41, "offset": 0, "mismatches": 0}],
+    )
     for name, value in sqlite_spec.env().items():  # the rest in-process: the same main(), faster
         monkeypatch.setenv(name, value)
 
@@ -147,7 +157,10 @@ def test_cli_creates_the_table_and_prints_json(sqlite_spec, monkeypatch, capsys)
         code = main(["db.cli", *args])
         return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
-    assert cli("incr", "n", "--times", "2") == (0, [{"op": "incr", "key": "n", "value": v, "offset": o, "mismatches": 0} for v, o in ((42, 1), (43, 2))])
+    assert cli("incr", "n", "--times", "2") == (
+        0,
+        [{"op": "incr", "key": "n", "value": v, "offset": o, "mismatches": 0} for v, o in ((42, 1), (43, 2))],
+    )
     assert cli("put", "s", "hello")[1][0]["value"] == "hello"
     assert cli("delete", "s") == (0, [{"op": "delete", "key": "s", "value": None, "offset": 4, "mismatches": 0}])
     assert cli("get", "s") == (0, [{"key": "s", "value": None, "found": False, "next_offset": 5}])

@@ -23,7 +23,17 @@ def table(sqlite_catalog) -> LogTable:
     return t
 
 
-@pytest.mark.parametrize("kwargs", [{"retention_ms": -1}, {"retention_ms": 0}, {"retention_bytes": -5}, {"keep_snapshots": 0}, {"orphan_age_s": -1.0}, {"orphan_age_s": float("nan")}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"retention_ms": -1},
+        {"retention_ms": 0},
+        {"retention_bytes": -5},
+        {"keep_snapshots": 0},
+        {"orphan_age_s": -1.0},
+        {"orphan_age_s": float("nan")},
+    ],
+)
 def test_i8_maintain_refuses_bad_arguments_and_changes_nothing(sqlite_catalog, table, kwargs):
     before = fingerprint(table)
     with pytest.raises(InvalidInput):

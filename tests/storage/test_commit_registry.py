@@ -69,7 +69,9 @@ def test_i4_producer_counts_its_own_sequences_and_a_resend_lands_once(catalog):
     # The same batch sent again with the sequences it had (as after a lost response) is a duplicate.
     from storage.log.sequences import ProducerBatch
 
-    resent = t.append({0: rows("b", 2), 1: rows("c", 1)}, producer=ProducerBatch(producer.producer_id, producer.epoch, {0: 3, 1: 0}))
+    resent = t.append(
+        {0: rows("b", 2), 1: rows("c", 1)}, producer=ProducerBatch(producer.producer_id, producer.epoch, {0: 3, 1: 0})
+    )
     assert resent.duplicate and resent.ranges == b.ranges
     assert t.watermarks()[0].end == 5
     # A second instance with the same client id fences the first.

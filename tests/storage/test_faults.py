@@ -27,7 +27,9 @@ from validations.producers import check_producers
 pytestmark = pytest.mark.fault
 
 
-def assert_cleanup_removes_exactly_the_orphans(catalog, log_table: LogTable, left: set[str], point: str, writes_data: bool) -> None:
+def assert_cleanup_removes_exactly_the_orphans(
+    catalog, log_table: LogTable, left: set[str], point: str, writes_data: bool
+) -> None:
     """Orphan cleanup removes exactly the unreferenced files on disk, nothing referenced.
 
     ``left`` are the files the killed writer wrote under the table. If its commit never
@@ -90,7 +92,9 @@ def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, 
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.p", partitions=1)
     other = init_producer(catalog, "db.p", "other")
-    assert t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0})).ranges == {0: (0, 2)}
+    assert t.append({0: [{"key": "ack"}] * 2}, producer=ProducerBatch(other.producer_id, other.epoch, {0: 0})).ranges == {
+        0: (0, 2)
+    }
 
     left = kill_9(catalog_spec, point, "init_producer", "db.p", "app", "register", directory=tmp_path, table=t)
 
@@ -109,7 +113,9 @@ def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, 
     clients = [pid for pid, entry in t.state().producers.items() if entry.client == "app"]
     assert clients == [str(again["producer_id"])]
     assert again["epoch"] == (1 if landed else 0)
-    assert t.append({0: [{"key": "new"}]}, producer=ProducerBatch(again["producer_id"], again["epoch"], {0: 0})).ranges == {0: (2, 3)}
+    assert t.append({0: [{"key": "new"}]}, producer=ProducerBatch(again["producer_id"], again["epoch"], {0: 0})).ranges == {
+        0: (2, 3)
+    }
     assert check_producers(t.table()).ok
     assert_cleanup_removes_exactly_the_orphans(catalog, t, left, point, writes_data=False)
 

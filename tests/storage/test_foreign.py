@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -25,7 +25,7 @@ def foreign_rows(table, partition: int, offsets: list[int]) -> pa.Table:
         {
             cols.PARTITION: pa.array([partition] * n, pa.int32()),
             cols.OFFSET: pa.array(offsets, pa.int64()),
-            cols.TIMESTAMP: pa.array([datetime.now(timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
+            cols.TIMESTAMP: pa.array([datetime.now(UTC)] * n, pa.timestamp("us", tz="UTC")),
             cols.PRODUCER_ID: pa.nulls(n, pa.int64()),
             cols.PRODUCER_EPOCH: pa.nulls(n, pa.int32()),
             cols.PRODUCER_SEQ: pa.nulls(n, pa.int32()),
@@ -155,7 +155,9 @@ def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlit
     end = journal.watermarks()[0].end
     table = catalog.load_table(JOURNAL)
     forged = table.scan().to_arrow().slice(0, 1)
-    forged = forged.set_column(forged.schema.get_field_index(cols.OFFSET), forged.schema.field(cols.OFFSET), pa.array([end], pa.int64()))
+    forged = forged.set_column(
+        forged.schema.get_field_index(cols.OFFSET), forged.schema.field(cols.OFFSET), pa.array([end], pa.int64())
+    )
     table.append(forged)  # exactly the next offset: adoptable, were it a user table
     with pytest.raises(ForeignCommit):
         producer.init_transactions()

@@ -71,7 +71,7 @@ def test_i8_i10_bad_ranges_refused_nothing_changes(sqlite_catalog, ranges, error
 
 def test_i8_range_below_the_log_start_refused_and_group_resumes_there(sqlite_catalog):
     t = LogTable.create(sqlite_catalog, "db.events", 1)
-    for i in range(3):
+    for _i in range(3):
         t.append({0: [{"key": "k", "value": str(j)} for j in range(10)]})
     commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(0, 4), (7, 8)]})
     commit(sqlite_catalog, "db.events", Retention("db.events", retention_ms=0, now_ms=2**62))
@@ -142,9 +142,7 @@ def test_sticky_assignor_moves_only_the_excess():
     before = membership.assign_sticky({}, ["a", "b"])
     assert before == {"a": [(0, 32767)], "b": [(32768, 65535)]}
     after = membership.assign_sticky(before, ["a", "b", "c"])
-    moved = sum(
-        hi - lo + 1 for m in ("a", "b") for lo, hi in membership.subtract(before[m], after[m])
-    )
+    moved = sum(hi - lo + 1 for m in ("a", "b") for lo, hi in membership.subtract(before[m], after[m]))
     assert moved == 21845  # exactly the newcomer's share
     assert sum(hi - lo + 1 for rs in after.values() for lo, hi in rs) == 65536
     for m in ("a", "b"):
@@ -165,9 +163,11 @@ def test_draining_range_waits_for_the_previous_owner():
 
 def test_chunk_slots_deal_round_robin():
     owners = membership.assign_sticky({}, ["a", "b"])
+
     def owner(chunk):
         slot = membership.chunk_slot(chunk)
         return next(m for m, rs in owners.items() if any(lo <= slot <= hi for lo, hi in rs))
+
     assert [owner(c) for c in range(6)] == ["a", "b", "a", "b", "a", "b"]
 
 
@@ -210,9 +210,11 @@ def test_i10_groups_check_passes_then_finds_planted_violations(sqlite_catalog):
     assert run_checks(t.table(), ["groups"]).ok
     # Plant states the commit path refuses, straight into the properties (as a foreign writer could).
     with sqlite_catalog.load_table(GROUPS_TABLE).transaction() as txn:
-        txn.set_properties({
-            "icelog.group-offsets": json.dumps({"g": {"db.events": {"0": 70}}, "h": {"db.events": {"0": 10}}}),
-            "icelog.group-ranges": json.dumps({"h": {"db.events": {"0": [[5, 6], [12, 14], [14, 15], [50, 65]]}}}),
-        })
+        txn.set_properties(
+            {
+                "icelog.group-offsets": json.dumps({"g": {"db.events": {"0": 70}}, "h": {"db.events": {"0": 10}}}),
+                "icelog.group-ranges": json.dumps({"h": {"db.events": {"0": [[5, 6], [12, 14], [14, 15], [50, 65]]}}}),
+            }
+        )
     kinds = sorted(v.kind for v in run_checks(t.table(), ["groups"]).violations)
     assert kinds == ["group_offset_beyond_log_end", "range_beyond_log_end", "range_not_above_stable", "ranges_overlap"]

@@ -87,7 +87,7 @@ def test_no_import_circle():
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
             if seen.get(nxt) == 1:
-                circles.append(stack[stack.index(nxt):] + [nxt])
+                circles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in seen:
                 visit(nxt)
         stack.pop()

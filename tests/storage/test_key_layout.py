@@ -51,7 +51,9 @@ def test_only_tables_with_a_hashable_key_column_get_the_hash_column(sqlite_catal
     assert cols.KEY_HASH not in unkeyed.table().schema().column_names
     unkeyed.append({0: [{"amount": 1.0}] * 3})
     assert unkeyed.read(0, key_ranges=[QUARTER]).num_rows == 3  # nothing to prune by: every row
-    by_user = LogTable.create(sqlite_catalog, "db.by_user", 1, payload=[{"name": "user", "type": "long"}], properties={KEY_COLUMN: "user"})
+    by_user = LogTable.create(
+        sqlite_catalog, "db.by_user", 1, payload=[{"name": "user", "type": "long"}], properties={KEY_COLUMN: "user"}
+    )
     by_user.append({0: [{"user": 42}]})
     assert by_user.read(0).column(cols.KEY_HASH).to_pylist() == [key_hash("42")]
 
@@ -82,7 +84,7 @@ def test_i1_large_files_are_clustered_by_hash_and_still_proven_contiguous(sqlite
     assert large.num_row_groups == GROUPS
     h = hash_index(t)
     bounds = [(large.row_group(g).column(h).statistics.min, large.row_group(g).column(h).statistics.max) for g in range(GROUPS)]
-    assert all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:]))  # row groups slice the hash space in order
+    assert all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:], strict=False))  # row groups slice the hash space in order
     assert all(hi - lo < 65536 // GROUPS * 2 for lo, hi in bounds)
     for deep in (False, True):
         report = check_contiguity(t.table(), deep=deep)
@@ -121,7 +123,14 @@ def test_key_range_read_prunes_row_groups_and_returns_every_matching_record(sqli
     assert len(opened) <= GROUPS // 4 + 1
     whole, part = t.read(0), t.read(0, key_ranges=[QUARTER])
     assert part.num_rows <= sum(meta.row_group(g).num_rows for g in opened) < whole.num_rows / 2
-    inside = lambda table: [(o, k) for o, k, hv in zip(*(table.column(c).to_pylist() for c in (cols.OFFSET, "key", cols.KEY_HASH))) if hv <= QUARTER[1]]  # noqa: E731
+
+    def inside(table):
+        return [
+            (o, k)
+            for o, k, hv in zip(*(table.column(c).to_pylist() for c in (cols.OFFSET, "key", cols.KEY_HASH)), strict=False)
+            if hv <= QUARTER[1]
+        ]  # noqa: E731
+
     assert inside(part) == inside(whole)  # nothing of the range is missed, in offset order
     consumer = Consumer(sqlite_catalog, "g")
     consumer.assign("db.events", [0], key_range=QUARTER)
@@ -135,25 +144,36 @@ def test_rows_without_a_hash_are_never_pruned(sqlite_catalog):
     table = t.table()
     schema = table.schema().as_arrow()
     keys = [f"k{i}" for i in range(40)]
-    foreign = pa.Table.from_pylist([{**{f.name: None for f in schema}, "log_partition": 0, "log_offset": i, "log_timestamp": 0, "key": k} for i, k in enumerate(keys)]).cast(schema)
+    foreign = pa.Table.from_pylist(
+        [
+            {**{f.name: None for f in schema}, "log_partition": 0, "log_offset": i, "log_timestamp": 0, "key": k}
+            for i, k in enumerate(keys)
+        ]
+    ).cast(schema)
     table.append(foreign)
     part = t.read(0, key_ranges=[QUARTER])
     assert part.num_rows == 40  # read, then filtered by the caller (the consumer computes the hash)
     from storage.groups.consumer import key_hashes
 
-    assert sorted(np.flatnonzero(key_hashes(part.column("key")) <= QUARTER[1])) == [i for i, k in enumerate(keys) if key_hash(k) <= QUARTER[1]]
+    assert sorted(np.flatnonzero(key_hashes(part.column("key")) <= QUARTER[1])) == [
+        i for i, k in enumerate(keys) if key_hash(k) <= QUARTER[1]
+    ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(counts=st.dictionaries(st.integers(0, 10**9), st.integers(1, 3), min_size=1, max_size=40), dense=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    counts=st.dictionaries(st.integers(0, 10**9), st.integers(1, 3), min_size=1, max_size=40),
+    dense=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_offset_runs_equal_a_counter_in_any_row_order(counts, dense, seed):
     if dense:  # compact offsets (the bincount path); else far apart (the sorting path)
-        counts = {i: c for i, c in enumerate(counts.values())}
+        counts = dict(enumerate(counts.values()))
     offsets = [o for o, c in counts.items() for _ in range(c)]
     random.Random(seed).shuffle(offsets)
     runs = offset_runs(np.array(offsets, dtype=np.int64))
     assert Counter({o: c for first, last, c in runs for o in range(first, last + 1)}) == Counter(offsets)
-    assert all(a[1] + 1 < b[0] or a[2] != b[2] for a, b in zip(runs, runs[1:]))  # maximal runs
+    assert all(a[1] + 1 < b[0] or a[2] != b[2] for a, b in zip(runs, runs[1:], strict=False))  # maximal runs
 
 
 def test_repair_never_adopts_foreign_rows_with_a_wrong_key_hash(sqlite_catalog):
@@ -167,7 +187,14 @@ def test_repair_never_adopts_foreign_rows_with_a_wrong_key_hash(sqlite_catalog):
     schema = table.schema().as_arrow()
 
     def foreign(offset: int, hash_value: int | None) -> pa.Table:
-        row = {**{f.name: None for f in schema}, "log_partition": 0, "log_offset": offset, "log_timestamp": 0, "key": "k9", cols.KEY_HASH: hash_value}
+        row = {
+            **{f.name: None for f in schema},
+            "log_partition": 0,
+            "log_offset": offset,
+            "log_timestamp": 0,
+            "key": "k9",
+            cols.KEY_HASH: hash_value,
+        }
         return pa.Table.from_pylist([row]).cast(schema)
 
     table.append(foreign(3, key_hash("k9")))  # right hash, and a missing one: adoptable
@@ -182,7 +209,9 @@ def test_repair_never_adopts_foreign_rows_with_a_wrong_key_hash(sqlite_catalog):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.integers(0, 3) | st.sampled_from([0, HASH_SPACE - 1]) | st.integers(0, HASH_SPACE - 1), min_size=1, max_size=3000),
+    st.lists(
+        st.integers(0, 3) | st.sampled_from([0, HASH_SPACE - 1]) | st.integers(0, HASH_SPACE - 1), min_size=1, max_size=3000
+    ),
     st.sampled_from(["offset order", "reversed", "a null hash"]),
     st.integers(0, 10**12),
 )

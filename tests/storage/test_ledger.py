@@ -25,8 +25,10 @@ def record(catalog, table: str, files, partitions=None, parts_total: int = 2):
     loaded = [f.with_fingerprint() for f in files]
     ranges = {f.path: {0: [[i * 10, i * 10 + 10]]} for i, f in enumerate(loaded)}
     parts = {f.path: set(range(parts_total)) if partitions is None else set(partitions) for f in loaded}
-    rows = ledger.ledger_rows(table, loaded, ranges, parts, parts_total, "run", "c1", dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))
-    commit_tables(catalog, [(ledger.LEDGER_TABLE, ledger.LedgerAppend(tuple(write_log_files(book, {table: rows})), rows.num_rows))])
+    rows = ledger.ledger_rows(table, loaded, ranges, parts, parts_total, "run", "c1", dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    commit_tables(
+        catalog, [(ledger.LEDGER_TABLE, ledger.LedgerAppend(tuple(write_log_files(book, {table: rows})), rows.num_rows))]
+    )
     return ledger.entries(catalog.load_table(ledger.LEDGER_TABLE), table)
 
 
@@ -37,7 +39,9 @@ def test_i4_loaded_files_are_skipped_at_any_age_and_new_ones_load(catalog, tmp_p
     planned = ledger.plan("db.t", [a, b], book, {0, 1})
     assert [f.path for f in planned.load] == [b.path] and planned.load[0].fingerprint.startswith("sha256:")
     assert [(s["path"], s["reason"], s["run_key"]) for s in planned.skipped] == [(a.path, "already loaded", "run")]
-    assert ledger.plan("db.other", [a], ledger.entries(catalog.load_table(ledger.LEDGER_TABLE), "db.other"), {0}).load  # per table
+    assert ledger.plan(
+        "db.other", [a], ledger.entries(catalog.load_table(ledger.LEDGER_TABLE), "db.other"), {0}
+    ).load  # per table
 
 
 def test_i4_touched_file_is_skipped_changed_file_refused_or_reloaded(catalog, tmp_path):

@@ -168,7 +168,9 @@ def test_i6_mirror_loops_beside_appends_group_commits_and_producer_inits_end_in_
     assert committed_offsets(target, "g", "orders") == committed_offsets(source, "g", "orders")
 
 
-def test_i6_a_groups_only_call_that_loses_to_a_state_only_step_still_mirrors_its_groups(source_spec, target_spec, target, monkeypatch):
+def test_i6_a_groups_only_call_that_loses_to_a_state_only_step_still_mirrors_its_groups(
+    source_spec, target_spec, target, monkeypatch
+):
     """No new data at all (so the old code never hit InvalidProduceOffset here): a scheduled
     step B plans a state-only change (a producer init); then a group commits offset 5 and the
     failover drill calls ``mirror()``. B lands between A's plan and A's commit: A's commit gets

@@ -212,7 +212,10 @@ def test_i4_unknown_outcome_kill_9_after_swap_then_resend_lands_once(catalog_spe
     args = ("db.p", 0, me.producer_id, 0, 0, 4, "x")
     with worker(catalog_spec, "produce_batch", *args, directory=tmp_path, pause_at="after_catalog_swap") as victim:
         kill_at(victim)
-    assert run_to_end(catalog_spec, "produce_batch", *args, directory=tmp_path, name="resend") == {"range": [0, 4], "duplicate": True}
+    assert run_to_end(catalog_spec, "produce_batch", *args, directory=tmp_path, name="resend") == {
+        "range": [0, 4],
+        "duplicate": True,
+    }
     assert t.read(0).column("value").to_pylist() == [f"x-{i}" for i in range(4)]
     assert check_producers(t.table()).ok
 
@@ -223,7 +226,9 @@ def test_i4_retry_storm_each_batch_lands_once_in_order(heavy_spec):
     t = LogTable.create(catalog, "db.p", partitions=1)
     me = init_producer(catalog, "db.p", "storm")
     batches, size = 6, 2
-    acks = run_workers(catalog_spec, [["resend_storm", "db.p", "0", str(me.producer_id), str(batches), str(size)] for _ in range(4)])
+    acks = run_workers(
+        catalog_spec, [["resend_storm", "db.p", "0", str(me.producer_id), str(batches), str(size)] for _ in range(4)]
+    )
     assert len(acks) == 4 * batches
     data = t.read(0)
     assert data.column("value").to_pylist() == [str(i) for i in range(batches * size)]
@@ -237,7 +242,9 @@ def test_i4_producer_ids_unique_across_processes(heavy_spec, tmp_path):
     heavy_spec.open()
     with worker_processes(heavy_spec, [["lease_ids", "5"] for _ in range(4)], tmp_path) as procs:
         finish(procs, tmp_path)
-    per_process = [[json.loads(line)["id"] for line in Path(tmp_path, f"worker{i}.out").read_text().splitlines()] for i in range(4)]
+    per_process = [
+        [json.loads(line)["id"] for line in Path(tmp_path, f"worker{i}.out").read_text().splitlines()] for i in range(4)
+    ]
     ids = [i for ids in per_process for i in ids]
     assert len(ids) == 20 and len(set(ids)) == 20
     assert all(ids == sorted(ids) for ids in per_process)  # monotonic within each process
@@ -249,10 +256,24 @@ def test_i4_validator_reports_every_sequence_break_exactly(catalog, table):
     table.append({0: batch(3)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
     iceberg = table.table()
     schema = iceberg.schema().as_arrow()
-    rows = [{**{f.name: None for f in schema}, "log_partition": 0, "log_offset": 3 + i, "log_timestamp": 0,
-             "producer_id": me.producer_id, "producer_epoch": 0, "producer_seq": s} for i, s in enumerate((7, 8, 4))]
+    rows = [
+        {
+            **{f.name: None for f in schema},
+            "log_partition": 0,
+            "log_offset": 3 + i,
+            "log_timestamp": 0,
+            "producer_id": me.producer_id,
+            "producer_epoch": 0,
+            "producer_seq": s,
+        }
+        for i, s in enumerate((7, 8, 4))
+    ]
     iceberg.append(pa.Table.from_pylist(rows).cast(schema))  # seq 2 -> 7 and 8 -> 4: two breaks
-    breaks = [(v.first, v.extra["sequence"], v.extra["expected"]) for v in check_producers(table.table()).violations if v.kind == "sequence"]
+    breaks = [
+        (v.first, v.extra["sequence"], v.extra["expected"])
+        for v in check_producers(table.table()).violations
+        if v.kind == "sequence"
+    ]
     assert breaks == [(3, 7, 3), (5, 4, 9)]
 
 

@@ -22,10 +22,18 @@ def test_pyiceberg_version_is_the_pinned_one():
 
 
 def test_sql_catalog_private_names_used_by_the_swap():
-    assert list(inspect.signature(SqlCatalog._update_and_stage_table).parameters) == ["self", "current_table", "table_identifier", "requirements", "updates"]
+    assert list(inspect.signature(SqlCatalog._update_and_stage_table).parameters) == [
+        "self",
+        "current_table",
+        "table_identifier",
+        "requirements",
+        "updates",
+    ]
     assert list(inspect.signature(SqlCatalog._write_metadata).parameters) == ["metadata", "io", "metadata_path"]
     assert "orm_table" in inspect.signature(SqlCatalog._convert_orm_to_iceberg).parameters
-    assert {"catalog_name", "table_namespace", "table_name", "metadata_location", "previous_metadata_location"} <= set(IcebergTables.__table__.columns.keys())
+    assert {"catalog_name", "table_namespace", "table_name", "metadata_location", "previous_metadata_location"} <= set(
+        IcebergTables.__table__.columns.keys()
+    )
     # The fault point between metadata write and swap hooks the same name.
     assert issubclass(SqlCatalog, MetastoreCatalog) and LogSqlCatalog._write_metadata is not MetastoreCatalog._write_metadata
 
@@ -47,7 +55,9 @@ def test_parquet_footer_names_used_to_register_spark_files():
 
     assert list(inspect.signature(pio._check_pyarrow_schema_compatible).parameters)[:2] == ["requested_schema", "provided_schema"]
     assert "format_version" in inspect.signature(pio._check_pyarrow_schema_compatible).parameters
-    assert {"parquet_metadata", "stats_columns", "parquet_column_mapping"} <= set(inspect.signature(pio.data_file_statistics_from_parquet_metadata).parameters)
+    assert {"parquet_metadata", "stats_columns", "parquet_column_mapping"} <= set(
+        inspect.signature(pio.data_file_statistics_from_parquet_metadata).parameters
+    )
     assert callable(pio.compute_statistics_plan) and callable(pio.parquet_path_to_id_mapping)
 
 

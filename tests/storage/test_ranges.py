@@ -59,16 +59,16 @@ class RangeMachine(RuleBasedStateMachine):
     def amend_then_commit(self, first, length):
         last = first + length - 1
         gaps = pending(self.state, first, last)
-        assert [o for f, l in gaps for o in range(f, l + 1)] == [o for o in range(first, last + 1) if o not in self.done]
-        for f, l in gaps:
-            self.state = commit_range(self.state, f, l)
+        assert [o for lo, hi in gaps for o in range(lo, hi + 1)] == [o for o in range(first, last + 1) if o not in self.done]
+        for lo, hi in gaps:
+            self.state = commit_range(self.state, lo, hi)
         self.done |= set(range(first, last + 1))
 
     @precondition(lambda self: self.done)
     @rule(start=st.integers(0, 70))
     def retention(self, start):
         self.state = resume_at(self.state, start)
-        self.done |= set(range(0, start))
+        self.done |= set(range(start))
 
     @invariant()
     def agrees_with_model(self):
@@ -77,9 +77,9 @@ class RangeMachine(RuleBasedStateMachine):
             stable += 1
         assert self.state.stable == stable
         assert list(self.state.ranges) == to_ranges(o for o in self.done if o > stable)
-        for f, l in self.state.ranges:
-            assert f >= stable + 2 and f <= l
-        for a, b in zip(self.state.ranges, self.state.ranges[1:]):
+        for lo, hi in self.state.ranges:
+            assert lo >= stable + 2 and lo <= hi
+        for a, b in zip(self.state.ranges, self.state.ranges[1:], strict=False):
             assert a[1] + 1 < b[0]
         assert pending(self.state, 0, 80) == to_ranges(o for o in range(81) if o not in self.done)
 

@@ -86,7 +86,9 @@ def test_watermarks_round_trip_and_updates_equal_a_model(initial, data):
     assert dict(lazy) == model
     legacy = json.dumps({str(p): [w.start, w.end] for p, w in model.items()})
     assert dict(Watermarks.decode(legacy, len(model))) == model  # format 1
-    assert Watermarks.decode(Watermarks.of(model).encode(), len(model) + 1)[len(model)] == Watermark(0, 0)  # as format 1: absent is empty
+    assert Watermarks.decode(Watermarks.of(model).encode(), len(model) + 1)[len(model)] == Watermark(
+        0, 0
+    )  # as format 1: absent is empty
     for _ in range(data.draw(st.integers(0, 5))):
         changes = data.draw(st.dictionaries(st.integers(0, len(model) - 1), marks, max_size=4))
         lazy, model = lazy.updated(changes), {**model, **changes}
@@ -174,7 +176,10 @@ def test_i4_producer_state_stays_exact_beside_thousands_of_producers(sqlite_cata
     now = int(time.time() * 1000)
     seeded = {
         str(10**9 + i): ProducerEntry(
-            client=f"seed {i}", epoch=i % 3, last_ms=now - (4_000_000 if i % 10 == 0 else i), partitions={1: PartitionSequences(4, (WrittenBatch(0, 4, i, i + 5),))}
+            client=f"seed {i}",
+            epoch=i % 3,
+            last_ms=now - (4_000_000 if i % 10 == 0 else i),
+            partitions={1: PartitionSequences(4, (WrittenBatch(0, 4, i, i + 5),))},
         )
         for i in range(2_000)
     }

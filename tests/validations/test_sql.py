@@ -17,7 +17,9 @@ def counts(catalog, names: list[str], as_of_ms: int) -> list[int]:
 
 def test_i5_as_of_at_any_millisecond_shows_a_multi_table_commit_whole_or_not_at_all(sqlite_catalog):
     tables = [LogTable.create(sqlite_catalog, f"db.t{i}", 1) for i in range(3)]
-    parts = [(t.identifier, AppendRequest(t.identifier, {0: pa.table({"key": ["x"], "value": ["x"]})}, {}, "txn")) for t in tables]
+    parts = [
+        (t.identifier, AppendRequest(t.identifier, {0: pa.table({"key": ["x"], "value": ["x"]})}, {}, "txn")) for t in tables
+    ]
     commit_tables(sqlite_catalog, parts, commit_id="txn")
     stamps = [t.table().metadata.current_snapshot().timestamp_ms for t in tables]
     names = [t.identifier for t in tables]
