@@ -53,20 +53,21 @@ from storage.groups.consumer import (
     Consumer,
     parse_key_range,
 )
+from storage.groups.membership import HashRange
 from storage.groups.offsets import (
     GROUPS_TABLE,
     GroupOffsetsState,
     group_state,
     ranges_request,
 )
-from storage.groups.ranges import Range, RangeState, commit_range, pending
+from storage.groups.ranges import OffsetRange, RangeState, commit_range, pending
 from storage.log import schema as cols
 from storage.log.table import LogTable
 from storage.logs import get_logger
 
 log = get_logger("group_job")
 
-FULL_SPACE: list[Range] = [(0, membership.HASH_SPACE - 1)]
+FULL_SPACE: list[HashRange] = [(0, membership.HASH_SPACE - 1)]
 
 
 @dataclass
@@ -76,8 +77,8 @@ class GroupJobResult:
     group: str
     member: str | None  # None: explicit ranges, no membership
     generation: int | None
-    hashes: dict[int, list[Range]] = field(default_factory=dict)  # hash ranges read, per source partition
-    consumed: dict[int, list[Range]] = field(default_factory=dict)  # offsets committed as IC ranges
+    hashes: dict[int, list[HashRange]] = field(default_factory=dict)  # hash ranges read, per source partition
+    consumed: dict[int, list[OffsetRange]] = field(default_factory=dict)  # offsets committed as IC ranges
     rows: int = 0  # source records consumed
     written: dict[int, list[int]] = field(default_factory=dict)  # target partition -> [first, next)
     snapshot_id: int | None = None  # the target's, when output landed
@@ -92,7 +93,7 @@ class GroupJobResult:
 class _Member:
     member: str | None
     generation: int | None
-    hashes: dict[int, list[Range]]
+    hashes: dict[int, list[HashRange]]
     state: GroupOffsetsState
     consumer: Consumer | None
 
@@ -105,7 +106,7 @@ def group_job(
     *,
     member_id: str | None = None,
     partitions: list[int] | None = None,
-    key_range: Range | str | None = None,
+    key_range: HashRange | str | None = None,
     transform: Callable[[Any], Any] | None = None,
     mode: str = "key",
     key_column: str | None = None,
@@ -196,7 +197,7 @@ def _join(
     source: str,
     group: str,
     partitions: list[int],
-    key_range: Range | str | None,
+    key_range: HashRange | str | None,
     member_id: str | None,
     mode: str,
     key_column: str,
@@ -244,7 +245,7 @@ def _prune_column(src: LogTable, mode: str, key_column: str) -> str | None:
     return cols.KEY_HASH if mode == "key" and stored == key_column else None
 
 
-def _within(column: Any, ranges: list[Range]) -> Any:
+def _within(column: Any, ranges: list[HashRange]) -> Any:
     from functools import reduce
 
     return reduce(lambda a, b: a | b, [column.between(lo, hi) for lo, hi in ranges])
@@ -259,12 +260,12 @@ def _read(
     hash_of: Any,
     prune: str | None,
     max_records: int | None,
-) -> dict[int, tuple[Any, list[Range]]]:
+) -> dict[int, tuple[Any, list[OffsetRange]]]:
     """Per source partition: this member's pending records to consume, and their offsets as ranges."""
     from pyspark.sql import functions as F
 
     budget = max_records
-    frames: dict[int, tuple[Any, list[Range]]] = {}
+    frames: dict[int, tuple[Any, list[OffsetRange]]] = {}
     for p, hashes in sorted(me.hashes.items()):
         rs = me.state.range_state(group, src.identifier, p, marks[p].start)
         gaps = pending(rs, rs.committed, marks[p].end - 1)
@@ -284,7 +285,7 @@ def _read(
     return frames
 
 
-def _runs(df: Any, limit: int) -> list[Range]:
+def _runs(df: Any, limit: int) -> list[OffsetRange]:
     """The first ``limit`` maximal runs of consecutive offsets in ``df`` (only the runs reach the driver)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -302,7 +303,7 @@ def _runs(df: Any, limit: int) -> list[Range]:
     return [(r["first"], r["last"]) for r in runs]
 
 
-def take(state: RangeState, runs: list[Range], max_records: int | None, max_ranges: int) -> list[Range]:
+def take(state: RangeState, runs: list[OffsetRange], max_records: int | None, max_ranges: int) -> list[OffsetRange]:
     """The prefix (in offset order) of ``runs`` to consume and commit as IC ranges.
 
     At most ``max_records`` offsets; and, like ``Consumer.poll``'s back-pressure, no run that
@@ -316,7 +317,7 @@ def take(state: RangeState, runs: list[Range], max_records: int | None, max_rang
         max_ranges: The group table's ``icelog.groups.max-ranges``.
     """
     limit = int(max_ranges * BACK_PRESSURE)
-    taken: list[Range] = []
+    taken: list[OffsetRange] = []
     for first, last in runs:
         if max_records is not None:
             budget = max_records - sum(b - a + 1 for a, b in taken)
@@ -340,7 +341,7 @@ def _produce(
     tgt: LogTable,
     group: str,
     me: _Member,
-    frames: Mapping[int, tuple[Any, list[Range]]],
+    frames: Mapping[int, tuple[Any, list[OffsetRange]]],
     transform: Callable[[Any], Any] | None,
     out_key: str,
     attempts: int,
@@ -388,7 +389,13 @@ def _transformed(frames: list[Any], transform: Callable[[Any], Any] | None, tgt:
 
 
 def _write_and_commit(
-    catalog: Any, tgt: LogTable, group: str, me: _Member, out: Any, out_key: str, consumed: Mapping[tuple[str, int], list[Range]]
+    catalog: Any,
+    tgt: LogTable,
+    group: str,
+    me: _Member,
+    out: Any,
+    out_key: str,
+    consumed: Mapping[tuple[str, int], list[OffsetRange]],
 ) -> list[Any]:
     """Executors write the output; one atomic commit lands it with the consumed ranges, or nothing."""
     commit_id = uuid.uuid4().hex

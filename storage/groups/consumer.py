@@ -34,6 +34,7 @@ from pyiceberg.catalog import Catalog
 from storage.core.commit import CommitRequest, commit_tables
 from storage.errors import InvalidInput, StaleGeneration, UnknownPartition
 from storage.groups import membership
+from storage.groups.membership import HashRange
 from storage.groups.offsets import (
     GROUPS_TABLE,
     CommitRanges,
@@ -43,7 +44,7 @@ from storage.groups.offsets import (
     ranges_request,
     validate_group_id,
 )
-from storage.groups.ranges import Range, RangeState, pending, to_ranges
+from storage.groups.ranges import RangeState, pending, to_ranges
 from storage.log import schema as cols
 from storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
 from storage.log.table import LogTable
@@ -52,7 +53,7 @@ BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
 
 
-def parse_key_range(text: str) -> Range:
+def parse_key_range(text: str) -> HashRange:
     """``LO:HI`` (inclusive, within 0..65535)."""
     try:
         lo, hi = (int(x) for x in text.split(":"))
@@ -75,7 +76,7 @@ def _known(log_table: LogTable, partitions: Sequence[int], marks: Mapping[int, A
 class _Assignment:
     table: str
     partition: int
-    hashes: list[Range] | None  # None: as the group assigns
+    hashes: list[HashRange] | None  # None: as the group assigns
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Consumer:
         self._subscription[source] = sorted(marks) if partitions is None else _known(log_table, partitions, marks)
         self._join()
 
-    def assign(self, table: str, partitions: list[int], key_range: Range | None = None) -> None:
+    def assign(self, table: str, partitions: list[int], key_range: HashRange | None = None) -> None:
         """Read these partitions (optionally one key-hash range) without group membership.
 
         Commits are then manual ones (allowed while the group has no live member).
@@ -174,7 +175,7 @@ class Consumer:
         self.generation = record["generation"]
         self._assigned = [_Assignment(t, p, None) for t, ps in sorted(self._subscription.items()) for p in ps]
 
-    def _hashes(self, record: Mapping[str, Any], a: _Assignment) -> list[Range]:
+    def _hashes(self, record: Mapping[str, Any], a: _Assignment) -> list[HashRange]:
         return membership.fetchable_hashes(record, self.member_id, a.table, a.partition)
 
     # --- fetch ------------------------------------------------------------------------------
@@ -209,7 +210,7 @@ class Consumer:
                 budget -= batch.num_rows
         return out
 
-    def _fetch(self, state: Any, a: _Assignment, hashes: list[Range], budget: int) -> pa.RecordBatch | None:
+    def _fetch(self, state: Any, a: _Assignment, hashes: list[HashRange], budget: int) -> pa.RecordBatch | None:
         log_table = LogTable(self.catalog, a.table)
         mark = log_table.watermarks()[a.partition]
         rs: RangeState = state.range_state(self.group, a.table, a.partition, mark.start)
@@ -242,7 +243,7 @@ class Consumer:
             return None
         return batch.replace_schema_metadata({b"icelog.table": a.table.encode()})
 
-    def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[Range], key_column: str) -> pa.Table:
+    def _select(self, rows: pa.Table, rs: RangeState, in_flight: set[int], hashes: list[HashRange], key_column: str) -> pa.Table:
         offsets = rows.column(cols.OFFSET).to_numpy()
         keep = np.ones(len(offsets), dtype=bool)
         for first, last in rs.ranges:

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from storage.log.keys import HASH_SPACE
 
-Range = tuple[int, int]
+HashRange = tuple[int, int]  # (lo, hi) key hashes within 0..HASH_SPACE - 1, inclusive
 
 
 def empty_group() -> dict[str, Any]:
@@ -103,7 +103,7 @@ def rebalance(group: dict[str, Any]) -> None:
     group["draining"] = draining
 
 
-def assign_sticky(before: Mapping[str, list[Range]], members: list[str]) -> dict[str, list[Range]]:
+def assign_sticky(before: Mapping[str, list[HashRange]], members: list[str]) -> dict[str, list[HashRange]]:
     """Split ``0..65535`` among ``members``: each keeps what it had up to its share."""
     if not members:
         return {}
@@ -129,7 +129,7 @@ def assign_sticky(before: Mapping[str, list[Range]], members: list[str]) -> dict
                 hungry.pop(0)
             owner[h] = hungry[0]
             count[hungry[0]] += 1
-    out: dict[str, list[Range]] = {m: [] for m in members}
+    out: dict[str, list[HashRange]] = {m: [] for m in members}
     start = 0
     for h in range(1, HASH_SPACE + 1):
         if h == HASH_SPACE or owner[h] != owner[start]:
@@ -138,7 +138,7 @@ def assign_sticky(before: Mapping[str, list[Range]], members: list[str]) -> dict
     return out
 
 
-def subtract(ranges: list[Range], minus: list[Range]) -> list[Range]:
+def subtract(ranges: list[HashRange], minus: list[HashRange]) -> list[HashRange]:
     """Hash ranges in ``ranges`` and not in ``minus``."""
     taken = set()
     for lo, hi in minus:
@@ -155,7 +155,7 @@ def subtract(ranges: list[Range], minus: list[Range]) -> list[Range]:
     return [(a, b) for a, b in out]
 
 
-def fetchable_hashes(group: Mapping[str, Any], member: str, table: str, partition: int) -> list[Range]:
+def fetchable_hashes(group: Mapping[str, Any], member: str, table: str, partition: int) -> list[HashRange]:
     """The member's hash ranges of one partition, minus those still draining to it."""
     mine = [tuple(r) for r in group["assignment"].get(table, {}).get(str(partition), {}).get(member, [])]
     blocked = [(d["lo"], d["hi"]) for d in group["draining"] if d["table"] == table and d["partition"] == partition]

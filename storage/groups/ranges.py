@@ -20,7 +20,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterable
 
-Range = tuple[int, int]
+OffsetRange = tuple[int, int]  # (first, last) offsets, inclusive
 
 
 class RangeError(ValueError):
@@ -30,7 +30,7 @@ class RangeError(ValueError):
 @dataclass(frozen=True)
 class RangeState:
     stable: int = -1
-    ranges: tuple[Range, ...] = ()
+    ranges: tuple[OffsetRange, ...] = ()
 
     @property
     def committed(self) -> int:
@@ -44,7 +44,7 @@ class RangeState:
         return [list(r) for r in self.ranges]
 
 
-def normalize(stable: int, ranges: Iterable[Range]) -> RangeState:
+def normalize(stable: int, ranges: Iterable[OffsetRange]) -> RangeState:
     """Merge adjacent or overlapping ranges, advance ``stable`` over the ones it reaches."""
     merged: list[list[int]] = []
     for first, last in sorted(ranges):
@@ -92,13 +92,13 @@ def commit_range(state: RangeState, first: int, last: int) -> RangeState:
     return RangeState(state.stable, (*ranges[:start], (lo, hi), *ranges[stop:]))
 
 
-def pending(state: RangeState, first: int, last: int) -> list[Range]:
+def pending(state: RangeState, first: int, last: int) -> list[OffsetRange]:
     """The sub-ranges of ``[first, last]`` not done yet, in order.
 
     This is both *fetch* (skip what is committed) and *gap amending*: with stable 40 and IC
     [43-45], [48-49], a processed fetch of [40-50] commits [41-42], [46-47], [50-50].
     """
-    out: list[Range] = []
+    out: list[OffsetRange] = []
     cursor = max(first, state.stable + 1)
     for lo, hi in state.ranges:
         if hi < cursor:
@@ -116,7 +116,7 @@ def pending(state: RangeState, first: int, last: int) -> list[Range]:
 amend = pending
 
 
-def to_ranges(offsets: Iterable[int]) -> list[Range]:
+def to_ranges(offsets: Iterable[int]) -> list[OffsetRange]:
     """Sorted distinct offsets as maximal runs: ``[1, 2, 3, 7] -> [(1, 3), (7, 7)]``."""
     out: list[list[int]] = []
     for o in sorted(set(offsets)):
@@ -127,7 +127,7 @@ def to_ranges(offsets: Iterable[int]) -> list[Range]:
     return [(first, last) for first, last in out]
 
 
-def commit_ranges(state: RangeState, ranges: Iterable[Range]) -> RangeState:
+def commit_ranges(state: RangeState, ranges: Iterable[OffsetRange]) -> RangeState:
     """Commit several ranges at once (all or nothing)."""
     for first, last in ranges:
         state = commit_range(state, first, last)
