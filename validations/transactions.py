@@ -60,7 +60,7 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
             if state == ABORTED and txn_id in committed:
                 violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is both COMMITTED and ABORTED"))
             ended.add(txn_id)
-    open_ids = {e["txn"]["id"] for e in coordinator.values() if e.get("txn")}
+    open_ids = {e.txn.id for e in coordinator.values() if e.txn is not None}
     not_committed = ({r[0] for r in records} - set(committed)) | open_ids
     marks = LogState.from_metadata(table.metadata).watermarks
     paths = planned_paths(table, snapshot_id)

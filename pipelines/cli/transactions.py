@@ -25,10 +25,10 @@ def transactions_list(ctx: Context) -> None:
     rows = [
         {
             "transactional_id": tid,
-            "producer_id": e["producer_id"],
-            "epoch": e["epoch"],
-            "txn_id": (e.get("txn") or {}).get("id"),
-            "state": (e.get("txn") or {}).get("state"),
+            "producer_id": e.producer_id,
+            "epoch": e.epoch,
+            "txn_id": e.txn.id if e.txn else None,
+            "state": e.txn.state if e.txn else None,
         }
         for tid, e in sorted(state.items())
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.metadata import TableMetadata
@@ -26,28 +26,210 @@ JOURNAL = "icelog_system.transactions"
 
 
 @dataclass(frozen=True)
+class StagedSend:
+    """One send of a transaction: a staged payload file, or (``prewritten``) a data file with
+    its offsets baked in from ``expected_offset`` (written by Spark executors; never rewritten).
+
+    ``prewritten`` is None for a send an older version recorded without the flag (4 elements,
+    not pre-written): it is written back as it was read.
+    """
+
+    partition: int
+    expected_offset: int | None
+    path: str
+    rows: int
+    prewritten: bool | None = False
+
+    def to_json(self) -> list[Any]:
+        fields = [self.partition, self.expected_offset, self.path, self.rows]
+        return fields if self.prewritten is None else [*fields, self.prewritten]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> StagedSend:
+        return cls(*raw) if len(raw) == 5 else cls(*raw, prewritten=None)
+
+
+@dataclass(frozen=True)
+class TxnOffsets:
+    """A consumer group's positions (``(table, partition, next offset)``) committed with a transaction."""
+
+    group: str
+    offsets: tuple[tuple[str, int, int], ...]
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know, kept
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What PREPARE_COMMIT recorded: recovery rolls the transaction forward from it."""
+
+    sends: Mapping[str, tuple[StagedSend, ...]]  # by table
+    offsets: TxnOffsets | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpenTxn:
+    """A transactional id's open transaction: ONGOING, or PREPARE_COMMIT with what it prepared."""
+
+    id: str
+    state: str
+    started_ms: int
+    last_ms: int
+    partitions: Mapping[str, tuple[int, ...]]  # registered, by table
+    prepared: Prepared | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EndedTxn:
+    """Where an ended transaction staged files (deleted after it ended, or by the next init or recover)."""
+
+    id: str
+    partitions: Mapping[str, tuple[int, ...]]  # by table
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TransactionalIdState:
+    """The coordinator's state of one transactional id: its producer id and epoch, its open
+    transaction, and the last transactions it committed and aborted (None: none recorded)."""
+
+    producer_id: int | None
+    epoch: int
+    txn: OpenTxn | None = None
+    timeout_ms: int | None = None  # None: the journal's default
+    last_committed: EndedTxn | None = None
+    last_aborted: EndedTxn | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JournalState(LogState):
-    """The journal's log state plus the coordinator state kept in its properties::
+    """The journal's log state plus the coordinator state kept in its properties: a
+    :class:`TransactionalIdState` per transactional id, as JSON (:func:`encode_transactions`)::
 
     {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
         "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
-                       "prepared": {"sends": {"<table>": [[p, expected, path, rows], ...]},
-                                    "offsets": {"group": g, "offsets": [[table, p, offset], ...]}}},
+                       "prepared": {"sends": {"<table>": [[p, expected, path, rows, prewritten], ...]},
+                                    "offsets": null | {"group": g, "offsets": [[table, p, offset], ...]}}},
         "last_committed" | "last_aborted": {"id", "partitions"}}}
 
     ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
     files, so a process that dies before deleting them leaves them to the next init or recover.
     """
 
-    transactions: Mapping[str, Any] = field(default_factory=dict)
+    transactions: Mapping[str, TransactionalIdState] = field(default_factory=dict)
 
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> JournalState:
         base = LogState.from_metadata(metadata)
-        return cls(base.watermarks, base.producers, base.snapshot_id, json.loads(metadata.properties.get(TRANSACTIONS, "{}")))
+        return cls(
+            base.watermarks, base.producers, base.snapshot_id, decode_transactions(metadata.properties.get(TRANSACTIONS, "{}"))
+        )
 
     def to_properties(self) -> dict[str, str]:
-        return {**super().to_properties(), TRANSACTIONS: json.dumps(self.transactions, sort_keys=True, separators=(",", ":"))}
+        return {**super().to_properties(), TRANSACTIONS: encode_transactions(self.transactions)}
+
+
+# --- the codec: one writer (_json) and one reader (_from_json) per type ---------------------------
+# Byte for byte: keys sorted, optional keys written only when set, keys it does not know (and
+# optional ones stored as null) kept in ``extra``.
+
+
+def encode_transactions(transactions: Mapping[str, TransactionalIdState]) -> str:
+    return json.dumps({tid: _state_json(s) for tid, s in transactions.items()}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_transactions(text: str) -> dict[str, TransactionalIdState]:
+    return {tid: _state_from_json(raw) for tid, raw in json.loads(text).items()}
+
+
+def _set(**optional: Any) -> dict[str, Any]:
+    return {k: v for k, v in optional.items() if v is not None}
+
+
+def _extra(raw: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {k: v for k, v in raw.items() if k not in required and (k not in optional or v is None)}
+
+
+def _state_json(s: TransactionalIdState) -> dict[str, Any]:
+    return {
+        **s.extra,
+        "producer_id": s.producer_id,
+        "epoch": s.epoch,
+        "txn": None if s.txn is None else _txn_json(s.txn),
+        **_set(
+            timeout_ms=s.timeout_ms,
+            last_committed=s.last_committed and _ended_json(s.last_committed),
+            last_aborted=s.last_aborted and _ended_json(s.last_aborted),
+        ),
+    }
+
+
+def _state_from_json(raw: Mapping[str, Any]) -> TransactionalIdState:
+    ended = {k: _ended_from_json(raw[k]) if raw.get(k) is not None else None for k in ("last_committed", "last_aborted")}
+    return TransactionalIdState(
+        producer_id=raw["producer_id"],
+        epoch=raw["epoch"],
+        txn=None if raw.get("txn") is None else _txn_from_json(raw["txn"]),
+        timeout_ms=raw.get("timeout_ms"),
+        **ended,
+        extra=_extra(raw, ("producer_id", "epoch", "txn"), ("timeout_ms", "last_committed", "last_aborted")),
+    )
+
+
+def _txn_json(txn: OpenTxn) -> dict[str, Any]:
+    return {
+        **txn.extra,
+        "id": txn.id,
+        "state": txn.state,
+        "started_ms": txn.started_ms,
+        "last_ms": txn.last_ms,
+        "partitions": {t: list(ps) for t, ps in txn.partitions.items()},
+        **_set(prepared=txn.prepared and _prepared_json(txn.prepared)),
+    }
+
+
+def _txn_from_json(raw: Mapping[str, Any]) -> OpenTxn:
+    return OpenTxn(
+        id=raw["id"],
+        state=raw["state"],
+        started_ms=raw["started_ms"],
+        last_ms=raw["last_ms"],
+        partitions={t: tuple(ps) for t, ps in raw["partitions"].items()},
+        prepared=None if raw.get("prepared") is None else _prepared_from_json(raw["prepared"]),
+        extra=_extra(raw, ("id", "state", "started_ms", "last_ms", "partitions"), ("prepared",)),
+    )
+
+
+def _prepared_json(prepared: Prepared) -> dict[str, Any]:
+    offsets = prepared.offsets
+    return {
+        **prepared.extra,
+        "sends": {t: [send.to_json() for send in sends] for t, sends in prepared.sends.items()},
+        "offsets": None
+        if offsets is None
+        else {**offsets.extra, "group": offsets.group, "offsets": [list(o) for o in offsets.offsets]},
+    }
+
+
+def _prepared_from_json(raw: Mapping[str, Any]) -> Prepared:
+    offsets = raw.get("offsets")  # every version writes it, null for none
+    return Prepared(
+        sends={t: tuple(map(StagedSend.from_json, sends)) for t, sends in raw["sends"].items()},
+        offsets=None
+        if offsets is None
+        else TxnOffsets(offsets["group"], tuple(tuple(o) for o in offsets["offsets"]), _extra(offsets, ("group", "offsets"))),
+        extra=_extra(raw, ("sends", "offsets")),
+    )
+
+
+def _ended_json(ended: EndedTxn) -> dict[str, Any]:
+    return {**ended.extra, "id": ended.id, "partitions": {t: list(ps) for t, ps in ended.partitions.items()}}
+
+
+def _ended_from_json(raw: Mapping[str, Any]) -> EndedTxn:
+    return EndedTxn(raw["id"], {t: tuple(ps) for t, ps in raw["partitions"].items()}, _extra(raw, ("id", "partitions")))
 
 
 def staging_dir(table_location: str, txn_id: str) -> str:
@@ -73,9 +255,10 @@ def pending_files(catalog: Catalog, table_location: str) -> tuple[set[str], tupl
     files: set[str] = set()
     folders: list[str] = []
     for entry in transactions.values():
-        txn = entry.get("txn")
-        if not txn:
+        txn = entry.txn
+        if txn is None:
             continue
-        folders += [staging_dir(table_location, txn["id"]) + "/", prewritten_dir(table_location, txn["id"]) + "/"]
-        files.update(path for sends in (txn.get("prepared") or {}).get("sends", {}).values() for _, _, path, *_ in sends)
+        folders += [staging_dir(table_location, txn.id) + "/", prewritten_dir(table_location, txn.id) + "/"]
+        if txn.prepared is not None:
+            files.update(send.path for sends in txn.prepared.sends.values() for send in sends)
     return files, tuple(folders)

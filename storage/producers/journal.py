@@ -3,7 +3,8 @@
 The journal is a log table, ``icelog_system.transactions`` (Kafka's transaction-state topic):
 one row per record (BEGIN, ADD_PARTITIONS, PREPARE_COMMIT, COMMITTED, ABORTED). Its properties
 hold the coordinator state (:class:`storage.core.staging.JournalState`): per transactional id
-the producer id, the epoch, and the open transaction.
+a :class:`storage.core.staging.TransactionalIdState` (the producer id, the epoch, and the open
+transaction). Each step reads these values and puts new ones in their place.
 
 Each step is a request decided on the journal's exact base, so epochs fence zombies. Every
 step first aborts other transactions idle past their timeout (prepared ones are rolled
@@ -24,7 +25,7 @@ from pyiceberg.table import Table
 
 from storage import properties as props
 from storage.core.commit import Decision, Request
-from storage.core.staging import JOURNAL, JournalState
+from storage.core.staging import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
 from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError
 from storage.log import schema as cols
 from storage.log.files import write_log_files
@@ -72,43 +73,46 @@ def ensure_journal(catalog: Catalog) -> LogTable:
         return LogTable.open(catalog, JOURNAL)
 
 
-def _record(tid: str, entry: Mapping[str, Any], txn_id: str, state: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+def _record(tid: str, entry: TransactionalIdState, txn_id: str, state: str, detail: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "txn_id": txn_id,
         "transactional_id": tid,
-        "txn_producer_id": entry["producer_id"],
-        "txn_epoch": entry["epoch"],
+        "txn_producer_id": entry.producer_id,
+        "txn_epoch": entry.epoch,
         "txn_state": state,
         "detail": json.dumps(detail, sort_keys=True),
     }
 
 
-def _end_aborted(entry: dict[str, Any], txn: Mapping[str, Any]) -> None:
-    """End the entry's transaction as aborted, remembering where it staged files: whoever
-    aborts it deletes them after the commit, and if that process dies first, the next
+def _end_aborted(entry: TransactionalIdState, txn: OpenTxn) -> TransactionalIdState:
+    """The entry with its transaction ended as aborted, remembering where it staged files:
+    whoever aborts it deletes them after the commit, and if that process dies first, the next
     ``init_transactions`` or ``recover`` does (as ``last_committed`` for a commit)."""
-    entry["txn"] = None
-    entry["last_aborted"] = {"id": txn["id"], "partitions": txn.get("partitions", {})}
+    return replace(entry, txn=None, last_aborted=EndedTxn(txn.id, txn.partitions))
 
 
 @dataclass
 class _Step:
-    """What one step sees and leaves: the coordinator state to edit, journal records to append."""
+    """What one step sees and leaves: the coordinator state (new values put in place of the
+    ones read), journal records to append."""
 
-    txns: dict[str, Any]
+    txns: dict[str, TransactionalIdState]
     records: list[dict[str, Any]]
     aborted: list[dict[str, Any]]
     now: int
     default_timeout: int
     result: dict[str, Any]
 
-    def abort(self, tid: str, entry: dict[str, Any], txn: Mapping[str, Any], reason: str) -> None:
-        self.records.append(_record(tid, entry, txn["id"], ABORTED, {"reason": reason}))
+    def abort(self, tid: str, entry: TransactionalIdState, txn: OpenTxn, reason: str) -> TransactionalIdState:
+        """Abort ``txn``, the open transaction of ``entry``; returns the entry it leaves."""
+        self.records.append(_record(tid, entry, txn.id, ABORTED, {"reason": reason}))
         self.aborted.append({"transactional_id": tid, "txn": txn})
-        _end_aborted(entry, txn)
+        ended = self.txns[tid] = _end_aborted(entry, txn)
+        return ended
 
-    def timed_out(self, entry: Mapping[str, Any], txn: Mapping[str, Any] | None) -> bool:
-        return bool(txn) and txn["state"] == ONGOING and txn["last_ms"] < self.now - entry.get("timeout_ms", self.default_timeout)
+    def timed_out(self, entry: TransactionalIdState, txn: OpenTxn | None) -> bool:
+        timeout = self.default_timeout if entry.timeout_ms is None else entry.timeout_ms
+        return txn is not None and txn.state == ONGOING and txn.last_ms < self.now - timeout
 
 
 @dataclass
@@ -129,7 +133,7 @@ class JournalStep(Request):
 
     def decide(self, state: JournalState, table: Table) -> Decision:
         step = _Step(
-            txns=json.loads(json.dumps(state.transactions)),  # a deep copy to edit
+            txns=dict(state.transactions),  # the steps put new values in place of those they change
             records=[],
             aborted=[],
             now=self.clock(),
@@ -137,9 +141,9 @@ class JournalStep(Request):
             result={},
         )
         step.result["aborted"] = step.aborted
-        for tid, entry in step.txns.items():
-            if tid != self.transactional_id and step.timed_out(entry, entry.get("txn")):
-                step.abort(tid, entry, entry["txn"], "timeout")
+        for tid, entry in list(step.txns.items()):
+            if tid != self.transactional_id and entry.txn is not None and step.timed_out(entry, entry.txn):
+                step.abort(tid, entry, entry.txn, "timeout")
         if not self.apply(step) or not step.records and step.txns == state.transactions:
             return Decision(state=state, result=step.result, write=False)  # e.g. a late abort, a re-sent prepare
         new_state = replace(state, transactions=step.txns)
@@ -168,23 +172,22 @@ class InitTransactions(JournalStep):
     timeout_ms: int | None = None
 
     def apply(self, step: _Step) -> bool:
-        entry = step.txns.get(self.transactional_id)
-        if entry is None:
-            entry = step.txns[self.transactional_id] = {"producer_id": self.fresh_producer_id, "epoch": -1, "txn": None}
-        txn = entry.get("txn")
-        if txn and txn["state"] == PREPARE_COMMIT:  # finish it before fencing its producer
-            step.result["roll_forward"] = {"transactional_id": self.transactional_id, "entry": entry}
+        tid = self.transactional_id
+        entry = step.txns.get(tid) or TransactionalIdState(producer_id=self.fresh_producer_id, epoch=-1)
+        txn = entry.txn
+        if txn is not None and txn.state == PREPARE_COMMIT:  # finish it before fencing its producer
+            step.result["roll_forward"] = {"transactional_id": tid, "entry": entry}
             return False
-        # The caller deleted these before this step (and deletes them again after it).
-        leftovers = {key: entry.pop(key) for key in ("last_committed", "last_aborted") if entry.get(key)}
-        if txn:
-            step.abort(self.transactional_id, entry, txn, "a new instance initialised")
-        if entry["epoch"] >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
-            entry["producer_id"], entry["epoch"] = self.fresh_producer_id, -1
-        entry.update(epoch=entry["epoch"] + 1, txn=None)
-        if self.timeout_ms is not None:
-            entry["timeout_ms"] = self.timeout_ms
-        step.result.update(producer_id=entry["producer_id"], epoch=entry["epoch"], leftovers=leftovers)
+        # The caller deleted its last transactions' files before this step (and deletes them
+        # again after it, from the entry as read: ``leftovers``).
+        leftovers, entry = entry, replace(entry, last_committed=None, last_aborted=None)
+        if txn is not None:
+            entry = step.abort(tid, entry, txn, "a new instance initialised")
+        if entry.epoch >= 2**31 - 2:  # the epoch's upper bound: a new producer id, as Kafka does
+            entry = replace(entry, producer_id=self.fresh_producer_id, epoch=-1)
+        timeout_ms = entry.timeout_ms if self.timeout_ms is None else self.timeout_ms
+        entry = step.txns[tid] = replace(entry, epoch=entry.epoch + 1, txn=None, timeout_ms=timeout_ms)
+        step.result.update(producer_id=entry.producer_id, epoch=entry.epoch, leftovers=leftovers)
         return True
 
 
@@ -204,9 +207,9 @@ class _ProducerStep(JournalStep):
 
     def apply(self, step: _Step) -> bool:
         entry = self._check_epoch(step.txns.get(self.transactional_id))
-        txn = entry.get("txn")
-        if step.timed_out(entry, txn):
-            step.abort(self.transactional_id, entry, txn, "timeout")
+        txn = entry.txn
+        if txn is not None and step.timed_out(entry, txn):
+            entry = step.abort(self.transactional_id, entry, txn, "timeout")
             if not self.ends_itself:  # record the abort; the caller raises TransactionAborted
                 step.result["timed_out"] = self.txn_id
                 return True
@@ -214,21 +217,22 @@ class _ProducerStep(JournalStep):
         self.apply_own(step, entry, txn)
         return True
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
+        """Put this step's new entry in ``step.txns``, append its records."""
         raise NotImplementedError
 
-    def _check_epoch(self, entry: dict[str, Any] | None) -> dict[str, Any]:
+    def _check_epoch(self, entry: TransactionalIdState | None) -> TransactionalIdState:
         if entry is None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="not initialised: call init_transactions()")
         # Another producer id means a newer instance reached the epoch's upper bound and was
         # given a fresh id: this instance is as fenced as one with an older epoch (KAFKA-19367).
-        if entry["producer_id"] != self.producer_id or self.epoch != entry["epoch"]:
-            raise ProducerFenced(table=JOURNAL, producer_id=self.producer_id, epoch=self.epoch, current_epoch=entry["epoch"])
+        if entry.producer_id != self.producer_id or self.epoch != entry.epoch:
+            raise ProducerFenced(table=JOURNAL, producer_id=self.producer_id, epoch=self.epoch, current_epoch=entry.epoch)
         return entry
 
-    def _ongoing(self, txn: dict | None, step: _Step) -> dict:
-        if txn is None or txn["id"] != self.txn_id:
-            reason = "timed out" if self.txn_id in {a["txn"]["id"] for a in step.aborted} else "aborted"
+    def _ongoing(self, txn: OpenTxn | None, step: _Step) -> OpenTxn:
+        if txn is None or txn.id != self.txn_id:
+            reason = "timed out" if self.txn_id in {a["txn"].id for a in step.aborted} else "aborted"
             raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason=reason)
         return txn
 
@@ -240,27 +244,22 @@ class RegisterPartitions(_ProducerStep):
     partitions: Mapping[str, list[int]] = field(default_factory=dict)
     begins: bool = True  # the producer has registered nothing in this transaction yet
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
         if txn is None:
-            if self.txn_id in {a["txn"]["id"] for a in step.aborted}:
+            if self.txn_id in {a["txn"].id for a in step.aborted}:
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="timed out")
             if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
-            txn = entry["txn"] = {
-                "id": self.txn_id,
-                "state": ONGOING,
-                "started_ms": step.now,
-                "last_ms": step.now,
-                "partitions": {},
-            }
+            txn = OpenTxn(id=self.txn_id, state=ONGOING, started_ms=step.now, last_ms=step.now, partitions={})
             kind = "BEGIN"
-        elif txn["id"] != self.txn_id or txn["state"] != ONGOING:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        elif txn.id != self.txn_id or txn.state != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}")
         else:
             kind = "ADD_PARTITIONS"
+        partitions = dict(txn.partitions)
         for t, ps in self.partitions.items():
-            txn["partitions"][t] = sorted(set(txn["partitions"].get(t, [])) | set(ps))
-        txn["last_ms"] = step.now
+            partitions[t] = tuple(sorted(set(partitions.get(t, ())) | set(ps)))
+        step.txns[self.transactional_id] = replace(entry, txn=replace(txn, partitions=partitions, last_ms=step.now))
         step.records.append(_record(self.transactional_id, entry, self.txn_id, kind, {"partitions": self.partitions}))
 
 
@@ -268,24 +267,29 @@ class RegisterPartitions(_ProducerStep):
 class PrepareCommit(_ProducerStep):
     """PREPARE_COMMIT: records the staged files; from here on recovery rolls it forward."""
 
-    prepared: Mapping[str, Any] = field(default_factory=dict)
+    prepared: Prepared = field(default_factory=lambda: Prepared(sends={}))
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
         txn = self._ongoing(txn, step)
-        if txn["state"] == PREPARE_COMMIT and txn.get("prepared") == json.loads(json.dumps(self.prepared)):
+        if txn.state == PREPARE_COMMIT and txn.prepared == self.prepared:
             return  # an earlier attempt whose outcome was unknown landed
-        if txn["state"] != ONGOING:
-            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}")
+        if txn.state != ONGOING:
+            raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}")
         unregistered = [
-            (t, p) for t, sends in self.prepared["sends"].items() for p, *_ in sends if p not in txn["partitions"].get(t, [])
+            (t, s.partition)
+            for t, sends in self.prepared.sends.items()
+            for s in sends
+            if s.partition not in txn.partitions.get(t, ())
         ]
         if unregistered:  # a late append to a partition the journal never registered (KAFKA-17754-like)
             raise InvalidTxnState(
                 transactional_id=self.transactional_id, reason=f"partitions {unregistered} were never registered"
             )
-        txn.update(state=PREPARE_COMMIT, last_ms=step.now, prepared=dict(self.prepared))
+        step.txns[self.transactional_id] = replace(
+            entry, txn=replace(txn, state=PREPARE_COMMIT, last_ms=step.now, prepared=self.prepared)
+        )
         step.records.append(
-            _record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared["sends"])})
+            _record(self.transactional_id, entry, self.txn_id, PREPARE_COMMIT, {"tables": sorted(self.prepared.sends)})
         )
 
 
@@ -295,17 +299,16 @@ class CommitTransaction(_ProducerStep):
 
     committed_ranges: Callable[[], Mapping[str, Any]] | None = None  # the data tables' decided offsets
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
         txn = self._ongoing(txn, step)
-        if txn["state"] != PREPARE_COMMIT:
+        if txn.state != PREPARE_COMMIT:
             raise InvalidTxnState(
-                transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is {txn['state']}, not prepared"
+                transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}, not prepared"
             )
         ranges = self.committed_ranges() if self.committed_ranges else {}
-        entry["txn"] = None
         # Its staged payload files are deleted after the commit; if the process dies first,
         # the next init_transactions or recover deletes them (idempotent).
-        entry["last_committed"] = {"id": txn["id"], "partitions": txn["partitions"]}
+        step.txns[self.transactional_id] = replace(entry, txn=None, last_committed=EndedTxn(txn.id, txn.partitions))
         step.records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
         step.result["ranges"] = ranges
 
@@ -316,12 +319,12 @@ class AbortTransaction(_ProducerStep):
 
     ends_itself: ClassVar[bool] = True
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
-        if txn is None or txn["id"] != self.txn_id:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
+        if txn is None or txn.id != self.txn_id:
             return  # already aborted (by timeout, a new instance, or an earlier attempt)
-        if txn["state"] == PREPARE_COMMIT:
+        if txn.state == PREPARE_COMMIT:
             raise InvalidTxnState(
-                transactional_id=self.transactional_id, reason=f"transaction {txn['id']} is prepared: it will commit"
+                transactional_id=self.transactional_id, reason=f"transaction {txn.id} is prepared: it will commit"
             )
         step.abort(self.transactional_id, entry, txn, "aborted by the producer")
 
@@ -333,13 +336,13 @@ class ForceAbort(AbortTransaction):
 
     reason: str = "its commit can never succeed"
 
-    def apply_own(self, step: _Step, entry: dict[str, Any], txn: dict[str, Any] | None) -> None:
-        if txn is None or txn["id"] != self.txn_id:
+    def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
+        if txn is None or txn.id != self.txn_id:
             return
         step.abort(self.transactional_id, entry, txn, self.reason)
 
 
-def transactional_ids(catalog: Catalog) -> dict[str, Any]:
+def transactional_ids(catalog: Catalog) -> dict[str, TransactionalIdState]:
     """The coordinator state: every transactional id, its producer, epoch and open transaction.
 
     A read creates nothing: a catalog without a journal has no transactional ids.

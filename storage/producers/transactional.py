@@ -59,7 +59,18 @@ from storage.core.commit import (
     refuse_read_only,
     refuse_system_table,
 )
-from storage.core.staging import JOURNAL, JournalState, prewritten_dir, staging_dir
+from storage.core.staging import (
+    JOURNAL,
+    EndedTxn,
+    JournalState,
+    OpenTxn,
+    Prepared,
+    StagedSend,
+    TransactionalIdState,
+    TxnOffsets,
+    prewritten_dir,
+    staging_dir,
+)
 from storage.core.state import LogState
 from storage.core.swap import check_atomic
 from storage.errors import (
@@ -97,21 +108,6 @@ from storage.producers.journal import (
 from storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
 
 # --- the data side of a transaction ---------------------------------------------------------------
-
-
-@dataclass
-class StagedSend:
-    """One send: a staged payload file, or (``prewritten``) a data file with its offsets baked
-    in from ``expected_offset`` (written by Spark executors; never rewritten)."""
-
-    partition: int
-    expected_offset: int | None
-    path: str
-    rows: int
-    prewritten: bool = False
-
-    def to_json(self) -> list[Any]:
-        return [self.partition, self.expected_offset, self.path, self.rows, self.prewritten]
 
 
 @dataclass
@@ -187,26 +183,26 @@ class TxnAppend(Request):
 # --- the producer ----------------------------------------------------------------------------------
 
 
-def _delete_staging(catalog: Catalog, txn: Mapping[str, Any], committed: bool = False) -> None:
+def _delete_staging(catalog: Catalog, txn: OpenTxn | EndedTxn, committed: bool = False) -> None:
     """Delete a transaction's staged files, and its pre-written ones if it aborted (a missing
     folder is fine)."""
-    for table_name in txn.get("partitions", {}):
+    for table_name in txn.partitions:
         try:
             location = LogTable.open(catalog, table_name).table().metadata.location
         except Exception:  # noqa: BLE001: a dropped table has nothing left to clean
             continue
-        _delete_dir(staging_dir(location, txn["id"]))
+        _delete_dir(staging_dir(location, txn.id))
         if not committed:  # a committed transaction's pre-written files are its data
-            _delete_dir(prewritten_dir(location, txn["id"]))
+            _delete_dir(prewritten_dir(location, txn.id))
 
 
-def _delete_leftovers(catalog: Catalog, entry: Mapping[str, Any]) -> None:
+def _delete_leftovers(catalog: Catalog, entry: TransactionalIdState | None) -> None:
     """Staged files the last committed or aborted transaction may have left (its process died
     before deleting them)."""
-    if entry.get("last_committed"):
-        _delete_staging(catalog, entry["last_committed"], committed=True)
-    if entry.get("last_aborted"):
-        _delete_staging(catalog, entry["last_aborted"])
+    if entry is not None and entry.last_committed is not None:
+        _delete_staging(catalog, entry.last_committed, committed=True)
+    if entry is not None and entry.last_aborted is not None:
+        _delete_staging(catalog, entry.last_aborted)
 
 
 def _delete_dir(uri: str) -> None:
@@ -242,7 +238,7 @@ class TransactionalProducer:
         self._sends: dict[str, list[StagedSend]] = {}
         self._registered: dict[str, set[int]] = {}
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
-        self._prepared: dict[str, Any] | None = None  # recorded in the journal (PREPARE_COMMIT)
+        self._prepared: Prepared | None = None  # recorded in the journal (PREPARE_COMMIT)
         self._tables: dict[str, LogTable] = {}
         self.last_commit: dict[str, dict[str, list[int]]] = {}  # offsets of the last committed transaction
 
@@ -258,8 +254,8 @@ class TransactionalProducer:
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(
                 self.transactional_id
             )
-            _delete_leftovers(self.catalog, entry or {})  # before the init step forgets them
-            fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry["epoch"] >= 2**31 - 2 else None
+            _delete_leftovers(self.catalog, entry)  # before the init step forgets them
+            fresh = lease_producer_ids(self.catalog, 1)[0] if entry is None or entry.epoch >= 2**31 - 2 else None
             step = InitTransactions(self.transactional_id, fresh_producer_id=fresh, timeout_ms=self.timeout_ms, clock=self.clock)
             result = commit(self.catalog, JOURNAL, step).result
             _clean_aborted(self.catalog, result)
@@ -268,7 +264,7 @@ class TransactionalProducer:
                     self.catalog, result["roll_forward"]["transactional_id"], result["roll_forward"]["entry"], self.clock
                 )
                 continue
-            _delete_leftovers(self.catalog, result.get("leftovers", {}))  # one may have ended since the read above
+            _delete_leftovers(self.catalog, result.get("leftovers"))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
             self.txn_id = None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
@@ -385,12 +381,12 @@ class TransactionalProducer:
                 return {}
             if not self._sends:  # offsets alone still go through the journal
                 self._journal(RegisterPartitions, partitions={})
-            prepared = {
-                "sends": {t: [s.to_json() for s in sends] for t, sends in self._sends.items()},
-                "offsets": {"group": self._offsets[0], "offsets": [[t, p, o] for (t, p), o in self._offsets[1].items()]}
-                if self._offsets
-                else None,
-            }
+            offsets = (
+                None
+                if self._offsets is None
+                else TxnOffsets(self._offsets[0], tuple((t, p, o) for (t, p), o in self._offsets[1].items()))
+            )
+            prepared = Prepared(sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets)
             self._journal(PrepareCommit, prepared=prepared)
             self._prepared = prepared
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
@@ -503,7 +499,7 @@ def _can_never_commit(error: BaseException) -> bool:
 
 
 def _clean_aborted(catalog: Catalog, result: Mapping[str, Any]) -> None:
-    for aborted in result.get("aborted", []):
+    for aborted in result.get("aborted", []):  # {"transactional_id", "txn": OpenTxn}
         _delete_staging(catalog, aborted["txn"])
 
 
@@ -513,16 +509,16 @@ def _commit_prepared(
     producer_id: int | None,
     epoch: int | None,
     txn_id: str,
-    prepared: Mapping[str, Any],
+    prepared: Prepared,
     clock: Callable[[], int],
 ) -> dict[str, dict[str, list[int]]]:
     """The commit point: data tables, group offsets and the COMMITTED record, all or nothing."""
 
-    appends = {t: TxnAppend(t, txn_id, [StagedSend(*s) for s in sends], txn_id) for t, sends in prepared["sends"].items()}
+    appends = {t: TxnAppend(t, txn_id, list(sends), txn_id) for t, sends in prepared.sends.items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
-    if prepared.get("offsets"):
-        spec = prepared["offsets"]
-        parts.append((GROUPS_TABLE, commit_request(catalog, spec["group"], {(t, p): o for t, p, o in spec["offsets"]})))
+    if prepared.offsets is not None:
+        spec = prepared.offsets
+        parts.append((GROUPS_TABLE, commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})))
     committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
     parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
     try:
@@ -540,39 +536,41 @@ def _commit_prepared(
     return ranges
 
 
-def roll_forward(catalog: Catalog, tid: str, entry: Mapping[str, Any], clock: Callable[[], int] | None = None) -> dict[str, Any]:
+def roll_forward(
+    catalog: Catalog, tid: str, entry: TransactionalIdState, clock: Callable[[], int] | None = None
+) -> dict[str, Any]:
     """Finish a transaction that reached PREPARE_COMMIT (idempotent: its id is the commit id)."""
-    txn = entry["txn"]
+    txn = entry.txn  # found in PREPARE_COMMIT: it has what it prepared
     clock = clock or database_clock(catalog)
     try:
-        ranges = _commit_prepared(catalog, tid, entry["producer_id"], entry["epoch"], txn["id"], txn["prepared"], clock)
+        ranges = _commit_prepared(catalog, tid, entry.producer_id, entry.epoch, txn.id, txn.prepared, clock)
     except (AbortableError, TerminalError, FileNotFoundError) as e:
         # Checked first: a coordinator that finished it first also deleted its staged files.
-        if not _still_prepared(catalog, tid, txn["id"]):
-            return {"txn_id": txn["id"], "action": "finished_elsewhere"}
+        if not _still_prepared(catalog, tid, txn.id):
+            return {"txn_id": txn.id, "action": "finished_elsewhere"}
         if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
             raise
-        step = ForceAbort(tid, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=str(e))
+        step = ForceAbort(tid, entry.producer_id, entry.epoch, txn.id, clock=clock, reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
-        return {"txn_id": txn["id"], "action": "aborted", "reason": str(e)}
-    return {"txn_id": txn["id"], "action": "rolled_forward", "ranges": ranges}
+        return {"txn_id": txn.id, "action": "aborted", "reason": str(e)}
+    return {"txn_id": txn.id, "action": "rolled_forward", "ranges": ranges}
 
 
-def missing_files(prepared: Mapping[str, Any]) -> list[str]:
+def missing_files(prepared: Prepared) -> list[str]:
     """The files a prepared transaction recorded that no longer exist."""
     missing = []
-    for sends in prepared.get("sends", {}).values():
-        for _, _, path, *_ in sends:
-            filesystem, local = pafs.FileSystem.from_uri(path)
+    for sends in prepared.sends.values():
+        for send in sends:
+            filesystem, local = pafs.FileSystem.from_uri(send.path)
             if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
-                missing.append(path)
+                missing.append(send.path)
     return missing
 
 
 def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
-    entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(tid) or {}
-    txn = entry.get("txn") or {}
-    return txn.get("id") == txn_id and txn.get("state") == PREPARE_COMMIT
+    entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(tid)
+    txn = entry.txn if entry is not None else None
+    return txn is not None and txn.id == txn_id and txn.state == PREPARE_COMMIT
 
 
 def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict[str, Any]:
@@ -592,18 +590,18 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
     for tid, entry in state.transactions.items():
         _delete_leftovers(catalog, entry)
-        txn = entry.get("txn")
-        if txn and txn["state"] == PREPARE_COMMIT:
+        txn = entry.txn
+        if txn is not None and txn.state == PREPARE_COMMIT:
             try:
                 done = roll_forward(catalog, tid, entry, clock)
             except IcelogError as e:
-                failed.append({"transactional_id": tid, "txn_id": txn["id"], **e.to_dict()})
+                failed.append({"transactional_id": tid, "txn_id": txn.id, **e.to_dict()})
                 continue
             if done["action"] != "finished_elsewhere":
                 report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(done["txn_id"])
     result = commit(catalog, JOURNAL, ExpireTransactions(clock=clock)).result
     _clean_aborted(catalog, result)
-    report["aborted"] += [a["txn"]["id"] for a in result.get("aborted", [])]
+    report["aborted"] += [a["txn"].id for a in result.get("aborted", [])]
     if failed:
         raise RecoveryIncomplete(rolled_forward=report["rolled_forward"], aborted=report["aborted"], failed=failed)
     return report
@@ -621,25 +619,26 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
     """
     ensure_journal(catalog)
     entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(transactional_id)
-    if entry is None or not entry.get("txn"):
+    if entry is None or entry.txn is None:
         return {"transactional_id": transactional_id, "aborted": None}
-    txn = entry["txn"]
+    txn = entry.txn
     clock = database_clock(catalog)
-    step: AbortTransaction = AbortTransaction(transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock)
-    if missing_files and txn["state"] == PREPARE_COMMIT:
-        step = _abort_prepared_without_files(transactional_id, entry, clock)
+    step: AbortTransaction = AbortTransaction(transactional_id, entry.producer_id, entry.epoch, txn.id, clock=clock)
+    if missing_files and txn.state == PREPARE_COMMIT:
+        step = _abort_prepared_without_files(transactional_id, entry, txn, clock)
     result = commit(catalog, JOURNAL, step).result
     _clean_aborted(catalog, result)
     # Only what this call aborted: the transaction it read may have ended meanwhile.
-    aborted = txn["id"] if any(a["txn"]["id"] == txn["id"] for a in result.get("aborted", [])) else None
+    aborted = txn.id if any(a["txn"].id == txn.id for a in result.get("aborted", [])) else None
     return {"transactional_id": transactional_id, "aborted": aborted}
 
 
-def _abort_prepared_without_files(transactional_id: str, entry: Mapping[str, Any], clock: Callable[[], int]) -> ForceAbort:
-    txn = entry["txn"]
-    missing = missing_files(txn["prepared"])
+def _abort_prepared_without_files(
+    transactional_id: str, entry: TransactionalIdState, txn: OpenTxn, clock: Callable[[], int]
+) -> ForceAbort:
+    missing = missing_files(txn.prepared) if txn.prepared is not None else []
     if not missing:  # every file is there: aborting would undo a commit recovery can still make
-        reason = f"transaction {txn['id']} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
+        reason = f"transaction {txn.id} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
         raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
     reason = f"aborted by an operator: {len(missing)} staged files missing"
-    return ForceAbort(transactional_id, entry["producer_id"], entry["epoch"], txn["id"], clock=clock, reason=reason)
+    return ForceAbort(transactional_id, entry.producer_id, entry.epoch, txn.id, clock=clock, reason=reason)

@@ -29,10 +29,9 @@ runs on SQLite and PostgreSQL; the longest ones run on PostgreSQL under ``slow``
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from sqlalchemy.exc import OperationalError
 from storage.core import commit as core
 from storage.core import faults
 from storage.core.commit import KEEP_COMMIT_IDS, commit
+from storage.core.staging import Prepared, StagedSend, encode_transactions
 from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
 from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
 from storage.log.maintenance import Retention, expire_snapshots, remove_orphan_files
@@ -175,14 +175,14 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
                 t.append({0: [{"key": f"other{i}", "value": "0"}]})
         for position in (2, 3):
             commit_offsets(catalog, "other", {("db.src", 0): position})
-        ongoing = journal.transactional_ids(catalog)["seq"]["txn"]
-        assert ongoing["id"] == second and ongoing["state"] == "ONGOING"
+        ongoing = journal.transactional_ids(catalog)["seq"].txn
+        assert ongoing.id == second and ongoing.state == "ONGOING"
         data, staged = metadata_locations(catalog, "db.a", "db.b"), staged_files(a) + staged_files(b)
 
         assert late_abort.release()[-1] == {"event": "report", "transactional_id": "seq", "aborted": None}
         assert recoverers[1].release()[-1] == {"event": "report", "rolled_forward": [], "aborted": []}
 
-    assert journal.transactional_ids(catalog)["seq"]["txn"] == ongoing, "transaction N+1 was touched"
+    assert journal.transactional_ids(catalog)["seq"].txn == ongoing, "transaction N+1 was touched"
     assert metadata_locations(catalog, "db.a", "db.b") == data, "a delayed step of N committed"
     assert staged_files(a) + staged_files(b) == staged
     assert journal_states(catalog, first).count("COMMITTED") == 1 and "ABORTED" not in journal_states(catalog, first)
@@ -214,7 +214,7 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     a, b = two_tables(catalog)
     journal.ensure_journal(catalog)
     with held(heavy_spec, "late", {"tid": "late", "a": "db.a", "b": "db.b"}, tmp_path, "late", faults.AFTER_TXN_BEGIN) as late:
-        txn_id = journal.transactional_ids(catalog)["late"]["txn"]["id"]
+        txn_id = journal.transactional_ids(catalog)["late"].txn.id
         assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": [txn_id]}
         seen = late.release()
     assert seen[-1]["event"] == "refused" and seen[-1]["error"] == "TransactionAborted", seen
@@ -229,15 +229,12 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     skipped = producer.begin_transaction()
     producer.send("db.a", 0, [{"key": "registered", "value": "1"}])
     journal_before = catalog.load_table(journal.JOURNAL).metadata_location
-    prepared = {
-        "sends": {"db.a": [[0, None, "a.parquet", 1, False]], "db.b": [[0, None, "b.parquet", 1, False]]},
-        "offsets": None,
-    }
+    prepared = Prepared(sends={"db.a": (StagedSend(0, None, "a.parquet", 1),), "db.b": (StagedSend(0, None, "b.parquet", 1),)})
     step = journal.PrepareCommit("skips", producer.producer_id, producer.epoch, skipped, prepared=prepared)
     with pytest.raises(InvalidTxnState, match="never registered"):
         commit(catalog, journal.JOURNAL, step)
     assert catalog.load_table(journal.JOURNAL).metadata_location == journal_before
-    assert journal.transactional_ids(catalog)["skips"]["txn"]["state"] == "ONGOING"
+    assert journal.transactional_ids(catalog)["skips"].txn.state == "ONGOING"
     producer.abort_transaction()
     assert rows(a) == rows(b) == [] and staged_files(a) == []
 
@@ -248,8 +245,8 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
 def set_epoch(catalog, tid: str, epoch: int) -> None:
     """Test set-up: move a transactional id's epoch (as if it had been initialised that often)."""
     state = journal.transactional_ids(catalog)
-    state[tid]["epoch"] = epoch
-    set_properties(catalog, journal.JOURNAL, {TRANSACTIONS: json.dumps(state, sort_keys=True, separators=(",", ":"))})
+    state[tid] = replace(state[tid], epoch=epoch)
+    set_properties(catalog, journal.JOURNAL, {TRANSACTIONS: encode_transactions(state)})
 
 
 @pytest.mark.parametrize(
@@ -370,7 +367,7 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     """
     catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE)
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
-    assert journal.transactional_ids(catalog)["copier-1"]["txn"]["state"] == "PREPARE_COMMIT"
+    assert journal.transactional_ids(catalog)["copier-1"].txn.state == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
     with (
         worker("recover", heavy_spec, {}, outs[0], module=SCENARIOS) as one,

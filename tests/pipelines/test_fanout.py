@@ -110,7 +110,7 @@ def test_i9_fanout_killed_then_rerun_writes_each_record_exactly_once(spark, env_
         assert rerun.rows == 0
     assert output_ids(catalog) == expected_ids(0, 40)
     assert committed_offsets(catalog, "copier", "db.src") == {0: 20, 1: 20}
-    assert all(e.get("txn") is None for e in transactional_ids(catalog).values())
+    assert all(e.txn is None for e in transactional_ids(catalog).values())
     for table in ROUTES.values():
         assert check_transactions(catalog.load_table(table)).ok
         location = LogTable.open(catalog, table).table().metadata.location.removeprefix("file://")

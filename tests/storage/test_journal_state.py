@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from storage.core.staging import JOURNAL, JournalState
+from storage.core.staging import JOURNAL, JournalState, Prepared
 from storage.producers.journal import PrepareCommit
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
@@ -72,9 +72,6 @@ SAMPLES = {
             },
         }
     },
-    "prepared without an offsets key": {
-        "app": {"producer_id": 7, "epoch": 1, "txn": {**TXN, "state": "PREPARE_COMMIT", "prepared": {"sends": SENDS}}}
-    },
     "ended": {
         "app": {
             "producer_id": 7,
@@ -111,6 +108,21 @@ def test_journal_state_round_trips_byte_for_byte(state):
     assert round_trip(encoded(state)) == encoded(state)
 
 
+def test_a_prepare_without_an_offsets_key_reads_as_no_offsets():
+    """No version wrote one (since the coordinator's first commit, 9aae533, PREPARE_COMMIT writes
+    ``offsets``: null or the group's): read as no offsets, it is written back with ``null``."""
+    txn = {**TXN, "state": "PREPARE_COMMIT", "prepared": {"sends": SENDS}}
+    state = JournalState.from_metadata(
+        SimpleNamespace(
+            properties={TRANSACTIONS: encoded({"app": {"producer_id": 7, "epoch": 1, "txn": txn}})},
+            current_snapshot_id=None,
+            location="memory:",
+        )
+    )  # type: ignore[arg-type]
+    assert state.transactions["app"].txn.prepared.offsets is None
+    assert '"prepared":{"offsets":null,"sends"' in state.to_properties()[TRANSACTIONS]
+
+
 def test_journal_state_round_trips_what_the_coordinator_writes(sqlite_catalog):
     """Every state a run of transactions leaves (init with and without a timeout, begin, add
     partitions, group offsets, prepare, commit, abort, a timeout, a takeover) decodes and
@@ -144,8 +156,7 @@ def test_journal_state_round_trips_what_the_coordinator_writes(sqlite_catalog):
     preparer.init_transactions()
     preparer.begin_transaction()
     preparer.send("db.b", 0, [{"key": "k", "value": "4"}])
-    sends = {t: [s.to_json() for s in staged] for t, staged in preparer._sends.items()}
-    preparer._journal(PrepareCommit, prepared={"sends": sends, "offsets": None})
+    preparer._journal(PrepareCommit, prepared=Prepared(sends={t: tuple(staged) for t, staged in preparer._sends.items()}))
     stored()
     committer.begin_transaction()
     committer.send("db.a", 0, [{"key": "k", "value": "5"}])

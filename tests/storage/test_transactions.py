@@ -71,7 +71,7 @@ def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_
     catalog, a, b, before, txn_id, epoch = kill_one_transaction(catalog_spec, tmp_path, point)
     producer = TransactionalProducer(catalog, "copier-1")  # the restarted instance
     assert producer.init_transactions()["epoch"] == epoch + 1
-    assert coordinator.transactional_ids(catalog)["copier-1"]["epoch"] == epoch + 1
+    assert coordinator.transactional_ids(catalog)["copier-1"].epoch == epoch + 1
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
     # Nothing stays locked or half-done: the new instance commits its own transaction,
     # numbered right after what the log held.
@@ -463,7 +463,7 @@ def test_i9_i10_copier_killed_repeatedly_copies_every_record_exactly_once(heavy_
     assert {key: value for _, key, value in copied} == {f"src:{i}": f"V{i}" for i in range(records)}
     assert committed_offsets(catalog, "copy", "db.src") == {0: records}
     contiguous(out)
-    assert coordinator.transactional_ids(catalog)["copier"]["txn"] is None
+    assert coordinator.transactional_ids(catalog)["copier"].txn is None
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
     assert staged_files(out) == []
 
@@ -536,7 +536,7 @@ def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
     assert tx.recover(catalog, clock=past_timeout())["rolled_forward"] == []  # must not raise
     assert TransactionalProducer(catalog, "bad").init_transactions()["epoch"] == 1
     assert rows(a) == [] and committed_offsets(catalog, "g", "db.src") == {}
-    assert "COMMITTED" not in journal_states(catalog, txn_id) and coordinator.transactional_ids(catalog)["bad"]["txn"] is None
+    assert "COMMITTED" not in journal_states(catalog, txn_id) and coordinator.transactional_ids(catalog)["bad"].txn is None
     assert staged_files(a) == []
 
 

@@ -185,7 +185,7 @@ def check_all_or_nothing(catalog, a, b, before, txn_id, point) -> None:
     """The killed transaction is either wholly visible once (it had reached PREPARE_COMMIT)
     or not at all; no staged or orphan file is left; recovery again changes nothing."""
     states = journal_states(catalog, txn_id)
-    assert coordinator.transactional_ids(catalog)["copier-1"]["txn"] is None
+    assert coordinator.transactional_ids(catalog)["copier-1"].txn is None
     if point in BEFORE_PREPARE:
         assert (rows(a), rows(b)) == before, "an aborted transaction became visible"
         assert committed_offsets(catalog, "g", "db.src") == {0: 3}
