@@ -25,6 +25,7 @@ from typing import Any, Callable
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
+from storage.core.state import PartitionSequences, ProducerEntry, WrittenBatch
 from storage.log.sequences import BATCHES_KEPT, ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
@@ -47,9 +48,9 @@ class SeedProducers(Request):
         producers = dict(state.producers)
         for i in range(self.count):
             base = 1_000_000 + 10 * i
-            batches = [[5 * b, 5 * b + 4, base + 5 * b, base + 5 * b + 5] for b in range(BATCHES_KEPT)]
-            partitions = {str(i % self.partitions): {"last_seq": 5 * BATCHES_KEPT - 1, "batches": batches}}
-            producers[str(self.first_id + i)] = {"client": f"client-{i}", "epoch": 0, "last_ms": now_ms, "partitions": partitions}
+            batches = tuple(WrittenBatch(5 * b, 5 * b + 4, base + 5 * b, base + 5 * b + 5) for b in range(BATCHES_KEPT))
+            partitions = {i % self.partitions: PartitionSequences(5 * BATCHES_KEPT - 1, batches)}
+            producers[str(self.first_id + i)] = ProducerEntry(f"client-{i}", 0, now_ms, partitions)
         return Decision(state=replace(state, producers=producers), result=None)
 
 
