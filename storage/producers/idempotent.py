@@ -245,6 +245,8 @@ def rebuild(catalog: Catalog, table: str) -> dict[str, ProducerEntry]:
 
     log_table = LogTable.open(catalog, table)
     outcome = commit(catalog, log_table.identifier, RebuildProducers(log_table.identifier))
+    if outcome.result is None:  # it landed on an attempt whose response was lost: the state it left, as now
+        return dict(log_table.state().producers)
     return outcome.result
 
 

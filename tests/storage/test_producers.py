@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import storage.core.commit as core
 from storage.core.commit import commit
 from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, Watermark, WrittenBatch
 from storage.errors import (
@@ -191,6 +192,29 @@ def test_i4_state_rebuilt_from_rows_equals_stored_state(catalog, table):
     assert {pid: e.partitions for pid, e in rebuilt.items()} == {pid: e.partitions for pid, e in stored.items()}
     assert check_producers(table.table()).ok
     assert table.append({0: batch(3)}, producer=ProducerBatch(b.producer_id, 0, {0: 0})).duplicate
+
+
+def test_i4_rebuild_whose_response_was_lost_returns_the_state_it_left(catalog, table, monkeypatch):
+    """The swap lands, then the catalog's answer is lost: the retry finds the commit by its id,
+    and ``rebuild`` returns the rebuilt state (the registry keeps no state of a rebuild)."""
+    me = init_producer(catalog, "db.p")
+    table.append({0: batch(2)}, producer=ProducerBatch(me.producer_id, 0, {0: 0}))
+    with table.table().transaction() as txn:  # lose the state, so the rebuild has something to write
+        txn.set_properties({PRODUCERS: ""})
+    real_swap, calls = core.swap, []
+
+    def swap_then_lose_the_answer(*args, **kwargs):
+        responses = real_swap(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("connection reset after the swap")
+        return responses
+
+    monkeypatch.setattr(core, "swap", swap_then_lose_the_answer)
+    rebuilt = rebuild(catalog, "db.p")
+    assert calls == [1]  # landed once; the retry found it
+    assert rebuilt == dict(table.state().producers)
+    assert rebuilt[str(me.producer_id)].partitions[0].last_seq == 1
 
 
 def test_i4_validator_catches_stored_state_and_sequence_mismatch(catalog, table):
