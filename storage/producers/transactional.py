@@ -189,7 +189,7 @@ def _delete_staging(catalog: Catalog, txn: OpenTxn | EndedTxn, committed: bool =
     for table_name in txn.partitions:
         try:
             location = LogTable.open(catalog, table_name).table().metadata.location
-        except Exception:  # noqa: BLE001: a dropped table has nothing left to clean
+        except Exception:  # noqa: BLE001 - a dropped table has nothing left to clean
             continue
         _delete_dir(staging_dir(location, txn.id))
         if not committed:  # a committed transaction's pre-written files are its data

@@ -39,7 +39,7 @@ def test_i7_readers_never_fail_while_a_writer_commits(heavy_spec, tmp_path):
                 assert rows.column("log_offset").to_pylist() == list(range(rows.num_rows))
                 catalog.load_table(t.identifier).scan().to_arrow()  # a plain pyiceberg reader
                 reads += 1
-            except Exception as e:  # noqa: BLE001: any failure is the defect
+            except Exception as e:  # noqa: BLE001 - any failure is the defect
                 failures.append(repr(e))
             if reads % 10 == 1:
                 done = subprocess.run(
