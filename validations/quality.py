@@ -25,8 +25,9 @@ lineage (a foreign writer). ``full=True`` (``icelog report --full``) re-validate
 in the table: a report never writes to the table it reads (I8 fingerprints stay equal, and a
 read-only catalog user can run it). The record holds the table's UUID (a recreated table
 starts over), the last snapshot that passed and the latest runs (mode, ranges, rows,
-engine, outcome). The marker advances only on success, so a failure is re-validated until
-it is fixed.
+engine, outcome, expectations evaluated, failures). The marker advances only on success, so a
+failure is re-validated until it is fixed. When nothing was committed since, a run reads no
+rows and repeats the latest recorded result at that snapshot, with what it covered.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from storage.properties import COMMIT_ID, RANGES
 SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")
 KEEP_RUNS = 50
+#: Failed expectations kept per recorded run (a re-run with nothing new shows them again).
+KEEP_FAILURES = 50
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class ValidationScope:
         since: The last validated snapshot the increment starts from (incremental/none).
         rows: Rows in scope (from watermarks or ranges; no data read).
         reason: Why this mode (shown in the report).
+        last_run: For ``none``, the recorded run whose result still stands (its outcome,
+            expectations, mode, rows and time), so a re-run shows that, not an empty pass.
     """
 
     mode: str
@@ -71,6 +76,7 @@ class ValidationScope:
     since: int | None = None
     rows: int = 0
     reason: str = ""
+    last_run: dict[str, Any] | None = None
 
     def predicate(self) -> str | None:
         """SQL predicate on the system columns (DuckDB and Spark SQL alike); None for every row."""
@@ -90,6 +96,7 @@ class ValidationScope:
             "since": self.since,
             "rows": self.rows,
             "reason": self.reason,
+            **({"last_run": self.last_run} if self.last_run is not None else {}),
         }
 
 
@@ -195,6 +202,15 @@ def _write_record(table: Table, root: Path, run: dict[str, Any]) -> None:
     os.replace(tmp, path)  # readers see the old record or the new one, never half
 
 
+def last_run_at(record: dict[str, Any], snapshot_id: int) -> dict[str, Any] | None:
+    """The newest recorded run that read the rows of ``snapshot_id`` and kept its result (None if none did)."""
+    for run in reversed(record.get("runs", [])):
+        # Records written before the expectation count was kept cannot show a result.
+        if run.get("snapshot_id") == snapshot_id and run.get("mode") != "none" and "evaluated" in run:
+            return run
+    return None
+
+
 def ranges_since(table: Table, since: int, snapshot_id: int | None = None) -> tuple[dict[int, list[tuple[int, int]]] | None, str]:
     """Offset ranges committed after ``since`` up to ``snapshot_id`` (default current), merged.
 
@@ -235,7 +251,8 @@ def validation_scope(table: Table, *, full: bool = False, docs_root: Path | None
     total = sum(w.end - w.start for w in state.watermarks.values())
     if full:
         return ValidationScope("full", rows=total, reason="full re-validation requested")
-    since = validation_record(table, docs_root).get("validated_snapshot_id")
+    record = validation_record(table, docs_root)
+    since = record.get("validated_snapshot_id")
     if since is None:
         return ValidationScope("full", rows=total, reason="no earlier validation passed")
     ranges, why = ranges_since(table, since)
@@ -243,7 +260,12 @@ def validation_scope(table: Table, *, full: bool = False, docs_root: Path | None
         return ValidationScope("full", rows=total, reason=why + "; validating everything")
     rows = sum(end - start for spans in ranges.values() for start, end in spans)
     if not rows:
-        return ValidationScope("none", since=since, reason=f"nothing committed since validated snapshot {since}")
+        last = last_run_at(record, since)
+        if last is None:
+            return ValidationScope(
+                "full", rows=total, reason=f"the result at snapshot {since} was not recorded; validating everything"
+            )
+        return ValidationScope("none", since=since, reason=f"nothing committed since validated snapshot {since}", last_run=last)
     return ValidationScope("incremental", ranges, since, rows, f"{rows:,} rows committed since validated snapshot {since}")
 
 
@@ -353,9 +375,18 @@ def run_suite(
         scope = validation_scope(table, full=full, docs_root=root)
     at = snapshot_id if snapshot_id is not None else table.metadata.current_snapshot_id
     docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    if scope.mode == "none":
+    if scope.mode == "none":  # the last result still stands: repeat it, with what it covered
+        last = scope.last_run or {}
         return QualityResult(
-            name, True, 0, [], str(docs) if docs.exists() else None, time.perf_counter() - started, at, "none", scope.to_dict()
+            name,
+            bool(last.get("success")),
+            int(last.get("evaluated", 0)),
+            list(last.get("failures", [])),
+            str(docs) if docs.exists() else None,
+            time.perf_counter() - started,
+            at,
+            str(last.get("engine", "pandas")),
+            scope.to_dict(),
         )
     chosen = pick_engine(scope.rows, engine)
     paths = scope_paths(table, scope, at)
@@ -403,7 +434,9 @@ def run_suite(
                 "snapshot_id": at,
                 "success": result.success,
                 "engine": chosen,
+                "evaluated": result.evaluated,
                 "failed": len(failed),
+                "failures": failed[:KEEP_FAILURES],
                 "seconds": round(result.seconds, 3),
                 **scope.to_dict(),
             },

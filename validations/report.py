@@ -351,12 +351,17 @@ def _page(
                 f' <span id="docs-not-offline" class="badge warn">needs the network: {esc(quality.docs_not_offline)}</span>'
             )
         scope = quality.scope or {}
+        covered = _covered(scope, quality.engine)
         quality_html = (
             f"<p><span id='quality-status' class='badge {'ok' if quality.success else 'bad'}'>{'passed' if quality.success else 'failed'}</span> "
             f"{quality.evaluated} expectations. {docs_link}</p>"
-            f"<p id='quality-scope' class='meta'>{esc(scope.get('mode', ''))} validation on {esc(quality.engine)}: {esc(scope.get('reason', ''))}.</p><ul>{failed}</ul>"
+            f"<p id='quality-scope' class='meta'>{esc(covered)}</p><ul>{failed}</ul>"
         )
-        quality_tile = ("passed" if quality.success else "failed", f"{scope.get('mode', '')}, {scope.get('rows', 0):,} rows")
+        shown = scope.get("last_run") or scope
+        quality_tile = (
+            "passed" if quality.success else "failed",
+            f"{shown.get('mode', '')}, {shown.get('rows', 0):,} rows" + (" (last run)" if "last_run" in scope else ""),
+        )
     labels = [str(p["partition"]) for p in partitions]
     tiles = [
         ("rows", f"{s['rows']:,}", "", "tile-rows"),
@@ -394,6 +399,19 @@ def _page(
 <script>{SCRIPT}</script>
 </body></html>
 """
+
+
+def _covered(scope: dict[str, Any], engine: str) -> str:
+    """What the data-quality result covers; with nothing new, what the repeated last run covered."""
+    last = scope.get("last_run")
+    if last is None:
+        return f"{scope.get('mode', '')} validation of {scope.get('rows', 0):,} rows on {engine}: {scope.get('reason', '')}."
+    reason = scope.get("reason", "")
+    return (
+        f"{reason[:1].upper()}{reason[1:]}: this is the result of the last validation "
+        f"({iso(last.get('at_ms')) or 'time unknown'}), a {last.get('mode', '')} validation of {last.get('rows', 0):,} rows "
+        f"on {last.get('engine', engine)}: {last.get('reason', '')}."
+    )
 
 
 # --- every table at once ------------------------------------------------------------------

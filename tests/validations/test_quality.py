@@ -120,6 +120,42 @@ def test_incremental_validation_reads_only_new_ranges_and_full_catches_an_old_ba
     assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in full.failed] == [("carrier", 1)]
 
 
+def test_a_run_with_nothing_new_repeats_the_last_result_and_what_it_covered(flights, flights_rows, tmp_path):
+    root = tmp_path / "gx"
+    first = run_suite(flights.table(), docs_root=root)
+    again = run_suite(flights.table(), docs_root=root)  # `make demo; make demo`
+    assert again.scope["mode"] == "none" and again.scope["rows"] == 0
+    assert (again.success, again.evaluated, again.engine) == (True, first.evaluated, "pandas") and first.evaluated >= 15
+    covered = again.scope["last_run"]
+    assert (covered["mode"], covered["rows"], covered["snapshot_id"]) == ("full", 20_000, first.snapshot_id)
+    assert again.data_docs == first.data_docs
+    flights.append({1: flights_rows.slice(0, 100)})
+    increment = run_suite(flights.table(), docs_root=root)
+    assert run_suite(flights.table(), docs_root=root).scope["last_run"]["rows"] == 100 == increment.scope["rows"]
+    # A full run that fails at the validated snapshot is the result that stands, failures included.
+    tamper(flights, 0, "carrier", "ZZ")
+    full = run_suite(flights.table(), docs_root=root, full=True)
+    repeated = run_suite(flights.table(), docs_root=root)
+    assert repeated.scope["mode"] == "none" and not repeated.success and repeated.failed == full.failed
+
+
+def test_a_record_without_the_last_result_validates_again_rather_than_show_an_empty_pass(flights, tmp_path):
+    import json
+
+    from validations.quality import validation_record
+
+    root = tmp_path / "gx"
+    run_suite(flights.table(), docs_root=root)
+    path = root / "validated" / "demo.flights.json"
+    record = validation_record(flights.table(), root)
+    for run in record["runs"]:  # as written before the expectation count was recorded
+        del run["evaluated"]
+    path.write_text(json.dumps(record))
+    result = run_suite(flights.table(), docs_root=root)
+    assert result.scope["mode"] == "full" and "not recorded" in result.scope["reason"]
+    assert result.success and result.evaluated >= 15
+
+
 def test_incremental_validation_fails_on_a_bad_new_row_until_it_is_fixed(flights, flights_rows, tmp_path):
     from validations.quality import validation_record
 

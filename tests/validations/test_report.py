@@ -168,6 +168,29 @@ def test_report_and_data_docs_render_offline_with_no_failed_request(sqlite_catal
 
 
 @pytest.mark.integration
+def test_a_rerun_report_shows_the_last_quality_result_and_what_it_covered(sqlite_catalog, tmp_path, browser):
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
+    t.append({0: [{"key": "a"}] * 3, 1: [{"key": "b"}] * 2})
+    first = build_report(t.table(), tmp_path / "first", docs_root=tmp_path / "gx")
+    again = build_report(t.table(), tmp_path / "again", docs_root=tmp_path / "gx")  # `make demo; make demo`
+    card = "() => ({status: document.querySelector('#quality-status').innerText, card: document.querySelector('#quality-status').parentElement.innerText, scope: document.querySelector('#quality-scope').innerText, tile: document.querySelector('#tile-quality').innerText})"
+    browser.open(first, "document.body.dataset.rendered !== undefined")
+    before = browser.page.evaluate(card)
+    browser.open(again, "document.body.dataset.rendered !== undefined")
+    seen = browser.page.evaluate(card)
+    browser.shot("report-quality-rerun.png")
+    assert browser.failed == [] and browser.errors == []
+    evaluated = json.loads((first.parent / "report.json").read_text())["quality"]["evaluated"]
+    assert evaluated >= 6 and f"{evaluated} expectations" in before["card"]
+    assert seen["status"] == "passed" and f"{evaluated} expectations" in seen["card"]
+    assert "none validation" not in seen["scope"] and "on none" not in seen["scope"]
+    assert (
+        "Nothing committed since validated snapshot" in seen["scope"] and "a full validation of 5 rows on pandas" in seen["scope"]
+    )
+    assert "full, 5 rows (last run)" in seen["tile"]
+
+
+@pytest.mark.integration
 def test_report_shows_the_latest_violations(sqlite_catalog, tmp_path, browser):
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
     t.append({0: [{"key": "a"}] * 3})
