@@ -20,7 +20,7 @@ from rich.progress import Progress
 from rich.table import Table as RichTable
 
 from storage.core.catalog import open_catalog
-from storage.errors import OffsetMismatch, TableAlreadyExists
+from storage.errors import OffsetMismatch, TableAlreadyExists, UnknownTable
 from storage.log.keys import partitions_for_keys
 from storage.log.table import LogTable
 from validations.contiguity import check_contiguity
@@ -52,10 +52,16 @@ FLIGHTS_PAYLOAD = [
 
 
 def create_table(catalog, name: str = TABLE, partitions: int = PARTITIONS) -> tuple[LogTable, bool]:
-    """Create the flights log table (routed by tail number), or open it if it exists."""
+    """Open the flights log table, or create it (routed by tail number) if it does not exist."""
+    # Open first: a create of an existing table writes its first metadata file before the
+    # catalog refuses it, and leaves that file behind (a re-run must write nothing).
+    try:
+        return LogTable.open(catalog, name), False
+    except UnknownTable:
+        pass
     try:
         return LogTable.create(catalog, name, partitions, FLIGHTS_PAYLOAD, properties={"icelog.key-column": KEY}), True
-    except TableAlreadyExists:
+    except TableAlreadyExists:  # a concurrent create won
         return LogTable.open(catalog, name), False
 
 
@@ -118,13 +124,18 @@ def stage_landing(root: Path, table: str = TABLE) -> int:
     return written
 
 
-def land_late_file(root: Path, table: str = TABLE) -> Path:
-    """The held-back afternoon flights of :data:`LATE_DAY`, landing late in that day's folder."""
+def land_late_file(root: Path, table: str = TABLE) -> Path | None:
+    """The held-back afternoon flights of :data:`LATE_DAY`, landing late in that day's folder.
+
+    Returns:
+        The file, or None if it had landed before (a re-run lands nothing).
+    """
+    target = root / table / f"date={LATE_DAY}" / LATE_FILE
+    if target.exists():
+        return None
     flights = load_flights()
     rows = flights.filter(pc.equal(_day_keys(flights), LATE_DAY))
-    target = root / table / f"date={LATE_DAY}" / LATE_FILE
-    _write_once(target, rows.filter(pc.greater_equal(rows["hour"], 12)))
-    return target
+    return target if _write_once(target, rows.filter(pc.greater_equal(rows["hour"], 12))) else None
 
 
 def monthly_batches(flights: pa.Table, partitions: int) -> list[dict[int, pa.Table]]:

@@ -39,3 +39,27 @@ def test_the_demo_fails_when_a_january_day_is_missing(sqlite_catalog, months):
     out = io.StringIO()
     assert not demo.check_january(Console(file=out, width=200), log_table)
     assert ": no" in out.getvalue()
+
+
+def metadata_files(log_table) -> set[str]:
+    from pathlib import Path
+
+    from storage.log.files import local_path
+
+    return {p.name for p in Path(local_path(log_table.table().metadata_location)).parent.glob("*.metadata.json")}
+
+
+def test_a_rerun_opens_the_table_and_writes_no_metadata_file(sqlite_catalog):
+    log_table, created = create_table(sqlite_catalog)
+    before = metadata_files(log_table)
+    again, created_again = create_table(sqlite_catalog)
+    assert (created, created_again) == (True, False)
+    assert metadata_files(again) == before  # no orphan 00000-*.metadata.json from a refused create
+
+
+def test_the_late_file_lands_once(tmp_path):
+    from pipelines.flights import LATE_DAY, land_late_file
+
+    late = land_late_file(tmp_path)
+    assert late is not None and late.parent.name == f"date={LATE_DAY}" and late.exists()
+    assert land_late_file(tmp_path) is None  # the demo's re-run says nothing landed
