@@ -29,7 +29,7 @@ from typing import Any, Callable
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.core.commit import load
+from storage.core.commit import is_system_table, load
 from storage.core.state import LogState
 from storage.errors import IcelogError
 from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
@@ -422,6 +422,7 @@ def build_index(
 ) -> Path:
     """Report every log table (``out/<table>/index.html``) and write ``out/index.html`` linking them.
 
+    icelog's system tables (``icelog_system.*``) are reported only when ``tables`` names them.
     A table whose report fails is listed with its error; the others are still written.
     """
 
@@ -429,7 +430,8 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     entries = []
-    for name in tables if tables is not None else list_log_tables(catalog):
+    names = tables if tables is not None else [n for n in list_log_tables(catalog) if not is_system_table(n)]
+    for name in names:
         try:
             page = build_report(load(catalog, name), out / name, now_ms=now_ms, **report)
             entries.append(json.loads((page.parent / "report.json").read_text()))

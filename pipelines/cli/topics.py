@@ -53,11 +53,14 @@ def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | 
 
 
 @topics.command("list")
+@click.option("--system", is_flag=True, help="Also list icelog's own system tables (icelog_system.*).")
 @click.pass_obj
-def topics_list(ctx: Context) -> None:
+def topics_list(ctx: Context, system: bool) -> None:
+    """List the log tables of the catalog (icelog's system tables with --system)."""
+    from storage.core.commit import is_system_table
     from storage.log.table import list_log_tables
 
-    names = list_log_tables(ctx.catalog)
+    names = [n for n in list_log_tables(ctx.catalog) if system or not is_system_table(n)]
     ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
 
 

@@ -50,14 +50,14 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {clip(txn_id)!r}")
     from storage.core.staging import JOURNAL
-    from storage.producers.journal import ensure_journal
 
-    ensure_journal(ctx.catalog)
-    con = connect(ctx.catalog, only=JOURNAL)
-    rows = con.execute(
-        "SELECT log_offset, log_timestamp, transactional_id, txn_producer_id, txn_epoch, txn_state, detail FROM icelog_system.transactions WHERE txn_id = $id ORDER BY log_offset",
-        {"id": txn_id},
-    ).fetchall()
+    rows = []
+    if ctx.catalog.table_exists(JOURNAL):  # a read creates nothing: without a journal there is no transaction
+        con = connect(ctx.catalog, only=JOURNAL)
+        rows = con.execute(
+            "SELECT log_offset, log_timestamp, transactional_id, txn_producer_id, txn_epoch, txn_state, detail FROM icelog_system.transactions WHERE txn_id = $id ORDER BY log_offset",
+            {"id": txn_id},
+        ).fetchall()
     if not rows:
         raise InvalidInput(reason=f"no transaction {txn_id} in the journal")
     records = [

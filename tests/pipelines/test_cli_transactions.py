@@ -15,6 +15,24 @@ def test_transactions_list_on_a_catalog_without_a_journal_creates_nothing(icelog
     assert not catalog.table_exists("icelog_system.transactions")
 
 
+def test_transactions_describe_on_a_catalog_without_a_journal_creates_nothing(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    LogTable.create(catalog, "db.a", 1)
+    assert icelog("transactions", "describe", "0" * 32, code=2)["error"] == "InvalidInput"
+    assert not catalog.table_exists("icelog_system.transactions")
+
+
+def test_system_tables_are_listed_only_on_request(icelog, sqlite_spec):
+    catalog = sqlite_spec.open()
+    LogTable.create(catalog, "db.a", 1)
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    with producer.transaction():  # the coordinator's journal is a log table of icelog_system
+        producer.send("db.a", 0, [{"key": "x"}])
+    assert icelog("topics", "list") == {"tables": ["db.a"]}
+    assert icelog("topics", "list", "--system") == {"tables": ["db.a", "icelog_system.transactions"]}
+
+
 def test_i5_transactions_list_describe_abort_recover(icelog, sqlite_spec):
     catalog = sqlite_spec.open()
     LogTable.create(catalog, "db.a", 2)

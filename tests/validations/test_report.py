@@ -260,6 +260,20 @@ def test_report_all_writes_an_index_with_each_tables_status(sqlite_catalog, tmp_
     browser.shot("report-index.png")
 
 
+def test_report_all_leaves_out_system_tables_unless_named(sqlite_catalog, tmp_path):
+    from storage.producers.transactional import TransactionalProducer
+
+    LogTable.create(sqlite_catalog, "db.good", partitions=1)
+    producer = TransactionalProducer(sqlite_catalog, "copier")
+    producer.init_transactions()
+    with producer.transaction():  # creates icelog_system.transactions, a log table of icelog's own
+        producer.send("db.good", 0, [{"key": "x"}])
+    index = build_index(sqlite_catalog, tmp_path / "reports", gx=False)
+    assert [e["table"] for e in json.loads((index.parent / "index.json").read_text())] == ["db.good"]
+    named = build_index(sqlite_catalog, tmp_path / "named", gx=False, tables=["icelog_system.transactions"])
+    assert [e["table"] for e in json.loads((named.parent / "index.json").read_text())] == ["icelog_system.transactions"]
+
+
 def test_rows_per_day_with_a_payload_column_named_day(sqlite_catalog):
     from validations.history import rows_per_day
 
