@@ -54,7 +54,6 @@ from pyiceberg.exceptions import (
     CommitStateUnknownException,
     NoSuchTableError,
 )
-from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import CommitTableResponse, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -95,6 +94,8 @@ KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
 METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
 COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-ids.keep): bounded metadata
+TRIM_FROM_BYTES = 16_384  # a registry this large is trimmed every TRIM_EVERY versions, not every commit
+TRIM_EVERY = 64
 CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE_TTL_S = 10.0
 # Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
@@ -252,6 +253,26 @@ def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, no
     while start > 0 and len(registry) - start < cap and times[start - 1] > floor_ms:
         start -= 1
     return registry[start:], max(times[:start], default=None)
+
+
+def _register(raw: str, entry: list[Any], version: int, settings: props.CommitSettings, now_ms: int) -> tuple[str, int | None]:
+    """The registry's text with ``entry`` appended and trimmed (:func:`_trim_registry`); and
+    the newest commit time dropped, if any.
+
+    A full registry (``COMMIT_IDS_MAX`` entries, ~300 KB) costs ~13 ms to parse and write
+    back: more than the rest of a commit, and growing with history (issue 20). So above
+    ``TRIM_FROM_BYTES`` the entry is appended to the text unparsed, and only every
+    ``TRIM_EVERY``-th table version trims: a registry holds at most ``TRIM_EVERY - 1``
+    entries beyond its bound. Keeping more ids is never wrong: ``icelog.commits.forgotten-ms``
+    moves only when an entry is dropped.
+    """
+    text = raw.strip() or "[]"
+    if len(text) >= TRIM_FROM_BYTES and version % TRIM_EVERY and text.startswith("[") and text.endswith("]"):
+        body = text[1:-1].strip()
+        item = json.dumps(entry, separators=(",", ":"))
+        return (f"[{body},{item}]" if body else f"[{item}]"), None
+    registry, forgotten_ms = _trim_registry([*json.loads(text), entry], settings, now_ms)
+    return json.dumps(registry, separators=(",", ":")), forgotten_ms
 
 
 def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str) -> None:
@@ -581,7 +602,7 @@ def _landed_now(
     """After the swap: sweep superseded metadata and give every result its snapshot."""
     snapshots: dict[str, int | None] = {}
     for plan, response in zip(staged, responses, strict=True):
-        _delete_superseded_metadata(plan.table.io, response, plan.settings.metadata_grace_ms)
+        _delete_superseded_metadata(plan.table, response, plan.settings.metadata_grace_ms)
         snapshots[plan.ident] = response.metadata.current_snapshot_id
         _attach_snapshot(plan.decision.result, snapshots[plan.ident])
     bound.debug("committed", attempt=attempt, snapshots=snapshots)
@@ -669,13 +690,13 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempt, 8))))
 
 
-def _delete_superseded_metadata(io: FileIO, response: CommitTableResponse, grace_ms: int) -> None:
+def _delete_superseded_metadata(base: Table, response: CommitTableResponse, grace_ms: int) -> None:
     """After a commit landed: sweep superseded metadata files (``storage.core.metadata_files``).
 
     Nothing here may fail the commit: its caller must hear that it landed.
     """
     try:
-        metadata_files.delete_superseded(io, response.metadata, response.metadata_location, grace_ms)
+        metadata_files.delete_superseded(base.io, response.metadata, response.metadata_location, grace_ms, base.metadata)
     except Exception as e:  # noqa: BLE001 - a later commit or `maintain` sweeps again
         log.warning("could not sweep superseded metadata files", location=response.metadata_location, error=repr(e))
 
@@ -747,16 +768,21 @@ def _stage(
     if head in decision.expire:  # a rollback to the empty table expires main's snapshot: no head
         head = None
     now_ms = int(time.time() * 1000)
-    registry, forgotten_ms = _trim_registry(
-        [*recent_commits(metadata), [commit_id, request.receipt(decision.result), head, now_ms]], settings, now_ms
+    version = _version(metadata) + 1
+    registry, forgotten_ms = _register(
+        metadata.properties.get(COMMITS, "[]"),
+        [commit_id, request.receipt(decision.result), head, now_ms],
+        version,
+        settings,
+        now_ms,
     )
     properties = {
         **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
-        VERSION: str(_version(metadata) + 1),
+        VERSION: str(version),
         HEAD: "" if head is None else str(head),
-        COMMITS: json.dumps(registry, separators=(",", ":")),
+        COMMITS: registry,
     }
     if forgotten_ms is not None or FORGOTTEN in decision.properties:  # it only ever moves forward
         known = (forgotten_ms, decision.properties.get(FORGOTTEN), metadata.properties.get(FORGOTTEN))

@@ -15,6 +15,14 @@ Files never current (lost races) are safe to delete at any time, so the same rul
 Files of the current version or newer (a commit in flight), files named otherwise, and
 files that the bound does not postdate (a dropped table's files at the same location) are
 never touched.
+
+Listing the folder costs in proportion to everything in it (manifests too, until orphan
+cleanup), so a commit lists it only every ``SWEEP_EVERY`` versions (and ``maintain``
+always). Every other commit deletes just the file that left the metadata log with it, when
+the same rule proves it superseded more than the grace ago: the log names the files of the
+next versions and their times, so nothing needs listing (issue 20: a commit's cost stays flat
+with history). What that misses (a file still inside the grace, a lost race's file) the next
+listing sweeps.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table.metadata import TableMetadata
 
 _NAME = re.compile(r"(\d+)-[^/]*\.metadata\.json")
+SWEEP_EVERY = 64  # versions between two listings of the metadata folder by commits
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,9 @@ def version_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def delete_superseded(io: FileIO, metadata: TableMetadata, location: str, grace_ms: int) -> list[str]:
+def delete_superseded(
+    io: FileIO, metadata: TableMetadata, location: str, grace_ms: int, base: TableMetadata | None = None
+) -> list[str]:
     """Delete the metadata files beside ``location`` superseded more than ``grace_ms`` ago.
 
     Args:
@@ -54,6 +65,8 @@ def delete_superseded(io: FileIO, metadata: TableMetadata, location: str, grace_
         metadata: The table's current metadata, read from ``location``.
         location: The current metadata file.
         grace_ms: ``icelog.metadata.delete-grace-ms``.
+        base: The metadata the commit that wrote ``location`` was built on: only the file
+            that left the log is considered, unless this version is due a listing.
 
     Returns:
         The paths deleted.
@@ -63,6 +76,8 @@ def delete_superseded(io: FileIO, metadata: TableMetadata, location: str, grace_
         return []
     scheme, netloc, path = PyArrowFileIO.parse_location(location)
     fs = io.fs_by_scheme(scheme, netloc)
+    if base is not None and current % SWEEP_EVERY:
+        return _delete_left_log(io, metadata, location, base, int(time.time() * 1000) - grace_ms)
     kept = {posixpath.basename(location)} | {posixpath.basename(e.metadata_file) for e in metadata.metadata_log}
     files = sorted(_list(fs, posixpath.dirname(path)), key=lambda f: f.version)
     versions = [f.version for f in files]
@@ -88,9 +103,32 @@ def delete_superseded(io: FileIO, metadata: TableMetadata, location: str, grace_
     return deleted
 
 
+def _delete_left_log(io: PyArrowFileIO, metadata: TableMetadata, location: str, base: TableMetadata, cutoff: int) -> list[str]:
+    """The listing's rule applied to the files that left the metadata log with this commit:
+    version v is proven superseded by the time the version v+2 file was written."""
+    written = {version_of(e.metadata_file): e.timestamp_ms for e in metadata.metadata_log}
+    written[version_of(location)] = metadata.last_updated_ms
+    kept = {e.metadata_file for e in metadata.metadata_log} | {location}
+    deleted = []
+    for entry in base.metadata_log:
+        version = version_of(entry.metadata_file)
+        superseded_by = written.get(version + 2) if version is not None else None
+        if entry.metadata_file in kept or superseded_by is None or superseded_by > cutoff:
+            continue  # still in the log, or not yet proven old enough: a listing sweeps it
+        scheme, netloc, path = PyArrowFileIO.parse_location(entry.metadata_file)
+        try:
+            io.fs_by_scheme(scheme, netloc).delete_file(path)
+            deleted.append(path)
+        except (FileNotFoundError, OSError):
+            pass  # already gone, or unreachable: a listing tries again
+    return deleted
+
+
 def _list(fs, folder: str) -> list[_MetadataFile]:
     found = []
     for info in fs.get_file_info(FileSelector(folder, allow_not_found=True)):
+        if not info.path.endswith(".metadata.json"):  # most of the folder: manifests and lists
+            continue
         version = version_of(info.path)
         if info.type == FileType.File and version is not None and info.mtime_ns is not None:
             found.append(_MetadataFile(info.path, version, info.mtime_ns // 1_000_000))

@@ -13,6 +13,8 @@ from typing import Any
 
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
+PREVIOUS_BEGIN = "<!-- bench:previous:begin -->"
+PREVIOUS_END = "<!-- bench:previous:end -->"
 
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _SHOWN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥"}
@@ -149,18 +151,34 @@ def render_section(figures: list[Figure], run: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _between(markdown: str, begin: str, end: str, required: bool) -> tuple[str, str, str] | None:
+    """(text before ``begin``, text between, text after ``end``), or None when neither is there."""
+    if markdown.count(begin) == 0 and markdown.count(end) == 0 and not required:
+        return None
+    if markdown.count(begin) != 1 or markdown.count(end) != 1:
+        raise ValueError(
+            f"BENCHMARKS.md needs exactly one {begin} and one {end} (found {markdown.count(begin)} and {markdown.count(end)})"
+        )
+    head, rest = markdown.split(begin)
+    if end not in rest:
+        raise ValueError(f"{end} comes before {begin}")
+    body, tail = rest.split(end)
+    return head, body.strip(), tail
+
+
 def replace_section(markdown: str, body: str) -> str:
-    """``markdown`` with the text between :data:`BEGIN` and :data:`END` replaced by ``body``.
+    """``markdown`` with the text between :data:`BEGIN` and :data:`END` replaced by ``body``, and
+    the table it replaced kept right after it, between :data:`PREVIOUS_BEGIN` and
+    :data:`PREVIOUS_END` (the run before, for comparison; the one before that is dropped).
 
     Raises:
         ValueError: the markers are missing, repeated or out of order (nothing is written then).
     """
-    if markdown.count(BEGIN) != 1 or markdown.count(END) != 1:
-        raise ValueError(
-            f"BENCHMARKS.md needs exactly one {BEGIN} and one {END} (found {markdown.count(BEGIN)} and {markdown.count(END)})"
-        )
-    head, rest = markdown.split(BEGIN)
-    if END not in rest:
-        raise ValueError(f"{END} comes before {BEGIN}")
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{body.strip()}\n{END}{tail}"
+    head, old, tail = _between(markdown, BEGIN, END, required=True)  # type: ignore[misc]
+    previous = _between(tail, PREVIOUS_BEGIN, PREVIOUS_END, required=False)
+    if previous is not None:
+        between, _, tail = previous
+        if between.strip():
+            raise ValueError(f"{PREVIOUS_BEGIN} must follow {END} directly")
+    kept = f"\n\n{PREVIOUS_BEGIN}\n**The run before** (kept for comparison):\n\n{old}\n{PREVIOUS_END}" if old else ""
+    return f"{head}{BEGIN}\n{body.strip()}\n{END}{kept}{tail}"

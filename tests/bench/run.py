@@ -99,6 +99,8 @@ def bench_append_latency(root: Path, checkpoints: list[int], samples: int) -> Lo
             done += 1
         p50, p95 = pcts(lat)
         p50s.append(p50)
+        # Plain pyiceberg's append slows with history (its manifests are never merged away), so the
+        # target compares the first checkpoint alone; later ones show the reference up to 300 commits.
         ref = pyiceberg_append_latency(root / f"plain{checkpoint}", min(checkpoint, 300), samples)
         record(
             f"conditional append 1k rows @ {checkpoint} commits: p50",
@@ -106,7 +108,7 @@ def bench_append_latency(root: Path, checkpoints: list[int], samples: int) -> Lo
             "ms",
             f"plain pyiceberg append @ {min(checkpoint, 300)} commits p50",
             ref[0],
-            Target("value", "<=", 50),
+            Target("ratio", "<=", 0.5) if checkpoint == checkpoints[0] else None,
         )
         record(f"conditional append 1k rows @ {checkpoint} commits: p95", p95, "ms", "plain pyiceberg p95", ref[1])
     record(
@@ -115,7 +117,7 @@ def bench_append_latency(root: Path, checkpoints: list[int], samples: int) -> Lo
         "ms",
         f"the same @ {checkpoints[0]} commits",
         p50s[0],
-        Target("ratio", "<=", 1.5),
+        Target("ratio", "<=", 1.1),
     )
     return t
 

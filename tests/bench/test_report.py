@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.report import BEGIN, END, Figure, Target, figure, render_section, render_table, replace_section
+from tests.bench.report import (
+    BEGIN,
+    END,
+    PREVIOUS_BEGIN,
+    PREVIOUS_END,
+    Figure,
+    Target,
+    figure,
+    render_section,
+    render_table,
+    replace_section,
+)
 
 RUN = {
     "command": "python -m tests.bench.run",
@@ -83,12 +94,19 @@ def test_target_rejects_an_unknown_side_or_operator():
 def test_the_section_between_the_markers_is_replaced_and_the_rest_kept():
     doc = f"# Benchmarks\nintro\n\n{BEGIN}\nold table\n{END}\n\n## Storage (issue 2)\nanalysis\n"
     once = replace_section(doc, render_section([Figure("append p50", 60.0, "ms", target=Target("value", "<=", 50))], RUN))
-    assert once.startswith("# Benchmarks\nintro\n\n" + BEGIN) and once.endswith(f"{END}\n\n## Storage (issue 2)\nanalysis\n")
-    assert "old table" not in once and "| append p50 | 60.0 ms |" in once and "**missed**" in once
+    assert once.startswith("# Benchmarks\nintro\n\n" + BEGIN) and once.endswith(
+        f"{PREVIOUS_END}\n\n## Storage (issue 2)\nanalysis\n"
+    )
+    new, previous = once.split(END)
+    assert "old table" not in new and "| append p50 | 60.0 ms |" in new and "**missed**" in new
+    assert previous.count("old table") == 1  # the run before, kept beside it
     assert "`python -m tests.bench.run`" in once and "commit `abc1234`" in once and "2 CPUs" in once
     assert "1.00 / 1.50 / 2.00 at the start, 3.00 / 2.50 / 2.00 at the end" in once
     twice = replace_section(once, render_section([Figure("append p50", 20.0, "ms", target=Target("value", "<=", 50))], RUN))
-    assert twice.count(BEGIN) == 1 and twice.count(END) == 1 and "60.0 ms" not in twice and "| met |" in twice
+    assert twice.count(BEGIN) == 1 and twice.count(END) == 1 and "| met |" in twice.split(END)[0]
+    new, previous = twice.split(END)
+    assert "60.0 ms" not in new and "60.0 ms" in previous and "old table" not in twice  # one run back, no more
+    assert twice.count(PREVIOUS_BEGIN) == 1 and twice.endswith(f"{PREVIOUS_END}\n\n## Storage (issue 2)\nanalysis\n")
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,16 @@ so a caller whose response was lost can always re-send with the same commit id.
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from storage import properties as props
+from storage.core import commit as core
 from storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
 from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
 from storage.log.table import AppendRequest, LogTable
@@ -162,3 +168,52 @@ def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_i
     assert t.append({0: rows("fresh")}, commit_id=fresh).ranges == {0: (5, 6)}  # its first send
     with pytest.raises(CommitIdForgotten):  # an id made before the dropped commits still is refused
         t.append({0: rows("old0")}, commit_id="0" * 12 + "7000" + "8" + "0" * 15)
+
+
+registry_entries = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=8),
+        st.none() | st.dictionaries(st.text(max_size=4), st.lists(st.integers(), max_size=3), max_size=2) | st.text(),
+        st.none() | st.integers(0, 2**62),
+        st.integers(0, 2**41),
+    ).map(list),
+    max_size=30,
+)
+
+
+@given(registry_entries, registry_entries.filter(bool), st.sampled_from(["", " ", "[]", " [ ] "]))
+def test_i4_registry_appended_unparsed_reads_back_as_every_entry_in_order(old, new, empty):
+    """Between trims the registry's text is extended without parsing it (issue 20): the text
+    must still read back as exactly the entries appended, whatever their receipts hold."""
+    settings = props.CommitSettings.of({}, "db.t")
+    text = json.dumps(old) if old else empty  # an older icelog's spacing, or no registry yet
+    for entry in new:
+        text, forgotten = core._register(text, entry, 1, settings, 10**12)  # version 1: no trim
+        assert forgotten is None
+    assert json.loads(text) == [*old, *new]
+
+
+def commit_id_made_at(ms: int) -> str:
+    """A UUIDv7 commit id carrying ``ms`` as its creation time."""
+    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0b10 << 62)).hex
+
+
+def test_i4_a_large_registry_is_trimmed_every_few_versions_and_never_far_past_its_bound(sqlite_catalog, monkeypatch):
+    monkeypatch.setattr(core, "TRIM_FROM_BYTES", 0)  # every registry counts as large
+    monkeypatch.setattr(core, "TRIM_EVERY", 4)
+    t = LogTable.create(sqlite_catalog, "db.trimmed", 1, properties={KEEP_COMMIT_IDS: "3", MIN_RETENTION_MS: "0"})
+    sizes = []
+    for i in range(12):
+        t.append({0: rows(str(i))}, commit_id=f"c{i}")
+        metadata = t.table().metadata
+        registry = recent_commits(metadata)
+        sizes.append(len(registry))
+        assert len(registry) <= 3 + 4 - 1
+        if int(metadata.properties["icelog.version"]) % 4 == 0:  # a trimming version: exactly the bound
+            assert [e[0] for e in registry] == [f"c{j}" for j in range(i - 2, i + 1)]
+    assert max(sizes) > 3  # it grew past the bound between trims
+    forgotten = int(t.table().metadata.properties["icelog.commits.forgotten-ms"])
+    end = t.watermarks()[0].end
+    with pytest.raises(CommitIdForgotten):  # the trims dropped ids: an old one cannot be proven new
+        t.append({0: rows("c0")}, commit_id=commit_id_made_at(forgotten - 5000))
+    assert t.watermarks()[0].end == end

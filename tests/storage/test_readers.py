@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from storage.core.commit import METADATA_GRACE_MS
+from storage.core.metadata_files import SWEEP_EVERY, version_of
 from storage.log.table import LogTable
 from tests.support.processes import worker_processes
 
@@ -100,11 +101,21 @@ def superseded_within_a_short_grace(catalog, name: str, commits: int = 8) -> Log
 
 
 def test_i7_metadata_superseded_inside_the_grace_is_deleted_by_a_later_commit(sqlite_catalog):
+    """The file leaving the log is judged at once; those left inside the grace wait for the
+    next commit that lists the folder (every ``SWEEP_EVERY`` versions), not for ``maintain``."""
     t = superseded_within_a_short_grace(sqlite_catalog, "db.busy_disk")
     t.append({0: [{"key": "later"}]})
+    assert len(metadata_files(t)) == 9  # only the file that left the log now, and it was still inside the grace
+    commits = 9
+    while (version_of(t.table().metadata_location) + 1) % SWEEP_EVERY:
+        t.append({0: [{"key": "later"}]})
+        commits += 1
+    time.sleep(1.2)  # every file superseded so far is now past the grace
+    t.append({0: [{"key": "later"}]})  # a listing version
+    commits += 1
     # current + the 2 in the metadata log + the one this commit superseded (inside the grace)
     assert len(metadata_files(t)) <= 4, metadata_files(t)
-    assert t.read(0).num_rows == 9
+    assert t.read(0).num_rows == commits
 
 
 def test_i7_maintain_deletes_metadata_superseded_past_the_grace(sqlite_catalog):
