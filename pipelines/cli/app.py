@@ -101,10 +101,18 @@ def one_line(text: str) -> str:
 
 
 class Context:
+    """What the global options chose (the catalog, the output format), shared by every command."""
+
     def __init__(self, catalog_name: str | None, output: str) -> None:
         self.catalog_name = catalog_name
         self.output = output
         self._catalog = None
+
+    def override(self, name: str, value: Any) -> None:
+        """A global option given again after the command name: that value wins."""
+        setattr(self, name, value)
+        if name == "catalog_name":
+            self._catalog = None
 
     @property
     def catalog(self):
@@ -122,19 +130,18 @@ class Context:
 
 
 def _json_requested(args: list[str]) -> bool:
-    """Whether the global options (before the command name) ask for ``--output json``."""
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        arg = args[i]
-        if arg == "--output":
-            if i + 1 < len(args) and args[i + 1] == "json":
-                return True
-            i += 2
-            continue
-        if arg == "--output=json":
-            return True
-        i += 2 if arg == "--catalog" else 1
-    return False
+    """Whether the command line asks for ``--output json`` (before or after the command name;
+    the last one given wins, as in Click). Read before parsing, so that a usage error found
+    anywhere is reported in the format asked for."""
+    wanted = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--output" and i + 1 < len(args):
+            wanted = args[i + 1]
+        elif arg.startswith("--output="):
+            wanted = arg.partition("=")[2]
+    return wanted == "json"
 
 
 def _json_mode(ctx: click.Context) -> bool:
@@ -173,8 +180,64 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
     sys.exit(code)
 
 
+# The global options, declared once. The group takes them before the command name, with their
+# defaults; IcelogGroup.add_command gives every command them again, without defaults, so that
+# `icelog topics list --output json` works as `icelog --output json topics list` does. A value
+# given after the command name wins (its callback runs after the group's).
+GLOBAL_OPTIONS: list[tuple[list[str], dict[str, Any], dict[str, Any]]] = [
+    # (declarations, attributes, attributes on the group only)
+    (
+        ["--catalog", "catalog_name"],
+        {
+            "metavar": "NAME",
+            "help": "pyiceberg catalog name (default: $ICELOG_CATALOG, else the embedded SQLite catalog under $ICELOG_HOME).",
+        },
+        {"envvar": "ICELOG_CATALOG", "default": None},
+    ),
+    (
+        ["--output"],
+        {"type": click.Choice(["text", "json"]), "help": "text for people; json prints one JSON document per run."},
+        {"default": "text", "show_default": True},
+    ),
+]
+
+
+def _override(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    obj = ctx.find_object(Context)
+    if value is not None and obj is not None and param.name:
+        obj.override(param.name, value)
+
+
+def _group_options(f: Callable) -> Callable:
+    for decls, attrs, on_group in reversed(GLOBAL_OPTIONS):
+        f = click.option(*decls, **attrs, **on_group)(f)
+    return f
+
+
+def add_global_options(command: click.Command) -> None:
+    """Give ``command`` (every command under it, for a group) the global options."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
+        return
+    if any(getattr(p, "callback", None) is _override for p in command.params):
+        return  # already given (a command registered twice)
+    mine = [
+        click.Option(decls, **attrs, default=None, expose_value=False, callback=_override) for decls, attrs, _ in GLOBAL_OPTIONS
+    ]
+    clash = {opt for p in command.params for opt in p.opts} & {opt for o in mine for opt in o.opts}
+    if clash:
+        raise RuntimeError(f"{command.name}: {sorted(clash)} are global options")
+    command.params.extend(mine)
+
+
 class IcelogGroup(click.Group):
-    """The top-level group: one place that turns every error into output and an exit code."""
+    """The top-level group: one place that turns every error into output and an exit code, and
+    that gives every command the global options."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        add_global_options(cmd)
+        super().add_command(cmd, name)
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
@@ -194,7 +257,8 @@ class IcelogGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
         except click.ClickException as e:
-            _usage_error(e, _json_mode(ctx))
+            # a usage error after the command name may come before its --output was parsed
+            _usage_error(e, bool(ctx.meta.get("icelog.json")))
             raise
         except Exception as e:  # noqa: BLE001 - every error leaves as output plus an exit code
             _fail(ctx, e)
@@ -207,18 +271,15 @@ JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strin
 """
 
 
-@click.group(cls=IcelogGroup, epilog=EPILOG)
-@click.option(
-    "--catalog",
-    "catalog_name",
-    envvar="ICELOG_CATALOG",
-    default=None,
-    help="pyiceberg catalog name (default: the embedded SQLite catalog under $ICELOG_HOME).",
-)
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.group(cls=IcelogGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@_group_options
+@click.version_option(package_name="icelog", prog_name="icelog", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, catalog_name: str | None, output: str) -> None:
-    """icelog: Kafka partition-log guarantees on Apache Iceberg tables."""
+    """icelog: Kafka partition-log guarantees on Apache Iceberg tables.
+
+    The global options --catalog and --output go before or after the command name.
+    """
     ctx.obj = Context(catalog_name, output)
 
 

@@ -31,7 +31,13 @@ def load_transform(spec: str):
 @click.option("--member", default=None, help="This member's id; keep it stable across runs (default: random).")
 @click.option("--partition", type=PARTITION, default=None, help="One source partition (default: all).")
 @click.option("--key-range", default=None, metavar="LO:HI", help="Read this hash range without joining the group.")
-@click.option("--mode", type=click.Choice(["key", "chunks"]), default="key", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["key", "chunks"]),
+    default="key",
+    show_default=True,
+    help="How members share a partition: key-hash ranges (per-key order kept) or offset chunks.",
+)
 @click.option(
     "--key-column",
     default=None,
@@ -44,7 +50,13 @@ def load_transform(spec: str):
 @click.option(
     "--transform", "transform_spec", default=None, metavar="MODULE:FUNCTION", help="DataFrame -> DataFrame (default: copy)."
 )
-@click.option("--session-timeout-ms", type=click.IntRange(1, 86_400_000), default=60_000, show_default=True)
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(1, 86_400_000),
+    default=60_000,
+    show_default=True,
+    help="A member not heard from for this long is dropped from the group.",
+)
 @click.option("--leave", is_flag=True, help="Leave the group when done.")
 @click.pass_obj
 def consume_produce(

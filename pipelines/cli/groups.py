@@ -30,7 +30,9 @@ def _parse_range(text: str) -> tuple[int, int]:
 @click.option("--key-range", default=None, metavar="LO:HI", help="Only keys whose hash is in LO..HI (of 0..65535).")
 @click.option("--max-records", type=click.IntRange(1, None), default=None, help="Stop after N records.")
 @click.option("--follow", is_flag=True, help="Keep polling at the log end.")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True)
+@click.option(
+    "--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Records per poll, and per commit."
+)
 @click.pass_obj
 def consume(
     ctx: Context,
@@ -76,6 +78,7 @@ def groups() -> None:
 @groups.command("list")
 @click.pass_obj
 def groups_list(ctx: Context) -> None:
+    """Every consumer group with committed offsets, ranges or members."""
     from storage.groups.offsets import list_groups
 
     names = list_groups(ctx.catalog)
@@ -126,8 +129,8 @@ def groups_describe(ctx: Context, group: str) -> None:
 
 @groups.command("commit")
 @click.argument("table")
-@click.option("--group", required=True)
-@click.option("--partition", type=PARTITION, required=True)
+@click.option("--group", required=True, help="Consumer group id.")
+@click.option("--partition", type=PARTITION, required=True, help="The partition the ranges are offsets of.")
 @click.option("--range", "ranges", required=True, multiple=True, metavar="FIRST-LAST", help="Inclusive offsets; repeatable.")
 @click.pass_obj
 def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: tuple[str, ...]) -> None:
@@ -147,7 +150,7 @@ def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: 
 
 @groups.command("reset")
 @click.argument("table")
-@click.option("--group", required=True)
+@click.option("--group", required=True, help="Consumer group id.")
 @click.option("--to", "to", required=True, help="earliest, latest, or an offset (the next to read).")
 @click.option("--partition", type=PARTITION, default=None, help="One partition (default: all).")
 @click.pass_obj

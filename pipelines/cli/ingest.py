@@ -11,7 +11,14 @@ from storage.errors import InvalidInput
 @click.command()
 @click.argument("table")
 @click.argument("source")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default="parquet", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "csv", "jsonl"]),
+    default="parquet",
+    show_default=True,
+    help="Format of the source files.",
+)
 @click.option(
     "--key-column", default=None, help="Route rows by the hash of this column (default: the table's icelog.key-column, else key)."
 )

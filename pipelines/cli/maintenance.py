@@ -18,7 +18,13 @@ from pipelines.cli.app import INT32_MAX, POSITIVE_INT64, Context, FiniteFloatRan
     help="Drop files whose newest row is older (default: table property icelog.retention.ms).",
 )
 @click.option("--retention-bytes", type=POSITIVE_INT64, default=None, help="Keep at most this many bytes per partition.")
-@click.option("--keep-snapshots", type=click.IntRange(1, INT32_MAX), default=5, show_default=True)
+@click.option(
+    "--keep-snapshots",
+    type=click.IntRange(1, INT32_MAX),
+    default=5,
+    show_default=True,
+    help="Expire all but this many snapshots.",
+)
 @click.option(
     "--orphan-age-s",
     type=FiniteFloatRange(min=0),

@@ -75,9 +75,15 @@ def acls() -> None:
 
 
 def _acl_options(f):
-    f = click.option("--operation", type=click.Choice(["replicator-write"]), default="replicator-write", show_default=True)(f)
+    f = click.option(
+        "--operation",
+        type=click.Choice(["replicator-write"]),
+        default="replicator-write",
+        show_default=True,
+        help="The permission: replicator-write lets a mirror write explicit offsets.",
+    )(f)
     f = click.option("--table", "pattern", required=True, help="Table name or fnmatch pattern, e.g. 'logs.*'.")(f)
-    return click.option("--principal", required=True)(f)
+    return click.option("--principal", required=True, help="Who the grant is for (the mirror's $ICELOG_PRINCIPAL).")(f)
 
 
 @acls.command("add")

@@ -134,7 +134,7 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
 
 @click.command()
 @click.argument("table")
-@click.option("--partition", type=PARTITION, required=True)
+@click.option("--partition", type=PARTITION, required=True, help="The partition to append to.")
 @click.option(
     "--expected-offset",
     type=OFFSET,
@@ -154,8 +154,13 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
     show_default=True,
     help="Lines per commit (bounds memory).",
 )
-@click.option("--producer-id", type=PRODUCER_ID, default=None)
-@click.option("--epoch", type=INT32, default=None)
+@click.option(
+    "--producer-id",
+    type=PRODUCER_ID,
+    default=None,
+    help="Idempotent producer id (from producers init); goes with --epoch and --sequence.",
+)
+@click.option("--epoch", type=INT32, default=None, help="The producer's epoch (from producers init); an older one is fenced.")
 @click.option("--sequence", type=INT32, default=None, help="First sequence number of this batch.")
 @click.pass_obj
 def produce(

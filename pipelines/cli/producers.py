@@ -17,6 +17,7 @@ def producers() -> None:
 @click.option("--client-id", default=None, help="Stable identity: re-init bumps the epoch and fences older instances.")
 @click.pass_obj
 def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
+    """Get a producer id and epoch for writing TABLE idempotently (produce --producer-id --epoch --sequence)."""
     from storage.producers.idempotent import init_producer
 
     identity = init_producer(ctx.catalog, table, client_id)
@@ -27,6 +28,7 @@ def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
 @click.argument("table")
 @click.pass_obj
 def producers_list(ctx: Context, table: str) -> None:
+    """TABLE's producers: id, client id, epoch, and last sequence per partition."""
     from storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)

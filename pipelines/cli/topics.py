@@ -68,6 +68,7 @@ def topics_list(ctx: Context, system: bool) -> None:
 @click.argument("table")
 @click.pass_obj
 def topics_describe(ctx: Context, table: str) -> None:
+    """TABLE's partitions, payload columns, location, current snapshot and offsets per partition."""
     from storage.log.table import LogTable
 
     doc = LogTable.open(ctx.catalog, table).describe()

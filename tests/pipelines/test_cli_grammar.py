@@ -1,0 +1,97 @@
+"""One grammar for every command: global options before or after the command name, ``-h``,
+``--version``, help on every command and option, and a README that matches the help."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import cli
+from tests.support.cli import Cli, one_document
+
+
+def _commands(command: click.Command = cli, path: tuple[str, ...] = ("icelog",)):
+    """Every command of the tree, groups included, with its path."""
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+
+
+LEAVES = [path[1:] for path, command in _commands() if not isinstance(command, click.Group)]
+
+
+@pytest.fixture
+def events(icelog: Cli) -> Cli:
+    icelog("topics", "create", "db.events", "--partitions", "2")
+    return icelog
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--output", "json", "topics", "list"],
+        ["topics", "list", "--output", "json"],
+        ["topics", "list", "--output=json"],
+        ["--output", "text", "topics", "list", "--output", "json"],
+    ],
+)
+def test_output_json_before_or_after_the_command_name(events, argv):
+    result = events.raw(*argv, json_output=False)
+    assert result.exit_code == 0, result.output
+    assert one_document(result.stdout) == {"tables": ["db.events"]}
+
+
+def test_output_given_after_the_command_name_wins(events):
+    result = events.raw("--output", "json", "topics", "list", "--output", "text", json_output=False)
+    assert result.exit_code == 0 and result.stdout.strip() == "db.events"
+
+
+def test_catalog_given_after_the_command_name_wins(events, sqlite_spec, tmp_path):
+    other = {
+        "PYICEBERG_CATALOG__OTHER__URI": f"sqlite:///{tmp_path / 'other.db'}",
+        "PYICEBERG_CATALOG__OTHER__WAREHOUSE": (tmp_path / "other").as_uri(),
+    }
+    (tmp_path / "other").mkdir()
+    two = Cli(sqlite_spec, **other)
+    assert two("topics", "list", "--catalog", "other") == {"tables": []}
+    assert two("--catalog", "other", "topics", "list", "--catalog", sqlite_spec.name) == {"tables": ["db.events"]}
+    assert two("--catalog", sqlite_spec.name, "topics", "list") == {"tables": ["db.events"]}
+
+
+def test_a_usage_error_after_the_command_name_is_json_when_asked_there(events):
+    result = events.raw("topics", "create", "db.other", "--partitions", "none", "--output", "json", json_output=False)
+    assert result.exit_code == 2
+    assert one_document(result.stdout)["param"] == "partitions"
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=" ".join)
+def test_every_command_takes_the_global_options_and_h(path):
+    command = cli
+    for name in path:
+        command = command.commands[name]
+    names = {opt for p in command.params for opt in p.opts}
+    assert {"--output", "--catalog"} <= names
+    result = CliRunner().invoke(cli, [*path, "-h"], prog_name="icelog")
+    assert result.exit_code == 0 and result.stdout.startswith(f"Usage: icelog {' '.join(path)}"), result.output
+
+
+def test_version_is_the_package_version():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"icelog {version('icelog')}"
+
+
+def test_every_command_and_option_has_help():
+    missing = []
+    for path, command in _commands():
+        if not (command.help or "").strip():
+            missing.append(" ".join(path))
+        missing += [
+            f"{' '.join(path)} {p.opts[0]}"
+            for p in command.params
+            if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
+        ]
+    assert missing == []
