@@ -243,6 +243,26 @@ def test_maintenance_dag_keeps_every_offset(airflow):
     assert len(table.table().metadata.snapshots) <= 5
 
 
+@pytest.mark.integration
+def test_a_dag_test_of_a_past_day_shows_its_real_duration(airflow):
+    # `make demo` runs DAGs for 2013 days; Airflow's DAG.test() started such a run at its
+    # logical date, and the UI showed durations like "5067d 15h".
+    import sqlite3
+    from datetime import UTC, datetime
+
+    env, _ = airflow
+    began = datetime.now(UTC)
+    dags_test(env, "icelog_maintenance", "2013-03-01")
+    ended = datetime.now(UTC)
+    with contextlib.closing(sqlite3.connect(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))) as con:
+        logical, start, end = con.execute(
+            "SELECT logical_date, start_date, end_date FROM dag_run WHERE dag_id = 'icelog_maintenance' AND logical_date LIKE '2013-03-01%'"
+        ).fetchone()
+    start, end = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (start, end))
+    assert logical.startswith("2013-03-01")  # the day it ran for stays the logical date
+    assert began <= start <= end <= ended, (start, end)
+
+
 # --- the real scheduler -------------------------------------------------------------------
 
 
