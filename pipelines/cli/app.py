@@ -32,7 +32,7 @@ import numbers
 import os
 import sys
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import click
 
@@ -307,6 +307,27 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return rv
+
+
+class LazyChoice(click.Choice):
+    """A Choice whose choices a function gives when first needed (parsing a value, the help),
+    so that the list can stay in its one home however heavy that module is to import: the
+    command's module imports nothing at start-up, only ``-h`` and the command itself do."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:
+        self._load = load
+        self._loaded: tuple[str, ...] | None = None
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        if self._loaded is None:
+            self._loaded = tuple(self._load())
+        return self._loaded
+
+    @choices.setter
+    def choices(self, value: Iterable[str]) -> None:
+        pass  # Choice.__init__ sets them; they come from ``load``
 
 
 PARTITION_COUNT = click.IntRange(1, MAX_PARTITIONS)

@@ -7,14 +7,25 @@ import sys
 
 import click
 
-from pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, status_line
+from pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, LazyChoice, status_line
+
+
+def _check_names() -> list[str]:
+    """The checks the validator runs, from its registry (``validations.checks.CHECKS``)."""
+    from validations.checks import CHECKS
+
+    return list(CHECKS)
 
 
 @click.command()
 @click.argument("table")
 @click.option("--deep", is_flag=True, help="Read every offset with DuckDB (default: manifests only).")
 @click.option(
-    "--check", "check_names", multiple=True, help="Run these checks (repeatable): contiguity, contiguity-deep, producers."
+    "--check",
+    "check_names",
+    multiple=True,
+    type=LazyChoice(_check_names),
+    help="Run this check (repeatable) instead of the default: contiguity, or contiguity-deep with --deep.",
 )
 @click.option(
     "--snapshot",

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import click
 import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import cli
-from tests.support.cli import Cli, one_document
+from tests.support.cli import ROOT, Cli, one_document
 
 
 def _commands(command: click.Command = cli, path: tuple[str, ...] = ("icelog",)):
@@ -95,3 +98,38 @@ def test_every_command_and_option_has_help():
             if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
         ]
     assert missing == []
+
+
+def test_validate_check_offers_every_check_the_validator_runs():
+    from validations.checks import CHECKS
+
+    check = next(p for p in cli.commands["validate"].params if p.name == "check_names")
+    assert list(check.type.choices) == list(CHECKS)
+    shown = CliRunner().invoke(cli, ["validate", "-h"], terminal_width=400).stdout
+    assert f"--check [{'|'.join(CHECKS)}]" in shown
+
+
+def test_validate_check_refuses_an_unknown_check_naming_the_known_ones(events):
+    result = events.raw("validate", "db.events", "--check", "nope")
+    assert result.exit_code == 2
+    doc = one_document(result.stdout)
+    assert doc["param"] == "check_names" and "mirror-parity" in doc["message"]
+    assert events("validate", "db.events", "--check", "groups", "--check", "transactions")["checks"] == ["groups", "transactions"]
+
+
+def test_help_imports_nothing_heavy():
+    """Start-up: ``icelog --help`` and a command's usage error load no table, query or check modules."""
+    code = (
+        "import sys\n"
+        "from pipelines.cli import cli\n"
+        "for argv in (['--help'], ['validate']):\n"
+        "    try:\n"
+        "        cli(argv, prog_name='icelog')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyiceberg', 'pyarrow', 'duckdb', 'validations', 'rich')]\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
