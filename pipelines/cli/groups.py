@@ -86,14 +86,22 @@ def groups_list(ctx: Context) -> None:
 
 
 @groups.command("describe")
-@click.argument("group")
+@click.option("--group", default=None, help="Consumer group id (required).")
+@click.argument("old_group", required=False, metavar="[GROUP]", deprecated="Use --group GROUP.")
 @click.pass_obj
-def groups_describe(ctx: Context, group: str) -> None:
+def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> None:
     """Per partition: stable offset (last done), committed offset (next to read), IC ranges,
-    lag, owners and draining ranges; then members and generation."""
+    lag, owners and draining ranges; then members and generation.
+
+    The group is named by --group, as in every groups command (and kafka-consumer-groups);
+    the older positional GROUP still works."""
     from storage.groups.offsets import describe_group
 
-    doc = describe_group(ctx.catalog, group)
+    if group is not None and old_group is not None and group != old_group:
+        raise click.UsageError(f"two groups named ({group!r}, {old_group!r}): give one, as --group GROUP")
+    if group is None and old_group is None:
+        raise click.UsageError("Missing option '--group'.")
+    doc = describe_group(ctx.catalog, group or old_group)
 
     def text(d: dict) -> None:
         rows = [

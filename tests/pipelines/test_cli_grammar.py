@@ -133,3 +133,30 @@ def test_help_imports_nothing_heavy():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_groups_command_names_the_group_with_group_option():
+    """kafka-consumer-groups' convention: the group is --group everywhere, the table positional."""
+    for path, command in _commands(cli.commands["groups"], ("groups",)):
+        if isinstance(command, click.Group) or path[-1] == "list":
+            continue
+        group = next(p for p in command.params if p.name == "group")
+        assert isinstance(group, click.Option) and group.opts == ["--group"], path
+    assert "--group" in {opt for p in cli.commands["consume"].params for opt in p.opts}
+
+
+def test_groups_describe_takes_group_option_and_still_the_old_positional(events):
+    events("produce", "db.events", "--partition", "0", input='{"key": "a", "value": "b"}\n')
+    events("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-0")
+    new = events("groups", "describe", "--group", "g")
+    assert new["group"] == "g" and [p["stable_offset"] for p in new["partitions"]] == [0]
+    old = events.raw("groups", "describe", "g")
+    assert old.exit_code == 0 and one_document(old.stdout) == new
+    assert "Use --group GROUP" in old.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["a", "--group", "b"]])
+def test_groups_describe_without_one_group_is_a_usage_error_naming_group(events, args):
+    result = events.raw("groups", "describe", *args)
+    assert result.exit_code == 2
+    assert "--group" in one_document(result.stdout)["message"]
