@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 
@@ -160,3 +162,101 @@ def test_groups_describe_without_one_group_is_a_usage_error_naming_group(events,
     result = events.raw("groups", "describe", *args)
     assert result.exit_code == 2
     assert "--group" in one_document(result.stdout)["message"]
+
+
+# --- the README matches the help ------------------------------------------------------------
+
+README = (ROOT / "README.md").read_text()
+_SHELL_ENDS = {"|", "||", "&&", ";", "<", ">", ">>", "2>&1"}
+
+
+def _readme_invocations() -> list[str]:
+    """Every ``icelog ...`` the README shows: lines of its code blocks and its inline code."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README, flags=re.S | re.M)
+    lines = [line for block in blocks for line in block.splitlines()]
+    spans = re.findall(r"`(icelog [^`]+)`", README)
+    found = []
+    for text in [*lines, *spans]:
+        tokens = shlex.split(text, comments=True) if "icelog" in text else []
+        for i, token in enumerate(tokens):
+            if token == "icelog" and (i == 0 or tokens[i - 1] in _SHELL_ENDS or "=" in tokens[i - 1]):
+                end = next((j for j in range(i + 1, len(tokens)) if tokens[j] in _SHELL_ENDS), len(tokens))
+                found.append(" ".join(shlex.quote(t) for t in tokens[i:end]))
+    return found
+
+
+def _argv(invocation: str) -> list[str]:
+    """The words after ``icelog``, with the usage brackets ``[...]`` and ellipses dropped."""
+    words = [w.strip("[]") for w in shlex.split(invocation)[1:]]
+    return [w for w in words if w and w != "..."]
+
+
+def _alternatives(argv: list[str], group: click.Group = cli) -> list[list[str]]:
+    """``acls add|remove|list`` is three command lines: one per command name."""
+    for i, word in enumerate(argv):
+        if word.startswith("-") or word not in group.commands and "|" not in word:
+            continue
+        names = word.split("|")
+        if len(names) > 1 and all(n in group.commands for n in names):
+            return [alt for n in names for alt in _alternatives([*argv[:i], n, *argv[i + 1 :]], group)]
+        sub = group.commands.get(word)
+        if isinstance(sub, click.Group):
+            return [[*argv[: i + 1], *alt] for alt in _alternatives(argv[i + 1 :], sub)]
+        break
+    return [argv]
+
+
+def _parse(argv: list[str]) -> list[str]:
+    """Parse ``argv`` with icelog's own Click tree; returns the command path. Placeholder values
+    (``TABLE``, ``N``) may fail their types and required options may be missing; an unknown
+    command, an unknown option, or an option without its value fails."""
+    try:
+        ctx = cli.make_context("icelog", list(argv))
+    except click.exceptions.Exit:  # --version, -h
+        return []
+    command: click.Command = cli
+    path = []
+    while isinstance(command, click.Group):
+        # Click keeps the subcommand's name in _protected_args (its public alias warns)
+        name, sub, rest = command.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        path.append(name)
+        command = sub
+        try:
+            ctx = sub.make_context(name, rest, parent=ctx)
+        except click.BadParameter:  # a placeholder value, or a required option left out
+            break
+        except click.exceptions.Exit:  # -h
+            break
+    return path
+
+
+INVOCATIONS = _readme_invocations()
+
+
+def test_the_readme_shows_icelog_command_lines():
+    assert len(INVOCATIONS) > 40
+    assert "icelog groups describe --group G" in INVOCATIONS
+
+
+@pytest.mark.parametrize("invocation", INVOCATIONS)
+def test_every_command_line_in_the_readme_parses(invocation):
+    for argv in _alternatives(_argv(invocation)):
+        try:
+            _parse(argv)
+        except click.UsageError as e:
+            pytest.fail(f"README: {invocation!r}: {e.format_message()}")
+
+
+def test_the_readme_shows_every_command():
+    shown = {tuple(_parse(argv)) for invocation in INVOCATIONS for argv in _alternatives(_argv(invocation))}
+    missing = [" ".join(path) for path in LEAVES if path not in shown and not (path[-1] == "run" and path[:-1] in shown)]
+    assert missing == []
+
+
+def test_every_option_the_readmes_cli_section_names_exists():
+    section = README[README.index("\n## CLI\n") :]
+    section = section[: section.index("\n## ", 1)]
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", section))
+    known = {opt for _, command in _commands() for p in command.params for opt in p.opts + p.secondary_opts}
+    known |= set(cli.context_settings["help_option_names"])
+    assert sorted(named - known) == []
