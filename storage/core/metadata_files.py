@@ -32,11 +32,12 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyarrow.fs import FileSelector, FileType
-from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.table.metadata import TableMetadata
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.table.metadata import TableMetadata
 
 _NAME = re.compile(r"(\d+)-[^/]*\.metadata\.json")
 SWEEP_EVERY = 64  # versions between two listings of the metadata folder by commits
@@ -71,6 +72,9 @@ def delete_superseded(
     Returns:
         The paths deleted.
     """
+    # lazy: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading offsets never needs (issue 20)
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
     current = version_of(location)
     if current is None or not isinstance(io, PyArrowFileIO):
         return []
@@ -106,6 +110,8 @@ def delete_superseded(
 def _delete_left_log(io: PyArrowFileIO, metadata: TableMetadata, location: str, base: TableMetadata, cutoff: int) -> list[str]:
     """The listing's rule applied to the files that left the metadata log with this commit:
     version v is proven superseded by the time the version v+2 file was written."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
     written = {version_of(e.metadata_file): e.timestamp_ms for e in metadata.metadata_log}
     written[version_of(location)] = metadata.last_updated_ms
     kept = {e.metadata_file for e in metadata.metadata_log} | {location}
@@ -125,6 +131,8 @@ def _delete_left_log(io: PyArrowFileIO, metadata: TableMetadata, location: str, 
 
 
 def _list(fs, folder: str) -> list[_MetadataFile]:
+    from pyarrow.fs import FileSelector, FileType
+
     found = []
     for info in fs.get_file_info(FileSelector(folder, allow_not_found=True)):
         if not info.path.endswith(".metadata.json"):  # most of the folder: manifests and lists

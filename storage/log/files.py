@@ -23,7 +23,6 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.io.pyarrow import write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import Table, TableProperties, WriteTask
@@ -76,6 +75,9 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
         table: The log table (its current metadata gives schema, spec and location).
         batches: Rows per log partition, sorted by offset and contiguous.
     """
+    # lazy: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading offsets never needs (issue 20)
+    from pyiceberg.io.pyarrow import write_file
+
     metadata = table.metadata
     schema, spec = metadata.schema(), metadata.spec()
     arrow_schema = schema.as_arrow()
