@@ -1,9 +1,11 @@
-"""``icelog produce``: JSON Lines into one partition, batch by batch, and the JSON Lines parser."""
+"""``icelog produce``: JSON Lines (or ``key<SEP>value`` lines) into one partition or routed by
+key, batch by batch, and the line parsers."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -104,6 +106,30 @@ def iter_json_lines(stream: BinaryIO, skip: int = 0) -> Iterator[tuple[int, dict
         yield number, row
 
 
+def iter_key_value_lines(stream: BinaryIO, skip: int = 0, *, separator: str, key_column: str) -> Iterator[tuple[int, dict]]:
+    """Parse ``KEY<separator>VALUE`` text lines lazily, as kafka-console-producer does with
+    ``parse.key``: ``(line number, {key_column: KEY, "value": VALUE})`` per non-blank line,
+    split at the first separator. The first ``skip`` non-blank lines are passed over.
+
+    Raises:
+        MalformedInput: with the line number, for a line that is not UTF-8 or has no separator.
+    """
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise MalformedInput(line=number, reason=f"not UTF-8 (byte {e.start} of the line)") from e
+        if not line.strip():
+            continue
+        if skip:
+            skip -= 1
+            continue
+        key, found, value = line.partition(separator)
+        if not found:
+            raise MalformedInput(line=number, reason=f"no key separator {separator!r} in the line")
+        yield number, {key_column: key, "value": value}
+
+
 def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None):
     """Rows as an Arrow table; binary payload columns take base64 strings."""
     import pyarrow as pa
@@ -134,7 +160,18 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
 
 @click.command()
 @click.argument("table")
-@click.option("--partition", type=PARTITION, required=True, help="The partition to append to.")
+@click.option(
+    "--partition",
+    type=PARTITION,
+    default=None,
+    help="The partition to append to (default: each line goes to the partition of its key, hashed as ingest does).",
+)
+@click.option(
+    "--key-separator",
+    default=None,
+    metavar="SEP",
+    help="Lines are KEY SEP VALUE text, not JSON (kafka-console-producer's parse.key); '\\t' is a tab.",
+)
 @click.option(
     "--expected-offset",
     type=OFFSET,
@@ -166,7 +203,8 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
 def produce(
     ctx: Context,
     table: str,
-    partition: int,
+    partition: int | None,
+    key_separator: str | None,
     expected_offset: int | None,
     load_id: str | None,
     input_file: BinaryIO,
@@ -175,23 +213,43 @@ def produce(
     epoch: int | None,
     sequence: int | None,
 ) -> None:
-    """Append JSON Lines rows to one partition of TABLE (binary columns take base64 strings).
+    """Append JSON Lines rows to TABLE (binary columns take base64 strings), to one --partition
+    or each row to the partition of its key.
 
-    The input streams in batches of --batch-size lines, one commit each. With
+    Without --partition a row goes where its key (the table's key column, icelog.key-column,
+    default key) hashes, as ingest routes: CRC-32 of the key modulo the partition count. With
+    --key-separator SEP each line is KEY SEP VALUE text, split at the first SEP, for the key
+    column and value. The input streams in batches of --batch-size lines, one commit each
+    (routed by key: one atomic commit across the batch's partitions). With
     --expected-offset K line i lands at offset K + i, and a log that does not end at K is an
     OffsetMismatch (exit 3). With --load-id as well the load is resumable: killed and run
     again with the same arguments, it continues after its own batches (found by commit id,
     never by content), and every line lands exactly once. Another writer appending meanwhile
     stops it with OffsetMismatch (exit 3): it never interleaves.
     """
-    from storage.ingest.bulk import bulk_load
+    from storage.ingest.bulk import bulk_load, keyed_load
+    from storage.log.schema import declared_key_column
     from storage.log.table import LogTable
 
     ids = (producer_id, epoch, sequence)
     if any(v is not None for v in ids) and any(v is None for v in ids):
         raise InvalidInput(reason="--producer-id, --epoch and --sequence go together")
+    if partition is None and (expected_offset is not None or load_id is not None or producer_id is not None):
+        raise InvalidInput(reason="--expected-offset, --load-id and --producer-id name one partition's offsets: add --partition")
     log_table = LogTable.open(ctx.catalog, table)
-    batches = _arrow_batches(input_file, batch_size, log_table.identifier, log_table.payload_schema())
+    lines = iter_json_lines
+    if key_separator is not None:
+        separator = "\t" if key_separator == "\\t" else key_separator
+        if not separator:
+            raise InvalidInput(reason="--key-separator must not be empty")
+        key_column = declared_key_column(log_table.table().metadata.properties)
+        lines = functools.partial(iter_key_value_lines, separator=separator, key_column=key_column)
+    batches = _arrow_batches(input_file, batch_size, log_table.identifier, log_table.payload_schema(), lines)
+    if partition is None:
+        with status_line(ctx, "producing by key") as progress:
+            routed = keyed_load(log_table, batches(0), progress=progress)
+        ctx.emit({"table": log_table.identifier, **routed}, _routed_text)
+        return
     producer = (producer_id, epoch, sequence) if producer_id is not None else None
     with status_line(ctx, "producing") as progress:
         result = bulk_load(log_table, partition, batches, expected_offset, load_id=load_id, producer=producer, progress=progress)
@@ -206,7 +264,13 @@ def produce(
     ctx.emit(doc, _produced_text)
 
 
-def _arrow_batches(stream: BinaryIO, batch_size: int, table: str, payload: Any) -> Callable[[int], Iterator[Any]]:
+def _arrow_batches(
+    stream: BinaryIO,
+    batch_size: int,
+    table: str,
+    payload: Any,
+    lines: Callable[[BinaryIO, int], Iterator[tuple[int, dict]]] = iter_json_lines,
+) -> Callable[[int], Iterator[Any]]:
     """The input as Arrow tables of ``batch_size`` lines each, from after the first ``skip`` lines.
 
     A resumed load passes over the lines its committed batches hold; a load with nothing
@@ -215,7 +279,7 @@ def _arrow_batches(stream: BinaryIO, batch_size: int, table: str, payload: Any) 
 
     def batches(skip: int) -> Iterator[Any]:
         pending: list[tuple[int, dict]] = []
-        for item in iter_json_lines(stream, skip):
+        for item in lines(stream, skip):
             pending.append(item)
             if len(pending) == batch_size:
                 yield rows_to_arrow(table, pending, payload)
@@ -224,6 +288,11 @@ def _arrow_batches(stream: BinaryIO, batch_size: int, table: str, payload: Any) 
             yield rows_to_arrow(table, pending, payload)
 
     return batches
+
+
+def _routed_text(d: dict) -> None:
+    written = ", ".join(f"p{p} {first}..{nxt - 1}" for p, (first, nxt) in d["partitions"].items()) or "nothing"
+    click.echo(f"{d['table']} by {d['key_column']}: {written} ({d['rows']} rows in {d['batches']} batches)")
 
 
 def _produced_text(d: dict) -> None:

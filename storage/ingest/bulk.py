@@ -18,12 +18,14 @@ batch, which then fails with ``OffsetMismatch``: the load stops, it never interl
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
 from storage.core.commit import recent_commits
 from storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
+from storage.log.keys import split_by_key
+from storage.log.schema import declared_key_column
 from storage.log.sequences import ProducerBatch
 
 Batches = Callable[[int], Iterator[pa.Table]]
@@ -103,6 +105,37 @@ def bulk_load(
     if result["base_offset"] is None:  # nothing left to write
         here = (start_offset or 0) + done
         result.update(base_offset=here, next_offset=here)
+    return result
+
+
+def keyed_load(log_table: Any, batches: Iterable[pa.Table], *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Append each batch split by key: a record goes to the partition of its key (the table's
+    key column, :func:`storage.log.keys.split_by_key`, as ingest and consume-produce route),
+    and each batch lands in one atomic commit across its partitions (I5).
+
+    Returns:
+        ``key_column``, ``partitions`` (per partition written, ``[first offset, next offset]``
+        of this load), ``rows``, ``batches`` and the last ``snapshot_id``.
+
+    Raises:
+        InvalidInput: the table has no key column to route by.
+    """
+    say = progress or (lambda line: None)
+    table = log_table.table()
+    key = declared_key_column(table.metadata.properties)
+    if key not in log_table.payload_schema(table).names:
+        raise InvalidInput(reason=f"{log_table.identifier} has no key column {key!r} to route by: name a partition")
+    count = len(log_table.watermarks())
+    result: dict[str, Any] = {"key_column": key, "partitions": {}, "rows": 0, "batches": 0, "snapshot_id": None}
+    for rows in batches:
+        if not rows.num_rows:
+            continue
+        appended = log_table.append(split_by_key(rows, key, count))
+        for partition, (first, nxt) in appended.ranges.items():
+            result["partitions"].setdefault(partition, [first, nxt])[1] = nxt
+        result.update(snapshot_id=appended.snapshot_id, rows=result["rows"] + rows.num_rows, batches=result["batches"] + 1)
+        say(f"{result['rows']:,} records in {len(result['partitions'])} partitions")
+    result["partitions"] = dict(sorted(result["partitions"].items()))
     return result
 
 

@@ -49,6 +49,16 @@ def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, partitions: int) -> np
     return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(table) else np.zeros(len(keys), dtype=np.int32)
 
 
+def split_by_key(rows: pa.Table, key_column: str, partitions: int) -> dict[int, pa.Table]:
+    """``rows`` by the partition of their key (:func:`partitions_for_keys` of the column as text;
+    a null key, or no such column, is the empty key), input order kept within a partition.
+    Partitions that get no row are left out."""
+    if key_column not in rows.column_names:
+        return {partition_for_key(None, partitions): rows} if rows.num_rows else {}
+    where = partitions_for_keys(pc.cast(rows[key_column], pa.string()), partitions)
+    return {int(p): rows.take(np.flatnonzero(where == p)) for p in np.unique(where)}
+
+
 def key_hash(key: str | None) -> int:
     return int(hashlib.md5((key or "").encode()).hexdigest()[-4:], 16)
 

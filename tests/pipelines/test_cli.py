@@ -142,7 +142,7 @@ def test_console_script_text_output_and_usage_error(catalog_spec, tmp_path):
     env = catalog_spec.env()
     done = subprocess.run([*exe, "topics", "create", "db.events", "--partitions", "2"], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "created db.events" in done.stdout
-    usage = subprocess.run([*exe, "produce", "db.events"], env=env, capture_output=True, text=True)
+    usage = subprocess.run([*exe, "produce", "db.events", "--partition"], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "--partition" in usage.stderr
 
 

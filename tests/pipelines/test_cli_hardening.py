@@ -101,7 +101,7 @@ def test_add_partitions_bound_has_a_clear_message(events):
 @pytest.mark.parametrize(
     "args, error",
     [
-        (["produce", "db.events"], "MissingParameter"),
+        (["groups", "commit", "db.events", "--group", "g", "--range", "0-0"], "MissingParameter"),  # no --partition
         (["produce", "db.events", "--partition", "zero"], "BadParameter"),
         (["produce", "db.events", "--partition", "0", "--nope"], "NoSuchOption"),
         (["no-such-command"], "NoSuchCommand"),
@@ -120,7 +120,7 @@ def test_usage_errors_give_one_json_document_and_exit_2(events, args, error):
 
 
 def test_usage_errors_in_text_mode_stay_on_stderr(events):
-    result = events.raw("produce", "db.events", json_output=False)
+    result = events.raw("produce", "db.events", "--partition", json_output=False)
     assert result.exit_code == 2 and result.stdout == "" and "--partition" in result.stderr
 
 
