@@ -72,7 +72,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from storage import properties as props
 from storage.core import faults, metadata_files
 from storage.core.state import LogState, TableState
-from storage.core.swap import TableSwap, check_atomic, load_tables, swap
+from storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from storage.errors import (
     CatalogUnavailable,
     CommitConflict,
@@ -728,7 +728,7 @@ class _StagingTransaction(Transaction):
     @property
     def table_metadata(self) -> TableMetadata:
         if self._view is None or self._view[0] is not self._updates:
-            self._view = (self._updates, super().table_metadata)
+            self._view = (self._updates, apply_updates(self._table.metadata, self._updates))
         return self._view[1]
 
 

@@ -99,3 +99,38 @@ def test_staging_transaction_caches_exactly_what_pyiceberg_computes(sqlite_catal
     cached.set_properties({"y": "2"})
     assert cached.table_metadata is not first and same(cached.table_metadata, pyicebergs(cached))
     assert cached.table_metadata.properties["y"] == "2"
+
+
+def test_apply_updates_is_pyicebergs_update_without_the_deep_copy(sqlite_catalog):
+    """``storage.core.swap.apply_updates`` re-states ``update_table_metadata`` on its private
+    helpers: same result for every kind of update a commit stages, and the base left as it was."""
+    from pyiceberg.table.update import RemoveSnapshotsUpdate, SetPropertiesUpdate, update_table_metadata
+
+    from storage.core.commit import _StagingTransaction
+    from storage.core.swap import apply_updates
+    from storage.log.table import LogTable
+
+    assert "model_copy(deep=True)" in inspect.getsource(update_table_metadata)  # what it saves
+    assert list(inspect.signature(update_table_metadata).parameters) == [
+        "base_metadata",
+        "updates",
+        "enforce_validation",
+        "metadata_location",
+    ]
+    log_table = LogTable.create(sqlite_catalog, "db.apply", 1, properties={"write.metadata.previous-versions-max": "2"})
+    for i in range(4):
+        log_table.append({0: [{"key": str(i)}]})
+    table = log_table.table()
+    before = table.metadata.model_dump_json()
+    txn = _StagingTransaction(table)
+    txn.update_snapshot().fast_append().commit()
+    updates = (
+        *txn._updates,
+        SetPropertiesUpdate(updates={"x": "1"}),
+        RemoveSnapshotsUpdate(snapshot_ids=[table.metadata.snapshots[0].snapshot_id]),
+    )
+    ours = apply_updates(table.metadata, updates, table.metadata_location)
+    theirs = update_table_metadata(table.metadata, updates, metadata_location=table.metadata_location)
+    assert ours.model_copy(update={"last_updated_ms": 0}) == theirs.model_copy(update={"last_updated_ms": 0})
+    assert len(ours.metadata_log) == 2 and ours.metadata_log[-1].metadata_file == table.metadata_location
+    assert table.metadata.model_dump_json() == before  # the base is untouched
