@@ -199,6 +199,9 @@ def check_reader_sees_whole_transactions(catalog_spec, tmp_path, commits: int) -
     stop, out = tmp_path / "stop", tmp_path / "reader.out"
     rng, total = random.Random(5), 0
     with worker("reader", catalog_spec, {"a": "db.a", "b": "db.b", "stop": str(stop), "interval_s": 0.1}, out) as reader:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().strip()) and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a loaded machine starts the reader slowly: commit once it reads
         for _ in range(commits):
             k = rng.randint(1, 1000)
             commit_balanced(producer, k)
