@@ -232,6 +232,10 @@ class LogTable:
             FORMAT: FORMAT_VERSION,  # marks a log table (the producer-id system table has none)
         }
         ensure_namespace(catalog, namespace)
+        # pyiceberg writes the new table's first metadata file before the catalog refuses a
+        # name in use: asking first leaves no orphan file in an existing table's folder.
+        if catalog.table_exists(f"{namespace}.{name}"):
+            raise TableAlreadyExists(table=f"{namespace}.{name}")
         try:
             catalog.create_table(
                 f"{namespace}.{name}",

@@ -26,7 +26,7 @@ from pyiceberg.table import Table
 from storage import properties as props
 from storage.core.commit import Decision, Request
 from storage.core.staging import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
-from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError
+from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError, UnknownTable
 from storage.log import schema as cols
 from storage.log.files import write_log_files
 from storage.log.table import AppendRequest, LogTable
@@ -65,11 +65,16 @@ class TransactionAborted(AbortableError):
 
 
 def ensure_journal(catalog: Catalog) -> LogTable:
+    """The coordinator journal, created on first use (opened first: it nearly always exists)."""
+    try:
+        return LogTable.open(catalog, JOURNAL)
+    except UnknownTable:
+        pass
     try:
         return LogTable.create(
             catalog, JOURNAL, 1, payload=JOURNAL_PAYLOAD, properties={"icelog.snapshots.keep": "10"}, system=True
         )
-    except TableAlreadyExists:
+    except TableAlreadyExists:  # created meanwhile by another process
         return LogTable.open(catalog, JOURNAL)
 
 

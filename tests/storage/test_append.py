@@ -201,8 +201,11 @@ def test_i8_bad_partition_count_and_duplicates(catalog, unchanged):
     assert catalog.list_namespaces() == []
     t = LogTable.create(catalog, "db.events", partitions=1)
     t.append({0: rows("a")})
+    folder = t.table().metadata.location.removeprefix("file://") + "/metadata"
+    files = sorted(os.listdir(folder))
     with unchanged(t), unchanged(catalog=catalog), pytest.raises(TableAlreadyExists):
         LogTable.create(catalog, "db.events", partitions=3)
+    assert sorted(os.listdir(folder)) == files  # not even a refused table's first metadata file
     assert len(t.watermarks()) == 1
     with unchanged(catalog=catalog), pytest.raises(UnknownTable):
         LogTable.open(catalog, "db.missing")
