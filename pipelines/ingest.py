@@ -33,7 +33,7 @@ from storage.core.swap import load_tables
 from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from storage.ingest import ledger
 from storage.log import schema as cols
-from storage.log.files import clustered, write_log_files
+from storage.log.files import clustered, parquet_encodings, write_log_files
 from storage.log.keys import SPARK_SQL_KEY_HASH
 from storage.log.table import LogTable
 from storage.logs import get_logger
@@ -409,9 +409,10 @@ class SliceWriter:
             if p not in files:
                 path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd"))
-            rows, group_rows = clustered(pa.Table.from_batches(pending.pop(p), schema=self.schema))
-            files[p][1].write_table(rows, row_group_size=group_rows)
+                options = parquet_encodings(self.schema.names)
+                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd", **options))
+            for group in clustered(pa.Table.from_batches(pending.pop(p), schema=self.schema)):
+                files[p][1].write_table(group)  # each write starts a row group
             pending_rows[p] = 0
 
         try:

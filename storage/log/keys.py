@@ -65,11 +65,23 @@ def key_hash(key: str | None) -> int:
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Vectorised :func:`key_hash` (each distinct key hashes once)."""
+    return encoded_key_hashes(keys)[0]
+
+
+def encoded_key_hashes(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.DictionaryArray | None]:
+    """:func:`key_hashes`, and the keys dictionary-encoded as they were hashed (None for no keys).
+
+    Text keys without nulls are encoded as they are, so the encoding gives them back: a writer
+    reorders the int32 indices and then takes from the small dictionary, cheaper than taking
+    the strings (``storage.log.files``).
+    """
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if len(keys) == 0:
-        return np.zeros(0, dtype=np.int32)
-    encoded = pc.dictionary_encode(pc.fill_null(keys.cast(pa.string()), ""))
+        return np.zeros(0, dtype=np.int32), None
+    if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+        keys = keys.cast(pa.string())
+    encoded = pc.dictionary_encode(pc.fill_null(keys, ""))
     distinct = encoded.dictionary
     if len(distinct) <= _PYTHON_HASH_LIMIT:
         md5 = hashlib.md5  # the last two digest bytes are the last four hex digits of key_hash
@@ -85,4 +97,4 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
                 .fetchnumpy()["h"]
                 .astype(np.int32)
             )
-    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
+    return lookup[encoded.indices.to_numpy(zero_copy_only=False)], encoded

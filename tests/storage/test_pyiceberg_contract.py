@@ -134,3 +134,39 @@ def test_apply_updates_is_pyicebergs_update_without_the_deep_copy(sqlite_catalog
     assert ours.model_copy(update={"last_updated_ms": 0}) == theirs.model_copy(update={"last_updated_ms": 0})
     assert len(ours.metadata_log) == 2 and ours.metadata_log[-1].metadata_file == table.metadata_location
     assert table.metadata.model_dump_json() == before  # the base is untouched
+
+
+def test_log_file_writer_describes_a_file_as_pyicebergs_write_file(sqlite_catalog):
+    """storage.log.files writes data files itself (encodings, row groups) with pyiceberg's private
+    writer options (_get_parquet_writer_kwargs) and statistics helpers: the DataFile it returns
+    must say what pyiceberg's own write_file says of the same rows, apart from path and bytes."""
+    import uuid
+
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, write_file
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+    from pyiceberg.table import WriteTask
+
+    from storage.log import schema as cols
+    from storage.log.files import write_log_files
+    from storage.log.table import LogTable
+
+    assert set(inspect.signature(_get_parquet_writer_kwargs).parameters) == {"table_properties"}
+    t = LogTable.create(sqlite_catalog, "db.contract", 2)  # key/value strings: a key column
+    n = 5_000  # large enough to be clustered by key hash
+    t.append({1: pa.table({"key": [f"key-{i % 97}" for i in range(n)], "value": [str(i) for i in range(n)]})})
+    table = t.table()
+    rows = t.read(1)
+    ours = write_log_files(table, {1: rows})
+    metadata, spec = table.metadata, table.metadata.spec()
+    key = PartitionKey(field_values=[PartitionFieldValue(spec.fields[0], 1)], partition_spec=spec, schema=metadata.schema())
+    arrow = metadata.schema().as_arrow()
+    task = WriteTask(uuid.uuid4(), 0, metadata.schema(), rows.select(arrow.names).cast(arrow).to_batches(), partition_key=key)
+    (theirs,) = write_file(table.io, metadata, iter([task]))
+    (mine,) = ours
+    for field in ("content", "file_format", "partition", "record_count", "null_value_counts", "lower_bounds", "upper_bounds"):
+        assert getattr(mine, field) == getattr(theirs, field), field
+    assert set(mine.column_sizes) == set(theirs.column_sizes) and set(mine.value_counts) == set(theirs.value_counts)
+    assert mine.value_counts == theirs.value_counts
+    assert mine.file_path.rsplit("/", 1)[0] == theirs.file_path.rsplit("/", 1)[0]  # the location provider's folder
+    assert cols.KEY_HASH in rows.column_names
