@@ -16,17 +16,22 @@ The two modes differ in how they learn the coverage:
   takes each file to hold each offset of its bounds once. It cannot see inside a file: a
   file whose record count differs from its bound range is reported as suspect, and a file
   whose count equals its bound range passes.
-* The deep check reads the offsets. Per file, ``log_offset - file_row_number`` is constant
-  exactly when the file holds consecutive offsets in order, so one grouped scan at DuckDB's
-  scan speed proves such files. The other files (the key-hash layout orders rows by key hash,
-  and foreign writers write what they like) are counted offset by offset, in linear time (a
-  count per offset), as runs of offsets with the same count; those counts replace the file's
-  bounds. The result is exact whatever the files hold: duplicates, holes and row order.
+* The deep check reads the offsets and proves each file at DuckDB's scan speed, whatever its
+  row order: a file in offset order holds exactly ``c..c + n - 1`` when ``log_offset -
+  file_row_number`` is the constant ``c``; a file in any other order (the key-hash layout
+  sorts rows by key hash) holds exactly ``lo..hi`` when its ``n = hi - lo + 1`` offsets set
+  ``n`` distinct bits of a bitmap over ``lo..hi``. A large file gets a query of its own, with
+  the proof its footer's offset statistics point to; small files share one grouped query.
+  Only a file that fails its proof (a foreign writer's, a bug's) is counted offset by offset,
+  in linear time (a count per offset), as runs of offsets with the same count; those counts
+  replace the file's bounds. The result is exact whatever the files hold: duplicates, holes
+  and row order.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -45,6 +50,10 @@ from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
 MAX_PATHS_IN_DETAIL = 4
+# Files at least this large get a query of their own: ungrouped aggregates run at scan speed,
+# where a GROUP BY file costs each row a hash-table update (measured ~20% of the scan); below
+# it, a query per file costs more than the grouping.
+OWN_QUERY_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -54,14 +63,14 @@ class FileSpan:
     first: int
     last: int  # inclusive
     rows: int
-    ordered: bool  # offsets are consecutive in row order (deep check only proves this)
+    exact: bool  # holds each offset of first..last once (the deep check proves it, the metadata check assumes it)
 
 
 @dataclass(frozen=True)
 class OffsetRun:
     """Offsets ``first..last`` (inclusive) each appear exactly ``count`` times in ``path``.
 
-    The deep check describes every file that is not consecutive in row order this way.
+    The deep check describes every file that fails its proof this way.
     """
 
     path: str
@@ -85,7 +94,7 @@ def deep_spans(
     table: Table, snapshot_id: int | None = None, con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
     """Per-file spans computed from the offsets themselves, the exact offset counts of the
-    files that are not consecutive in row order, and misplaced rows."""
+    files whose proof failed, and misplaced rows."""
     name = ".".join(table.name()[-2:])
     paths = {local_path(t.file.file_path): file_partition(t.file) for t in table.scan(snapshot_id=snapshot_id).plan_files()}
     return scan_files(name, paths, con)
@@ -105,16 +114,25 @@ def scan_files(
     if con is None:
         with duckdb.connect() as own:
             return scan_files(table, paths, own)
+    spans, grouped = [], []
+    for path in sorted(paths):
+        span = _proven_file(con, path, paths[path]) if _size(path) >= OWN_QUERY_BYTES else None
+        if span is None:
+            grouped.append(path)
+        else:
+            spans.append(span)
+    if not grouped:
+        return spans, [], []
     rows = con.execute(
         f"""
         SELECT filename, {cols.PARTITION}, count(*), min({cols.OFFSET}), max({cols.OFFSET}),
-               min({cols.OFFSET} - file_row_number) = max({cols.OFFSET} - file_row_number)
+               count({cols.OFFSET}) = count(*) AND min({cols.OFFSET} - file_row_number) = max({cols.OFFSET} - file_row_number)
         FROM read_parquet($paths, filename = true, file_row_number = true)
         GROUP BY ALL
         """,
-        {"paths": sorted(paths)},
+        {"paths": grouped},
     ).fetchall()
-    spans, violations = [], []
+    violations = []
     for path, partition, n, lo, hi, ordered in rows:
         if partition != paths[path]:
             violations.append(
@@ -129,16 +147,66 @@ def scan_files(
                 )
             )
         spans.append(FileSpan(path, partition, lo, hi, n, bool(ordered) and n == hi - lo + 1))
-    irregular = {(s.path, s.partition) for s in spans if not s.ordered}
+    irregular = {(s.path, s.partition) for s in spans if not s.exact}
     runs = _offset_runs(sorted({path for path, _ in irregular})) if irregular else []
     return spans, [r for r in runs if (r.path, r.partition) in irregular], violations
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # not a local file: the grouped query reads it (or says why not)
+        return 0
+
+
+def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int) -> FileSpan | None:
+    """The span of one file whose offsets are proven exact, in one ungrouped scan; None when
+    its proof fails (the caller then diagnoses the file exactly).
+
+    The footer's row-group statistics only choose the proof: offsets in row order, or a
+    bitmap over the range they give. Either proof reads every offset, so a wrong or
+    missing statistic costs speed, never a wrong answer.
+    """
+    footer = pq.read_metadata(path)
+    if cols.OFFSET not in footer.schema.names or footer.num_rows == 0:
+        return None
+    column = footer.schema.names.index(cols.OFFSET)
+    groups = [footer.row_group(g) for g in range(footer.num_row_groups)]
+    stats = [g.column(column).statistics for g in groups]
+    if not all(s is not None and s.has_min_max for s in stats):
+        return None
+    lo, hi = min(s.min for s in stats), max(s.max for s in stats)
+    in_order = all(s.max - s.min + 1 == g.num_rows for s, g in zip(stats, groups, strict=True)) and all(
+        b.min == a.max + 1 for a, b in itertools.pairwise(stats)
+    )
+    common = f"count(*), count({cols.OFFSET}), count({cols.PARTITION}), min({cols.PARTITION}), max({cols.PARTITION})"
+    if in_order:  # offset - row number is constant exactly when the offsets are consecutive in row order
+        query = f"""SELECT {common}, min({cols.OFFSET} - file_row_number), max({cols.OFFSET} - file_row_number)
+                    FROM read_parquet($path, file_row_number = true)"""
+    elif hi - lo + 1 == footer.num_rows:
+        # n offsets in lo..hi (bitstring_agg raises on one outside) setting n distinct bits are
+        # exactly lo..hi, in any row order. lo and hi are ints from the footer, safe to inline.
+        query = f"SELECT {common}, bit_count(bitstring_agg({cols.OFFSET}, {int(lo)}, {int(hi)})) FROM read_parquet($path)"
+    else:
+        return None
+    try:
+        n, offsets, partitions, p_min, p_max, *proof = con.execute(query, {"path": path}).fetchone()
+    except duckdb.OutOfRangeException:  # an offset outside the footer's bounds
+        return None
+    if not (n == offsets == partitions and p_min == p_max == partition):
+        return None
+    if in_order and proof[0] == proof[1]:
+        return FileSpan(path, partition, proof[0], proof[0] + n - 1, n, True)
+    if not in_order and proof[0] == n == hi - lo + 1:
+        return FileSpan(path, partition, int(lo), int(hi), n, True)
+    return None
 
 
 def _offset_runs(paths: list[str]) -> list[OffsetRun]:
     """Exact offset counts of some files, as runs of consecutive offsets with equal counts.
 
-    Linear in the rows whatever their order in the file (a count per offset): files in the
-    key-hash layout (``storage.log.files``) are proven here at close to scan speed."""
+    Linear in the rows whatever their order in the file (a count per offset), but about three
+    times the cost of the scan: only files that fail their proof come here."""
     runs: list[OffsetRun] = []
     for path in paths:
         rows = pq.read_table(path, columns=[cols.PARTITION, cols.OFFSET])
@@ -245,8 +313,8 @@ def tile(
         state: Watermarks to compare with; ``None`` checks contiguity only (old snapshots).
         trust_files: Metadata mode: every file counts as holding each offset of its bounds
             once, and a file whose record count differs from its bounds is reported as
-            suspect. Otherwise (deep mode) files that are not ``ordered`` count by ``runs``.
-        runs: Exact offset counts of the files that are not ``ordered`` (deep mode).
+            suspect. Otherwise (deep mode) files that are not ``exact`` count by ``runs``.
+        runs: Exact offset counts of the files that are not ``exact`` (deep mode).
     """
     by_partition: dict[int, list[FileSpan]] = defaultdict(list)
     for span in spans:
@@ -266,7 +334,7 @@ def tile(
             )
             continue
         for s in files:
-            if trust_files and not s.ordered:
+            if trust_files and not s.exact:
                 kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
                 violations.append(
                     Violation(
@@ -279,7 +347,7 @@ def tile(
                         last=s.last,
                     )
                 )
-        pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.ordered]
+        pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.exact]
         if not trust_files:
             pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
         mark = state.watermarks[p] if state is not None else None

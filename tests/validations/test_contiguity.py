@@ -6,7 +6,9 @@ import random
 import tempfile
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,9 +16,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from storage.core.state import LogState, Watermark
+from storage.log import schema as cols
+from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path
 from storage.log.table import LogTable
 from storage.properties import WATERMARKS
 from tests.support.planting import plant
+from validations import contiguity
 from validations.contiguity import FileSpan, check_contiguity, check_files, tile
 from validations.violations import Violation
 
@@ -183,20 +188,36 @@ def write_files(directory: Path, partition: int, files: list[list[int]]) -> dict
 offset_files = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=6)
 
 
-@example(files=[[0]], start_shift=2, end_shift=1, seed=1)  # data entirely below log_start, end past it
-@settings(max_examples=150, deadline=None)
-@given(files=offset_files, start_shift=st.integers(-3, 3), end_shift=st.integers(-3, 3), seed=st.integers(0, 2**16))
-def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, end_shift, seed):
+def own_queries(every_file: bool):
+    """Every file through its own proven query (the path of large files), or none (one grouped query)."""
+    return mock.patch.object(contiguity, "OWN_QUERY_BYTES", 0 if every_file else 2**62)
+
+
+@example(files=[[0]], start_shift=2, end_shift=1, seed=1, own=True)  # data entirely below log_start, end past it
+@settings(max_examples=200, deadline=None)
+@given(
+    files=offset_files,
+    start_shift=st.integers(-3, 3),
+    end_shift=st.integers(-3, 3),
+    seed=st.integers(0, 2**16),
+    own=st.booleans(),
+)
+def test_i1_deep_check_equals_a_counter_over_random_files(files, start_shift, end_shift, seed, own):
     """Random files with random offset multisets in random row order (some files consecutive and
-    sorted, as icelog writes them), random watermarks around the data: the deep check reports
-    exactly the duplicated and the missing offsets of a plain Counter."""
+    sorted, as icelog writes them, some a permutation of a range, as the key-hash layout writes
+    them), random watermarks around the data, each file proven by its own query or by the
+    grouped one: the deep check reports exactly the duplicated and the missing offsets of a
+    plain Counter."""
     rng = random.Random(seed)
     files = [sorted(f) if rng.random() < 0.3 else f for f in files]
     files += [list(range(a, a + n)) for a, n in ((rng.randint(0, 30), rng.randint(1, 8)) for _ in range(rng.randint(0, 3)))]
+    files += [
+        rng.sample(range(a, a + n), n) for a, n in ((rng.randint(0, 30), rng.randint(1, 8)) for _ in range(rng.randint(0, 2)))
+    ]
     every = [o for f in files for o in f]
     start, end = max(0, min(every) + start_shift), max(0, max(every) + 1 + end_shift)
     start = min(start, end)
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, own_queries(own):
         violations, rows = check_files(
             "db.t", write_files(Path(directory), 0, files), LogState(watermarks={0: Watermark(start, end)})
         )
@@ -229,3 +250,123 @@ def test_i1_missing_head_is_one_gap_not_a_gap_plus_a_watermark(tmp_path):
     assert [
         (v.kind, v.first, v.last) for v in tile("db.t", spans, LogState(watermarks={0: Watermark(0, 6)}), trust_files=True)
     ] == [("gap", 0, 2)]
+
+
+# --- the key-hash layout: files sorted by (key hash, offset), proven without a count per offset ---
+
+
+@pytest.fixture
+def clustered_table(sqlite_catalog) -> LogTable:
+    """A keyed table of two clustered files (rows sorted by key hash) and one small one in offset order."""
+    t = LogTable.create(sqlite_catalog, "db.keyed", partitions=2)
+    n = GROUPS * MIN_GROUP_ROWS
+    t.append({p: [{"key": f"k{i % 997}", "value": str(i)} for i in range(n)] for p in (0, 1)})
+    t.append({0: [{"key": "tail"}] * 5})
+    footers = [pq.read_metadata(local_path(task.file.file_path)) for task in t.table().scan().plan_files()]
+    assert sorted(f.num_row_groups for f in footers) == [1, GROUPS, GROUPS]  # two clustered files
+    return t
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_i1_clustered_files_are_proven_without_counting_offsets(clustered_table, own, monkeypatch):
+    monkeypatch.setattr(contiguity, "_offset_runs", mock.Mock(side_effect=AssertionError("no proof failed")))
+    with own_queries(own):
+        if own:  # the bitmap proof passes a clustered file in its own scan
+            report = check_contiguity(clustered_table.table(), deep=True)
+            assert report.ok and report.rows == 2 * GROUPS * MIN_GROUP_ROWS + 5, report.violations
+        else:  # the grouped query proves only files in offset order
+            with pytest.raises(AssertionError, match="no proof failed"):
+                check_contiguity(clustered_table.table(), deep=True)
+
+
+@pytest.mark.parametrize("own", [True, False])
+@pytest.mark.parametrize(
+    "planted",
+    [
+        [100, 101, 102],  # duplicates of rows inside a clustered file
+        [GROUPS * MIN_GROUP_ROWS + 7],  # past the end: a gap before it
+        [5, GROUPS * MIN_GROUP_ROWS + 3],  # both
+    ],
+)
+def test_i1_planted_rows_around_clustered_files_are_diagnosed_exactly(clustered_table, planted, own):
+    plant(clustered_table, 1, planted)
+    with own_queries(own):
+        report = check_contiguity(clustered_table.table(), deep=True)
+    n = GROUPS * MIN_GROUP_ROWS
+    assert reported_diagnosis(report.violations) == expected_diagnosis([list(range(n)), planted], 0, n)
+    assert sum(v.partition == 0 for v in report.violations) == 0
+
+
+def clustered_file(directory: Path, offsets: np.ndarray, name: str = "c.parquet") -> str:
+    """A file in the key-hash layout's shape: rows in a shuffled order, row groups of 1,024 rows."""
+    path = str(directory / name)
+    rows = pa.table({cols.PARTITION: pa.array(np.zeros(len(offsets), np.int32)), cols.OFFSET: pa.array(offsets, pa.int64())})
+    pq.write_table(rows, path, row_group_size=MIN_GROUP_ROWS)
+    return path
+
+
+@pytest.mark.parametrize("own", [True, False])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda o: o.__setitem__(np.flatnonzero(o == 7), 8),  # 7 missing, 8 twice: count == max - min + 1
+        lambda o: o.__setitem__(np.flatnonzero(o == 0), 1),  # the smallest offset replaced: bounds move
+        lambda o: o.__setitem__(np.flatnonzero(o == 4095), 4094),  # the largest replaced
+    ],
+)
+def test_i1_gap_plus_duplicate_inside_a_shuffled_file_is_caught(tmp_path, change, own):
+    """A bitmap over the footer's range must see the hole, whatever the bounds say."""
+    offsets = np.random.default_rng(7).permutation(4096)
+    change(offsets)
+    paths = {clustered_file(tmp_path, offsets): 0}
+    with own_queries(own):
+        violations, rows = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 4096)}))
+    assert rows == 4096
+    assert reported_diagnosis(violations) == expected_diagnosis([offsets.tolist()], 0, 4096)
+    assert violations
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_i1_shuffled_file_with_offsets_outside_its_footer_bounds_is_diagnosed(tmp_path, own, monkeypatch):
+    """Footer statistics only choose the proof: a footer whose bounds lie (hand-edited here) makes
+    the bitmap refuse the offset, and the exact count decides."""
+    offsets = np.random.default_rng(3).permutation(4096)
+    path = clustered_file(tmp_path, offsets)
+    real = pq.read_metadata
+
+    class Lying:
+        def __init__(self, footer):
+            self._footer = footer
+
+        def __getattr__(self, name):
+            return getattr(self._footer, name)
+
+        def row_group(self, g):
+            group = self._footer.row_group(g)
+            stats = mock.Mock(has_min_max=True, min=1, max=4096)  # one past the real range
+            columns = [mock.Mock(statistics=stats) for _ in range(group.num_columns)]
+            return mock.Mock(num_rows=group.num_rows, column=lambda i: columns[i])
+
+    monkeypatch.setattr(contiguity.pq, "read_metadata", lambda p: Lying(real(p)))
+    with own_queries(own):
+        violations, _ = check_files("db.t", {path: 0}, LogState(watermarks={0: Watermark(0, 4096)}))
+    assert violations == []
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_i1_null_offsets_hold_no_offset(tmp_path, own):
+    """A null offset is not the offset it sits between: [0, null, 2] misses 1."""
+    paths = write_files(tmp_path, 0, [[0, None, 2]])
+    with own_queries(own):
+        violations, rows = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 3)}))
+    assert rows == 3
+    assert [(v.kind, v.first, v.last) for v in violations] == [("gap", 1, 1)]
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_i1_misplaced_rows_in_a_large_file_are_reported(tmp_path, own):
+    offsets = np.random.default_rng(5).permutation(4096)
+    path = clustered_file(tmp_path, offsets)
+    with own_queries(own):
+        violations, _ = check_files("db.t", {path: 1}, LogState(watermarks={0: Watermark(0, 4096), 1: Watermark(0, 0)}))
+    assert [(v.kind, v.partition) for v in violations if v.kind == "misplaced_row"] == [("misplaced_row", 0)]
