@@ -157,3 +157,18 @@ def unchanged():
             assert catalog_fingerprint(catalog) == catalog_before, "the catalog changed"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server():
+    """One throwaway SeaweedFS server for the session: its pyiceberg ``rest`` catalog configuration
+    (``load_catalog(name, **seaweedfs_server)``), an Iceberg REST catalog over its S3 store."""
+    import shutil
+
+    from infra import seaweedfs
+
+    directory = Path(tempfile.mkdtemp(prefix="icelog-sw-"))
+    config = seaweedfs.start(directory)
+    yield config
+    seaweedfs.stop(directory)
+    shutil.rmtree(directory, ignore_errors=True)
