@@ -66,6 +66,9 @@ def postgres_server():
 
 
 def _spec(kind: str, tmp_path: Path, request) -> CatalogSpec:
+    if kind == "rest":
+        config = dict(request.getfixturevalue("rest_tables"))
+        return CatalogSpec("rest", "resttest", config.pop("uri"), config.pop("warehouse"), tuple(sorted(config.items())))
     warehouse = f"file://{tmp_path / 'warehouse'}"
     (tmp_path / "warehouse").mkdir(exist_ok=True)
     if kind == "sqlite":
@@ -172,3 +175,26 @@ def seaweedfs_server():
     yield config
     seaweedfs.stop(directory)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def rest_tables(seaweedfs_server):
+    """The session's SeaweedFS REST catalog, emptied after the test (tests share its one bucket)."""
+    yield seaweedfs_server
+    from pyiceberg.catalog import load_catalog
+
+    cat = load_catalog("cleanup", **seaweedfs_server)
+    for namespace in cat.list_namespaces():
+        for table in cat.list_tables(namespace):
+            cat.purge_table(table)
+        cat.drop_namespace(namespace)
+
+
+@pytest.fixture
+def rest_spec(request, tmp_path) -> CatalogSpec:
+    return _spec("rest", tmp_path, request)
+
+
+@pytest.fixture
+def rest_catalog(rest_spec):
+    return rest_spec.open()

@@ -29,7 +29,13 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    RemoveSnapshotRefUpdate,
+    SetPropertiesUpdate,
+    SetSnapshotRefUpdate,
     TableRequirement,
     TableUpdate,
     _apply_table_update,
@@ -42,6 +48,21 @@ from sqlalchemy.orm import Session
 
 from storage.core import faults
 from storage.errors import AtomicCommitUnsupported
+from storage.properties import HEAD
+
+SPEC_REQUIREMENTS = frozenset(  # the REST spec's table requirements
+    {
+        "assert-create",
+        "assert-table-uuid",
+        "assert-ref-snapshot-id",
+        "assert-last-assigned-field-id",
+        "assert-current-schema-id",
+        "assert-last-assigned-partition-id",
+        "assert-default-spec-id",
+        "assert-default-sort-order-id",
+    }
+)
+BASE_TAG = "icelog-base-"  # + a number that grows by one with every icelog commit (prove_base)
 
 
 @dataclass(frozen=True)
@@ -108,7 +129,8 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
     check_atomic(catalog, len(swaps))
     if not isinstance(catalog, SqlCatalog):
         only = swaps[0]
-        return [catalog.commit_table(only.base, only.requirements, only.updates)]
+        requirements, updates = prove_base(catalog, only)
+        return [catalog.commit_table(only.base, requirements, updates)]
     ordered = sorted(swaps, key=lambda s: _key(s.base))
     # Requirements are checked against the exact base the decision read (I3); the pointer
     # compare-and-swap below then proves that base is still current.
@@ -146,6 +168,79 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
         for s, t in zip(ordered, staged, strict=True)
     }
     return [by_name[_key(s.base)] for s in swaps]
+
+
+def base_tags(metadata: TableMetadata) -> dict[str, int]:
+    """The icelog base tags of a table: name -> the number in it."""
+    found = {}
+    for name, ref in metadata.refs.items():
+        number = name.removeprefix(BASE_TAG)
+        if name.startswith(BASE_TAG) and ref.snapshot_ref_type == SnapshotRefType.TAG and number.isdigit():
+            found[name] = int(number)
+    return found
+
+
+def prove_base(catalog: Catalog, s: TableSwap) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+    """A single-table commit's requirements and updates on a catalog that checks requirements
+    but cannot swap the pointer from an exact base (REST): the base's tag moves with it.
+
+    The Iceberg REST spec has no requirement on properties or on the metadata location, and
+    icelog keeps its state in properties: two property-only commits on one base would both
+    pass. So every icelog commit asserts the base's tag ``icelog-base-N`` (its snapshot id)
+    and, in the same commit, removes it and sets ``icelog-base-N+1``: a second commit on the
+    same base finds its tag gone (409, nothing changed). The tag points at the commit's new
+    snapshot or the current one, so snapshot expiry never takes it.
+
+    A table without a tag (just created, or written only by other tools) is adopted first by
+    a commit that carries no state (:func:`adopt`); the caller's commit then fails as a lost
+    race and is decided again on the adopted base. Other tools' commits that touch only
+    properties move no tag and are not seen: only icelog writes icelog's properties (I8).
+
+    Raises:
+        CommitFailedException: the table was adopted now, or another commit adopted it.
+    """
+    base = s.base.metadata
+    tags = base_tags(base)
+    if not tags:
+        adopt(catalog, s.base)
+        raise CommitFailedException(f"{'.'.join(s.base.name())} had no icelog base tag: adopted, decide again")
+    newest = max(tags, key=tags.__getitem__)
+    added = [u.snapshot.snapshot_id for u in s.updates if isinstance(u, AddSnapshotUpdate)]
+    target = added[-1] if added else base.current_snapshot_id
+    # icelog's own requirements (the state version) are not in the spec: the tag proves more.
+    spec = tuple(r for r in s.requirements if r.type in SPEC_REQUIREMENTS)
+    requirements = (*spec, AssertRefSnapshotId(ref=newest, snapshot_id=base.refs[newest].snapshot_id))
+    updates = (
+        *s.updates,
+        *(RemoveSnapshotRefUpdate(ref_name=name) for name in sorted(tags)),
+        SetSnapshotRefUpdate(ref_name=f"{BASE_TAG}{tags[newest] + 1}", type=SnapshotRefType.TAG, snapshot_id=target),
+    )
+    return requirements, updates
+
+
+def adopt(catalog: Catalog, table: Table) -> None:
+    """Give a table its first base tag (:func:`prove_base`): one commit of an empty snapshot
+    and the tag on it, asserting the current snapshot. It carries no state; moving ``main``
+    fails every adopter that read the table before, so none re-creates a tag a stale base
+    could still match. Losing the race is fine: the caller reloads and looks again.
+    """
+    metadata = table.metadata
+    tx = table.transaction()
+    tx.append(table.schema().as_arrow().empty_table())  # a snapshot of no files; asserts main is current
+    snapshot_id = apply_updates(metadata, tx._updates).current_snapshot_id
+    updates: tuple[TableUpdate, ...] = (
+        *tx._updates,
+        SetSnapshotRefUpdate(ref_name=f"{BASE_TAG}0", type=SnapshotRefType.TAG, snapshot_id=snapshot_id),
+    )
+    current = metadata.current_snapshot_id
+    if metadata.properties.get(HEAD) == ("" if current is None else str(current)):
+        # icelog made the current snapshot (storage.core.commit.check_head): the empty one
+        # follows it as icelog's; otherwise another writer's snapshot stays one to repair.
+        updates += (SetPropertiesUpdate(updates={HEAD: str(snapshot_id)}),)
+    try:
+        catalog.commit_table(table, tx._requirements, updates)
+    except CommitFailedException:
+        pass
 
 
 def load_tables(catalog: Catalog, identifiers: Sequence[str]) -> dict[str, Table]:

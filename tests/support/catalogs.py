@@ -8,24 +8,35 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CatalogSpec:
-    kind: str  # "sqlite" | "postgres"
+    kind: str  # "sqlite" | "postgres" | "rest"
     name: str
     uri: str
     warehouse: str
+    rest: tuple[tuple[str, str], ...] = ()  # a REST catalog's further pyiceberg properties
 
     def open(self):
+        if self.kind == "rest":
+            from storage.core.catalog import open_catalog
+
+            return open_catalog(self.name, **self.properties())
         from storage.core.catalog import LogSqlCatalog
 
         return LogSqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse)
 
+    def properties(self) -> dict[str, str]:
+        return {"uri": self.uri, "warehouse": self.warehouse, **dict(self.rest)}
+
     def env(self) -> dict[str, str]:
-        """Environment that makes ``icelog --catalog NAME`` (or ICELOG_CATALOG) reach this catalog."""
+        """Environment that makes ``icelog --catalog NAME`` (or ICELOG_CATALOG) reach this catalog:
+        pyiceberg reads ``PYICEBERG_CATALOG__NAME__KEY``, ``__`` for a dot and ``_`` for a dash."""
         key = self.name.upper()
         return {
             **os.environ,
             "ICELOG_CATALOG": self.name,
-            f"PYICEBERG_CATALOG__{key}__URI": self.uri,
-            f"PYICEBERG_CATALOG__{key}__WAREHOUSE": self.warehouse,
+            **{
+                f"PYICEBERG_CATALOG__{key}__{k.replace('.', '__').replace('-', '_').upper()}": v
+                for k, v in self.properties().items()
+            },
         }
 
 
