@@ -26,6 +26,11 @@ The two modes differ in how they learn the coverage:
   in linear time (a count per offset), as runs of offsets with the same count; those counts
   replace the file's bounds. The result is exact whatever the files hold: duplicates, holes
   and row order.
+
+Files on an object store (``s3://…``) are read with pyarrow through the table's FileIO, since
+DuckDB reads them only through its httpfs extension: each file's two columns are read once
+(several files at a time), numbered in row order as ``read_parquet``'s ``file_row_number``
+would, and the same proofs and the same counting run in DuckDB over them in memory.
 """
 
 from __future__ import annotations
@@ -34,19 +39,23 @@ import itertools
 import os
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from storage.core.state import LogState
+from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import file_offset_range, file_partition, local_path
+from storage.log.files import arrow_location, file_offset_range, file_partition, is_local, local_path
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
@@ -56,6 +65,9 @@ MAX_PATHS_IN_DETAIL = 4
 # below it, a query per file costs more than the grouping. Rows, not bytes: delta-encoded and
 # clustered files hold millions of rows in a few hundred KB.
 OWN_QUERY_ROWS = 1_000_000
+# Files on an object store read at once: a file's two columns are a few ranged GETs, so the
+# latency of one hides behind the others (and behind the proofs of the files already read).
+REMOTE_READS = 8
 
 
 @dataclass(frozen=True)
@@ -100,25 +112,41 @@ def deep_spans(
     name = ".".join(table.name()[-2:])
     files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
     rows = {local_path(f.file_path): f.record_count for f in files}
-    return scan_files(name, {local_path(f.file_path): file_partition(f) for f in files}, con, rows)
+    return scan_files(name, {local_path(f.file_path): file_partition(f) for f in files}, con, rows, table.io)
 
 
 def scan_files(
-    table: str, paths: Mapping[str, int], con: duckdb.DuckDBPyConnection | None = None, rows: Mapping[str, int] | None = None
+    table: str,
+    paths: Mapping[str, int],
+    con: duckdb.DuckDBPyConnection | None = None,
+    rows: Mapping[str, int] | None = None,
+    io: FileIO | None = None,
 ) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
     """Deep scan of Parquet files of a log table.
 
     Args:
         table: Name used in violations.
-        paths: Local path of each data file -> the log partition its metadata says it holds.
+        paths: Local path (or object-store URI, e.g. ``s3://…``) of each data file -> the log
+            partition its metadata says it holds.
         rows: Each file's record count as its metadata says (it only chooses the query; the
             footers are read when it is not given).
+        io: The table's FileIO: how to reach files that are not local.
+
+    Raises:
+        InvalidInput: a path that is not local, without ``io`` or of a scheme no pyarrow
+            filesystem serves.
     """
     if not paths:
         return [], [], []
     if con is None:
         with _cursor() as own:
-            return scan_files(table, paths, own, rows)
+            return scan_files(table, paths, own, rows, io)
+    remote = {p: paths[p] for p in paths if not is_local(p)}
+    if remote:
+        local = {p: paths[p] for p in paths if p not in remote}
+        spans, runs, violations = _scan_remote(table, remote, con, io)
+        more = scan_files(table, local, con, rows) if local else ([], [], [])
+        return spans + more[0], runs + more[1], violations + more[2]
     spans, grouped = [], []
     for path in sorted(paths):
         size = rows[path] if rows is not None and path in rows else _footer_rows(path)
@@ -130,14 +158,29 @@ def scan_files(
     if not grouped:
         return spans, [], []
     rows = con.execute(
-        f"""
-        SELECT filename, {cols.PARTITION}, count(*), min({cols.OFFSET}), max({cols.OFFSET}),
-               count({cols.OFFSET}) = count(*) AND min({cols.OFFSET} - file_row_number) = max({cols.OFFSET} - file_row_number)
-        FROM read_parquet($paths, filename = true, file_row_number = true)
-        GROUP BY ALL
-        """,
+        f"SELECT filename, {_GROUP_STATS} FROM read_parquet($paths, filename = true, file_row_number = true) GROUP BY ALL",
         {"paths": grouped},
     ).fetchall()
+    violations = _group_spans(table, rows, paths, spans)
+    # A small file out of offset order (the key-hash layout) that may still be a permutation of
+    # its range gets the bitmap proof, a fraction of counting it offset by offset.
+    groups_of = Counter(s.path for s in spans)
+    for i, s in enumerate(spans):
+        if not s.exact and groups_of[s.path] == 1 and s.partition == paths[s.path] and s.rows == s.last - s.first + 1:
+            spans[i] = _proven_file(con, s.path, s.partition) or s
+    irregular = {(s.path, s.partition) for s in spans if not s.exact}
+    runs = _offset_runs(sorted({path for path, _ in irregular})) if irregular else []
+    return spans, [r for r in runs if (r.path, r.partition) in irregular], violations
+
+
+# Per (file, partition): rows, offset bounds, and "offsets consecutive in row order, none null".
+_GROUP_STATS = f"""{cols.PARTITION}, count(*), min({cols.OFFSET}), max({cols.OFFSET}),
+    count({cols.OFFSET}) = count(*) AND min({cols.OFFSET} - file_row_number) = max({cols.OFFSET} - file_row_number)"""
+
+
+def _group_spans(table: str, rows: Iterable[tuple], paths: Mapping[str, int], spans: list[FileSpan]) -> list[Violation]:
+    """Append a span per ``(path, partition, rows, lo, hi, ordered)`` group to ``spans``; the
+    rows in a file of another partition are violations."""
     violations = []
     for path, partition, n, lo, hi, ordered in rows:
         if partition != paths[path]:
@@ -153,15 +196,85 @@ def scan_files(
                 )
             )
         spans.append(FileSpan(path, partition, lo, hi, n, bool(ordered) and n == hi - lo + 1))
-    # A small file out of offset order (the key-hash layout) that may still be a permutation of
-    # its range gets the bitmap proof, a fraction of counting it offset by offset.
-    groups_of = Counter(s.path for s in spans)
-    for i, s in enumerate(spans):
-        if not s.exact and groups_of[s.path] == 1 and s.partition == paths[s.path] and s.rows == s.last - s.first + 1:
-            spans[i] = _proven_file(con, s.path, s.partition) or s
-    irregular = {(s.path, s.partition) for s in spans if not s.exact}
-    runs = _offset_runs(sorted({path for path, _ in irregular})) if irregular else []
-    return spans, [r for r in runs if (r.path, r.partition) in irregular], violations
+    return violations
+
+
+def _scan_remote(
+    table: str, paths: Mapping[str, int], con: duckdb.DuckDBPyConnection, io: FileIO | None
+) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
+    """The deep scan of files on an object store: each file's offsets read once, with pyarrow."""
+    if io is None:
+        first = min(paths)
+        raise InvalidInput(reason=f"cannot read data file {first!r}: a file that is not local needs the table's FileIO")
+    located = {uri: arrow_location(io, uri) for uri in sorted(paths)}  # an unknown scheme raises before any read
+    spans: list[FileSpan] = []
+    runs: list[OffsetRun] = []
+    violations: list[Violation] = []
+    for uri, offsets in _read_offsets(located):
+        span = _proven_rows(con, uri, paths[uri], offsets)
+        if span is not None:
+            spans.append(span)
+            continue
+        mine: list[FileSpan] = []
+        violations += _group_spans(
+            table, _rows_query(con, offsets, f"SELECT $uri, {_GROUP_STATS} FROM file_offsets GROUP BY ALL", uri), paths, mine
+        )
+        spans += mine
+        irregular = {s.partition for s in mine if not s.exact}
+        runs += [r for r in _runs_of(uri, offsets) if r.partition in irregular]
+    return spans, runs, violations
+
+
+def _read_offsets(located: Mapping[str, tuple[pafs.FileSystem, str]]) -> Iterator[tuple[str, pa.Table]]:
+    """``(uri, partition and offset columns)`` of each file, in order, ``REMOTE_READS`` files in flight."""
+
+    def read(uri: str) -> pa.Table:
+        fs, path = located[uri]
+        return pq.read_table(path, filesystem=fs, columns=[cols.PARTITION, cols.OFFSET])
+
+    uris = list(located)
+    with ThreadPoolExecutor(REMOTE_READS) as pool:
+        pending = [pool.submit(read, uri) for uri in uris[:REMOTE_READS]]
+        for i, uri in enumerate(uris):
+            offsets = pending[i].result()
+            if i + REMOTE_READS < len(uris):
+                pending.append(pool.submit(read, uris[i + REMOTE_READS]))
+            pending[i] = None  # the file's columns live only while it is checked
+            yield uri, offsets
+
+
+def _rows_query(con: duckdb.DuckDBPyConnection, offsets: pa.Table, query: str, uri: str | None = None) -> list[tuple]:
+    """Run ``query`` over one file's columns as the view ``file_offsets``, numbered as ``file_row_number``."""
+    numbered = offsets.append_column("file_row_number", pa.array(np.arange(offsets.num_rows, dtype=np.int64)))
+    con.register("file_offsets", numbered)
+    try:
+        return con.execute(query, {"uri": uri} if uri is not None else None).fetchall()
+    finally:
+        con.unregister("file_offsets")
+
+
+def _proven_rows(con: duckdb.DuckDBPyConnection, uri: str, partition: int, offsets: pa.Table) -> FileSpan | None:
+    """The span of one file read into memory, when its offsets are proven exact (the proofs of
+    :func:`_proven_file`, without footer statistics: the first pass gives the bounds)."""
+    n = offsets.num_rows
+    if n == 0 or offsets.column(cols.PARTITION).null_count or offsets.column(cols.OFFSET).null_count:
+        return None
+    o = cols.OFFSET
+    ((p_min, p_max, lo, hi, c_min, c_max),) = _rows_query(
+        con,
+        offsets,
+        f"SELECT min({cols.PARTITION}), max({cols.PARTITION}), min({o}), max({o}), "
+        f"min({o} - file_row_number), max({o} - file_row_number) FROM file_offsets",
+    )
+    if not p_min == p_max == partition:
+        return None
+    if c_min == c_max:  # offset - row number constant: exactly c..c + n - 1, in row order
+        return FileSpan(uri, partition, c_min, c_min + n - 1, n, True)
+    if hi - lo + 1 != n:
+        return None
+    # n offsets in lo..hi setting n distinct bits are exactly lo..hi (lo, hi: ints from DuckDB).
+    ((bits,),) = _rows_query(con, offsets, f"SELECT bit_count(bitstring_agg({o}, {int(lo)}, {int(hi)})) FROM file_offsets")
+    return FileSpan(uri, partition, int(lo), int(hi), n, True) if bits == n else None
 
 
 _shared: tuple[int, duckdb.DuckDBPyConnection] | None = None
@@ -241,14 +354,20 @@ def _offset_runs(paths: list[str]) -> list[OffsetRun]:
     times the cost of the scan: only files that fail their proof come here."""
     runs: list[OffsetRun] = []
     for path in paths:
-        rows = pq.read_table(path, columns=[cols.PARTITION, cols.OFFSET])
-        rows = rows.filter(pc.is_valid(rows.column(cols.OFFSET)))
-        parts = rows.column(cols.PARTITION).to_numpy(zero_copy_only=False)
-        offsets = rows.column(cols.OFFSET).to_numpy(zero_copy_only=False)
-        present = np.unique(parts)
-        for p in present:
-            mine = offsets if len(present) == 1 else offsets[parts == p]
-            runs += [OffsetRun(path, int(p), *run) for run in offset_runs(mine)]
+        runs += _runs_of(path, pq.read_table(path, columns=[cols.PARTITION, cols.OFFSET]))
+    return runs
+
+
+def _runs_of(path: str, rows: pa.Table) -> list[OffsetRun]:
+    """The offset runs of one file's partition and offset columns, per partition."""
+    rows = rows.filter(pc.is_valid(rows.column(cols.OFFSET)))
+    parts = rows.column(cols.PARTITION).to_numpy(zero_copy_only=False)
+    offsets = rows.column(cols.OFFSET).to_numpy(zero_copy_only=False)
+    present = np.unique(parts)
+    runs: list[OffsetRun] = []
+    for p in present:
+        mine = offsets if len(present) == 1 else offsets[parts == p]
+        runs += [OffsetRun(path, int(p), *run) for run in offset_runs(mine)]
     return runs
 
 
@@ -438,9 +557,10 @@ def check_files(
     state: LogState | None,
     con: duckdb.DuckDBPyConnection | None = None,
     rows: Mapping[str, int] | None = None,
+    io: FileIO | None = None,
 ) -> tuple[list[Violation], int]:
-    """The deep check over explicit files: ``(violations, rows)``."""
-    spans, runs, violations = scan_files(table, paths, con, rows)
+    """The deep check over explicit files (local paths, or URIs read through ``io``): ``(violations, rows)``."""
+    spans, runs, violations = scan_files(table, paths, con, rows, io)
     return violations + tile(table, spans, state, runs=runs), sum(s.rows for s in spans)
 
 
@@ -457,7 +577,8 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
     if deep:
         files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
         paths = {local_path(f.file_path): file_partition(f) for f in files}
-        violations, rows = check_files(name, paths, state, rows={local_path(f.file_path): f.record_count for f in files})
+        rows = {local_path(f.file_path): f.record_count for f in files}
+        violations, rows = check_files(name, paths, state, rows=rows, io=table.io)
     else:
         spans = metadata_spans(table, snapshot_id)
         violations, rows = tile(name, spans, state, trust_files=True), sum(s.rows for s in spans)

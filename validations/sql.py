@@ -1,7 +1,9 @@
 """DuckDB over log tables: every log table as a view under its own qualified name.
 
 DuckDB reads the Parquet files that pyiceberg plans for a snapshot, so no DuckDB extension
-(and no download) is needed.
+(and no download) is needed: local files through ``read_parquet``, files on an object store
+(``s3://…``) as a pyarrow dataset over the table's FileIO, into which DuckDB pushes its
+projections and filters.
 
 Time travel never answers from history that is gone. A snapshot id that is not retained
 raises :class:`UnknownSnapshot` (or :class:`HistoryExpired` when the table shows that it
@@ -142,6 +144,14 @@ def register_table(con: duckdb.DuckDBPyConnection, name: str, table: Table, snap
     con.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
     paths = planned_paths(table, snapshot_id) if snapshot_id is not None or table.metadata.current_snapshot_id else []
     target = f'"{namespace}"."{table_name}"'
+    files = scan.PlannedFiles(paths, table.io)
+    if paths and not files.local:
+        # Object-store files (s3://…) through pyarrow: DuckDB's httpfs extension may not be
+        # installable, and DuckDB pushes projections and filters into a pyarrow dataset scan.
+        source = f"__files_{namespace}_{table_name}"
+        con.register(source, files.dataset())
+        con.execute(f'CREATE OR REPLACE VIEW {target} AS SELECT * FROM "{source}"')
+        return
     if paths:
         # Views cannot take prepared parameters: inline the paths as escaped literals.
         listing = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)

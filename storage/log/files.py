@@ -19,6 +19,7 @@ a thread while the row group before is written (issue 20 measured the stages).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import posixpath
@@ -31,6 +32,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -441,6 +443,39 @@ def local_path(uri: str) -> str:
     """A ``file://`` URI (or a bare path) as a local path; other schemes are returned as is."""
     parsed = urlparse(uri)
     return parsed.path if parsed.scheme in ("", "file") else uri
+
+
+def is_local(uri: str) -> bool:
+    """True for a bare path or a ``file://`` URI: DuckDB's ``read_parquet`` reads it without an extension."""
+    return urlparse(uri).scheme in ("", "file")
+
+
+def arrow_location(io: FileIO, uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem that reads ``uri`` with the table's own FileIO settings (endpoint,
+    keys, region), and the path of ``uri`` in it.
+
+    DuckDB reads object stores only through its httpfs extension, which may not be installable;
+    a pyarrow filesystem needs nothing beyond pyarrow, and DuckDB scans what it reads.
+
+    Raises:
+        InvalidInput: no pyarrow filesystem serves ``uri``'s scheme (an unknown or orphan path form).
+    """
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    arrow_io = io if isinstance(io, PyArrowFileIO) else _arrow_io(tuple(sorted(io.properties.items())))
+    scheme, netloc, path = PyArrowFileIO.parse_location(uri, arrow_io.properties)
+    try:
+        return arrow_io.fs_by_scheme(scheme, netloc), path
+    except (ValueError, ImportError) as e:  # "Unrecognized filesystem type in URI", a missing extra
+        raise InvalidInput(reason=f"cannot read data file {uri!r}: no pyarrow filesystem for scheme {scheme!r} ({e})") from e
+
+
+@functools.lru_cache(maxsize=8)
+def _arrow_io(properties: tuple[tuple[str, str], ...]) -> FileIO:
+    """A PyArrowFileIO with another FileIO's properties (one per configuration: its filesystems are cached)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO(dict(properties))
 
 
 def file_offset_range(data_file: DataFile, offset_field_id: int) -> tuple[int, int]:

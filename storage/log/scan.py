@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pyarrow.dataset as ds
+from pyarrow.fs import FileSystem
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from storage.errors import UnknownSnapshot
-from storage.log.files import local_path
+from storage.log.files import arrow_location, is_local, local_path
 
 
 def check_snapshot(table: Table, snapshot_id: int | None) -> None:
@@ -16,8 +21,41 @@ def check_snapshot(table: Table, snapshot_id: int | None) -> None:
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
-    """Local paths of the data files of ``snapshot_id`` (default: the current snapshot)."""
+    """Data files of ``snapshot_id`` (default: the current snapshot): local files as local paths,
+    others (``s3://…``) as their URIs."""
     check_snapshot(table, snapshot_id)
     if snapshot_id is None and table.metadata.current_snapshot_id is None:
         return []
     return [local_path(t.file.file_path) for t in table.scan(snapshot_id=snapshot_id).plan_files()]
+
+
+@dataclass(frozen=True)
+class PlannedFiles:
+    """Data files of a snapshot, as the readers that need no DuckDB extension take them.
+
+    Local files are for DuckDB's ``read_parquet`` (its fastest path); files on an object store
+    are read through pyarrow with the table's FileIO settings, where DuckDB pushes projections
+    and filters into the scan (``dataset``).
+    """
+
+    paths: list[str]  # local paths and object-store URIs
+    io: FileIO
+
+    @property
+    def local(self) -> bool:
+        """Every file is local: ``read_parquet`` reads them all."""
+        return all(is_local(p) for p in self.paths)
+
+    def dataset(self) -> ds.Dataset:
+        """All files as one pyarrow dataset (its schema is the first file's, as ``read_parquet``'s)."""
+        groups: dict[int, tuple[FileSystem, list[str]]] = {}
+        for uri in self.paths:
+            fs, path = arrow_location(self.io, uri)
+            groups.setdefault(id(fs), (fs, []))[1].append(path)
+        parts = [ds.dataset(paths, filesystem=fs, format="parquet") for fs, paths in groups.values()]
+        return parts[0] if len(parts) == 1 else ds.dataset(parts)
+
+
+def planned_files(table: Table, snapshot_id: int | None = None) -> PlannedFiles:
+    """The data files of ``snapshot_id`` (default: the current snapshot) with the FileIO that reads them."""
+    return PlannedFiles(planned_paths(table, snapshot_id), table.io)
