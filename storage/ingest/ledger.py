@@ -5,7 +5,8 @@ a file is loaded into a table once, however long ago that was. The ledger is the
 table ``icelog_system.ingest_ledger``, an Iceberg table with one row per loaded file,
 partitioned by target table so a lookup reads only that table's entries. Its rows are
 committed in the same atomic multi-table commit as the data they describe
-(``storage.core.commit.commit_tables``): either both land or neither does.
+(``storage.core.commit.commit_tables``): either both land or neither does. A catalog
+without that commit (REST) has no ledger: :func:`ensure_ledger` refuses it.
 
 A file is identified by its absolute path. For each listed file, :func:`plan` decides:
 
@@ -51,6 +52,7 @@ from pyiceberg.types import (
 from storage.core.catalog import ensure_namespace
 from storage.core.commit import Decision, Request
 from storage.core.state import SystemState
+from storage.core.swap import check_atomic
 from storage.core.system import NAMESPACE, PROPERTIES
 from storage.errors import SourceFileChanged
 
@@ -133,7 +135,14 @@ def fingerprint(path: str, chunk: int = 1 << 20) -> str:
 
 
 def ensure_ledger(catalog: Catalog) -> None:
-    """Create the ledger table unless it exists; safe when processes race."""
+    """Create the ledger table unless it exists; safe when processes race.
+
+    Raises:
+        AtomicCommitUnsupported: the catalog cannot commit the ledger and the data in one
+            step (a REST catalog): refused here, before an ingest reads a file or creates
+            anything.
+    """
+    check_atomic(catalog, 2)  # every ledger entry lands with its data, in one commit
     try:
         catalog.load_table(LEDGER_TABLE)
         return

@@ -22,7 +22,8 @@ incremental, resumable step:
    step that fails deletes its copies; one killed leaves them to orphan cleanup. A file that
    straddles the target's log end (the source compacted across it) is sliced.
 6. Commit one :class:`MirrorWrite` (plus the group offsets, in the same atomic
-   multi-table commit) through the commit core. The progress (source snapshot, UUID and
+   multi-table commit; on a catalog without one, a REST catalog, in a commit of their own
+   right after) through the commit core. The progress (source snapshot, UUID and
    state version) is a table property set in that same commit, so a crash at any point
    resumes from exactly what the target holds: no gap, no duplicate. The commit lands only if
    the target's progress, group offsets and promotion are still the ones read in step 1
@@ -34,6 +35,7 @@ incremental, resumable step:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -58,8 +61,10 @@ from storage.core.catalog import ensure_namespace
 from storage.core.commit import Decision, Request, commit, commit_tables, load, refuse_system_table
 from storage.core.commit import _discard as discard_files
 from storage.core.state import LogState
+from storage.core.swap import check_atomic
 from storage.core.system import ensure_system_table
 from storage.errors import (
+    AtomicCommitUnsupported,
     CatalogUnavailable,
     CommitOutcomeUnknown,
     InvalidInput,
@@ -156,7 +161,8 @@ def mirror(
         principal: Needs ``replicator-write`` on the target in the target catalog
             (default: ``ICELOG_PRINCIPAL``).
         copier: Copies ``(source path, target path)`` pairs byte for byte (default:
-            :func:`copy_files`, threads in this process; ``pipelines.mirror`` has a Spark one).
+            :func:`table_copier`, threads in this process through the tables' file IO;
+            ``pipelines.mirror`` has a Spark one).
         max_attempts: Steps planned again when a concurrent step moved the target's log end
             (a concurrent step that mirrored everything the source held when this call began
             ends it early: ``up_to_date`` with no ranges of its own).
@@ -184,7 +190,7 @@ def mirror(
     goal = {p: w.end for p, w in LogState.from_metadata(load(source_catalog, source_id).metadata).watermarks.items()}
     for attempt in range(1, max_attempts + 1):
         try:
-            return _step(source_catalog, source_id, target_catalog, target_id, copier or copy_files)
+            return _step(source_catalog, source_id, target_catalog, target_id, copier)
         except (InvalidProduceOffset, PlanOutdated):
             # Another step into the same target committed since this one planned: plan again
             # from what the target holds now (with nothing left to copy, that is quick). The
@@ -203,7 +209,9 @@ def mirror(
     raise AssertionError("unreachable")
 
 
-def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier) -> MirrorResult:
+def _step(
+    source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier | None
+) -> MirrorResult:
     started = time.perf_counter()
     # The target before the source (step 1): every step that committed into the target read
     # the source before this step reads it, so this step's view of the source is never older
@@ -246,20 +254,45 @@ def _step(source_catalog: Catalog, source_id: str, target_catalog: Catalog, targ
         parts.append((GROUPS_TABLE, MirrorGroupOffsets(target_id, group_changes, expected=target_groups)))
         result.groups = len(group_changes)
     commit_id = f"mirror-{token}"
+    # A catalog without an atomic multi-table commit (REST) takes the group offsets in a
+    # commit of their own, after the data: see _commit_groups_after.
+    later = parts[1:] if len(parts) > 1 and not _atomic(target_catalog) else []
     try:
         if request.producers is not None:  # before they land: see reserve_producer_ids_below
             reserve_producer_ids_below(target_catalog, producer_id_floor(request.producers))
-        outcome = commit_tables(target_catalog, parts, commit_id=commit_id)[0]
+        outcome = commit_tables(target_catalog, parts[: len(parts) - len(later)], commit_id=commit_id)[0]
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup gets them if not)
     except BaseException:
         discard_files(target, [f for fs in request.files.values() for f in fs])  # never committed: remove this step's copies
         raise
+    _commit_groups_after(target_catalog, later, commit_id)
     if outcome.result is not None:
         result.log_ends = dict(outcome.result.log_ends)
     result.seconds = time.perf_counter() - started
     log.info("mirrored", source=source_id, target=target_id, ranges=result.ranges, files=result.copied_files)
     return result
+
+
+def _atomic(catalog: Catalog) -> bool:
+    try:
+        check_atomic(catalog, 2)
+    except AtomicCommitUnsupported:
+        return False
+    return True
+
+
+def _commit_groups_after(catalog: Catalog, parts: Sequence[tuple[str, Request]], commit_id: str) -> None:
+    """The group offsets of a step, committed after its data on a catalog that cannot take
+    both at once (REST).
+
+    Safe in this order: the data landed first, so no offset committed here passes the target's
+    log end (I10), and the request still lands only on the group offsets the step read
+    (``expected``). A crash between the two commits leaves the target's groups behind the
+    source's, never ahead: the next step finds them differing and sets them then.
+    """
+    for table, request in parts:
+        commit(catalog, table, request, commit_id=f"{commit_id}-groups")
 
 
 def _missing_columns(source: Table, target: Table) -> list[str]:
@@ -279,7 +312,7 @@ def _plan(
     record: Mapping[str, Any],
     progress: Mapping[str, Any],
     result: MirrorResult,
-    copier: Copier,
+    copier: Copier | None,
     token: str,
 ) -> MirrorWrite:
     """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
@@ -341,7 +374,7 @@ def _copy_delta(
     since: int | None,
     wanted: Mapping[int, tuple[int, int]],
     result: MirrorResult,
-    copier: Copier,
+    copier: Copier | None,
     token: str,
 ) -> tuple[dict[int, list[DataFile]], dict[int, pa.Table]]:
     """Copy the source files holding the wanted offsets; slice the ones that straddle."""
@@ -375,7 +408,7 @@ def _copy_delta(
             sliced[p] = pa.concat_tables([t for t in (sliced.get(p), _read(source, data_file)) if t is not None])
         return {}, sliced
     pairs = [(f.file_path, _target_path(target, p, f, token[:12])) for p, f in jobs]
-    copier(pairs)
+    (copier or table_copier(source, target))(pairs)
     with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:  # footers only: stats for the manifests
         copied = list(pool.map(lambda pair: data_files_from_parquet(target, [pair[1]])[0], pairs))
     files: dict[int, list[DataFile]] = {}
@@ -393,9 +426,11 @@ def _target_path(target: Table, partition: int, data_file: DataFile, token: str)
     return f"{target.metadata.location.rstrip('/')}/data/{cols.PARTITION}={partition}/m-{digest}-{token}-{posixpath.basename(data_file.file_path)}"
 
 
-def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
+def copy_files(pairs: Sequence[tuple[str, str]], source_io: FileIO | None = None, target_io: FileIO | None = None) -> None:
     """Copy files byte for byte, in parallel threads: local files with the kernel's
-    ``copy_file_range`` (``shutil.copyfile``), others through pyarrow's filesystems."""
+    ``copy_file_range`` (``shutil.copyfile``), others through the tables' file IO when given
+    (it knows an object store's endpoint and credentials, e.g. a REST catalog's S3), else
+    pyarrow's filesystems."""
     from pyarrow import fs as pafs
 
     def one(pair: tuple[str, str]) -> None:
@@ -404,11 +439,27 @@ def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
             target_path = local_path(dst)
             os.makedirs(os.path.dirname(target_path), exist_ok=True)
             shutil.copyfile(local_path(src), target_path)
+        elif source_io is not None and target_io is not None:
+            _stream(source_io, src, target_io, dst)
         else:
             pafs.copy_files(src, dst, chunk_size=COPY_CHUNK)
 
     with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
         list(pool.map(one, pairs))
+
+
+def _stream(source_io: FileIO, src: str, target_io: FileIO, dst: str) -> None:
+    """One file from one store to another in ``COPY_CHUNK`` pieces (bounded memory)."""
+    with source_io.new_input(src).open() as reader, target_io.new_output(dst).create(overwrite=True) as writer:
+        while chunk := reader.read(COPY_CHUNK):
+            writer.write(chunk)
+
+
+def table_copier(source: Table, target: Table) -> Copier:
+    """The default copier of a mirror step: :func:`copy_files` through the two tables' file IO,
+    so a source or target in an object store (a REST catalog over S3) is reached with its
+    catalog's endpoint and credentials."""
+    return functools.partial(copy_files, source_io=source.io, target_io=target.io)
 
 
 def _is_local(uri: str) -> bool:
