@@ -6,7 +6,6 @@ is decided on the exact base it replaces, like every append.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,12 +26,7 @@ from storage.core.staging import pending_files
 from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import (
-    file_offset_range,
-    file_partition,
-    local_path,
-    write_log_files,
-)
+from storage.log.files import file_offset_range, file_partition, write_log_files
 from storage.properties import READ_ONLY
 
 MAX_PARTITIONS = 100_000
@@ -216,17 +210,24 @@ class _ExpireSnapshots(Request):
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Every file a live snapshot or the metadata log still needs."""
+    """Every file a live snapshot or the metadata log still needs, by its path in the table's
+    file system (a local path; ``bucket/key`` on S3), as orphan cleanup lists them."""
     meta = table.metadata
-    keep = {local_path(table.metadata_location)}
-    keep.update(local_path(entry.metadata_file) for entry in meta.metadata_log)
+    locations = [table.metadata_location, *(entry.metadata_file for entry in meta.metadata_log)]
     for snapshot in meta.snapshots:
-        keep.add(local_path(snapshot.manifest_list))
+        locations.append(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):
-            keep.add(local_path(manifest.manifest_path))
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                keep.add(local_path(entry.data_file.file_path))
-    return keep
+            locations.append(manifest.manifest_path)
+            locations.extend(entry.data_file.file_path for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    return {_store_path(location) for location in locations}
+
+
+def _store_path(location: str) -> str:
+    """A location as its file system names it (``file:///a/b`` -> ``/a/b``, ``s3://bucket/k`` -> ``bucket/k``)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    path = PyArrowFileIO.parse_location(location)[2]
+    return path + "/" if location.endswith("/") and not path.endswith("/") else path
 
 
 def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float = 3600.0) -> list[str]:
@@ -234,41 +235,38 @@ def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float =
 
     Only files older than ``older_than_s`` go, so a writer's files that are written but not
     yet committed survive. The files of open and prepared transactions stay at any age:
-    recovery rolls a prepared one forward from them. Local (``file://``) warehouses only.
+    recovery rolls a prepared one forward from them. Listing and deleting go through the
+    table's FileIO, so a local warehouse and an object store (S3) are cleaned alike.
+
+    Returns:
+        The paths deleted, as the table's file system names them (``bucket/key`` on S3).
+
+    Raises:
+        InvalidInput: the table's FileIO is not pyarrow's (nothing to list with).
     """
-    location = load(catalog, identifier).metadata.location
-    root = local_path(location)
-    if "://" in root:
-        raise InvalidInput(reason=f"orphan cleanup supports local warehouses only, not {root}")
-    candidates = _old_files(root, time.time() - older_than_s)
-    # Read after the walk, journal before table: a listed file's transaction is then either
+    table = load(catalog, identifier)
+    location = table.metadata.location
+    found = metadata_files.file_system(table.io, location)
+    if found is None:
+        raise InvalidInput(reason=f"orphan cleanup lists through pyarrow's FileIO, not {type(table.io).__name__}")
+    fs, root = found
+    cutoff_ms = (time.time() - older_than_s) * 1000
+    candidates = [f.path for f in metadata_files.list_files(fs, root, recursive=True) if f.mtime_ms < cutoff_ms]
+    # Read after the listing, journal before table: a listed file's transaction is then either
     # still open in the journal read, or ended before it, so committed in the table read.
     pending, pending_dirs = pending_files(catalog, location)
-    keep = referenced_files(load(catalog, identifier)) | {local_path(p) for p in pending}
-    pending_dirs = tuple(local_path(d) for d in pending_dirs)
+    keep = referenced_files(load(catalog, identifier)) | {_store_path(p) for p in pending}
+    pending_prefixes = tuple(_store_path(d) for d in pending_dirs)
     removed = []
     for path in candidates:
-        if path in keep or path.startswith(pending_dirs):
+        if path in keep or path.startswith(pending_prefixes):
             continue
         try:
-            os.remove(path)
+            fs.delete_file(path)
             removed.append(path)
         except FileNotFoundError:  # removed meanwhile (e.g. a superseded metadata file)
             continue
     return removed
-
-
-def _old_files(root: str, cutoff: float) -> list[str]:
-    old = []
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(directory, name)
-            try:
-                if os.path.getmtime(path) < cutoff:
-                    old.append(path)
-            except FileNotFoundError:
-                continue
-    return old
 
 
 def maintain(
