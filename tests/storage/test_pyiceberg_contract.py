@@ -170,3 +170,20 @@ def test_log_file_writer_describes_a_file_as_pyicebergs_write_file(sqlite_catalo
     assert mine.value_counts == theirs.value_counts
     assert mine.file_path.rsplit("/", 1)[0] == theirs.file_path.rsplit("/", 1)[0]  # the location provider's folder
     assert cols.KEY_HASH in rows.column_names
+
+
+def test_pyarrow_file_io_gives_the_file_system_maintenance_lists_with(tmp_path):
+    """Orphan cleanup and the metadata sweep list and delete through ``PyArrowFileIO.fs_by_scheme``
+    (an undocumented attribute) at the path ``parse_location`` gives (``bucket/key`` on S3)."""
+    from pyarrow.fs import LocalFileSystem, S3FileSystem
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    assert PyArrowFileIO.parse_location("s3://warehouse/db/t/metadata/v3.metadata.json") == (
+        "s3",
+        "warehouse",
+        "warehouse/db/t/metadata/v3.metadata.json",
+    )
+    assert PyArrowFileIO.parse_location(f"file://{tmp_path}/x") == ("file", "", f"{tmp_path}/x")
+    io = PyArrowFileIO({"s3.endpoint": "http://127.0.0.1:1", "s3.region": "us-east-1"})
+    assert isinstance(io.fs_by_scheme("file", None), LocalFileSystem)
+    assert isinstance(io.fs_by_scheme("s3", "warehouse"), S3FileSystem)
