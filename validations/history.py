@@ -84,13 +84,14 @@ def _first_row_times(table: Table, keys: list[tuple[int, int]], paths: list[str]
     paths = planned_paths(table) if paths is None else paths
     if not keys or not paths:
         return {}
+    from storage.log.scan import parquet_from
+
     wanted = pa.table({"p": [k[0] for k in keys], "o": [k[1] for k in keys]})
     with duckdb.connect() as con:
         con.register("wanted", wanted)
         rows = con.execute(
-            f"SELECT r.{cols.PARTITION}, r.{cols.OFFSET}, epoch_ms(r.{cols.TIMESTAMP}) FROM read_parquet($p) r "
-            f"JOIN wanted w ON r.{cols.PARTITION} = w.p AND r.{cols.OFFSET} = w.o",
-            {"p": paths},
+            f"SELECT r.{cols.PARTITION}, r.{cols.OFFSET}, epoch_ms(r.{cols.TIMESTAMP}) FROM {parquet_from(con, paths, table.io)} r "
+            f"JOIN wanted w ON r.{cols.PARTITION} = w.p AND r.{cols.OFFSET} = w.o"
         ).fetchall()
     return {(int(p), int(o)): int(ms) for p, o, ms in rows}
 
@@ -102,12 +103,13 @@ def rows_per_day(table: Table, paths: list[str] | None = None) -> list[dict[str,
     paths = planned_paths(table) if paths is None else paths
     if not paths:
         return []
+    from storage.log.scan import parquet_from
+
     with duckdb.connect() as con:
         rows = con.execute(
             # By position: a payload column may be called "day" (the flights have one).
             f"SELECT strftime(date_trunc('day', {cols.TIMESTAMP} AT TIME ZONE 'UTC'), '%Y-%m-%d') AS append_day, count(*) "
-            "FROM read_parquet($p) GROUP BY 1 ORDER BY 1",
-            {"p": paths},
+            f"FROM {parquet_from(con, paths, table.io)} GROUP BY 1 ORDER BY 1"
         ).fetchall()
     return [{"day": day, "rows": int(n)} for day, n in rows]
 

@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 from storage.core.catalog import open_catalog
 from storage.core.commit import load
 from storage.core.state import LogState
+from storage.log.scan import parquet_from
 from storage.properties import VERSION
 from storage.replication.mirror import mirror_record
 from validations.sql import planned_paths
@@ -95,9 +96,11 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
         columns = [f.name for f in table.schema().fields if source.schema().find_field(f.name, case_sensitive=True) is not None]
         con = duckdb.connect()
         try:
-            found, rows = _content_violations(
-                con, name, columns, planned_paths(table, snapshot_id), planned_paths(source), compare
+            sides = [planned_paths(table, snapshot_id), planned_paths(source)]
+            mine, theirs = (
+                parquet_from(con, paths, t.io) if paths else None for paths, t in zip(sides, (table, source), strict=True)
             )
+            found, rows = _content_violations(con, name, columns, mine, theirs, compare)
         finally:
             con.close()
         violations.extend(found)
@@ -110,19 +113,22 @@ def _content_violations(
     con: duckdb.DuckDBPyConnection,
     name: str,
     columns: list[str],
-    mine: list[str],
-    theirs: list[str],
+    mine: str | None,
+    theirs: str | None,
     compare: dict[int, tuple[int, int]],
 ) -> tuple[list[Violation], int]:
+    """``mine``, ``theirs``: FROM items reading each table's files (None: no files)."""
     row_hash = "hash(" + ", ".join(f'"{c}"' for c in columns) + ")"
     bounds = " OR ".join(f"(log_partition = {p} AND log_offset >= {lo} AND log_offset < {hi})" for p, (lo, hi) in compare.items())
     chunked = (
         f"SELECT log_partition, log_offset // {CHUNK} AS chunk, count(*) AS n, sum({row_hash}::HUGEINT) AS h "
-        f"FROM read_parquet($paths) WHERE {bounds} GROUP BY ALL"
+        f"FROM {{source}} WHERE {bounds} GROUP BY ALL"
     )
     sides = []
-    for paths in (mine, theirs):
-        sides.append({(p, c): (n, h) for p, c, n, h in con.execute(chunked, {"paths": paths}).fetchall()} if paths else {})
+    for source in (mine, theirs):
+        sides.append(
+            {(p, c): (n, h) for p, c, n, h in con.execute(chunked.replace("{source}", source)).fetchall()} if source else {}
+        )
     rows = sum(n for n, _ in sides[0].values())
     violations = []
     for p in sorted(compare):
@@ -147,13 +153,13 @@ def _content_violations(
     return violations, rows
 
 
-def _first_difference(con: Any, row_hash: str, mine: list[str], theirs: list[str], p: int, lo: int, hi: int) -> int:
+def _first_difference(con: Any, row_hash: str, mine: str | None, theirs: str | None, p: int, lo: int, hi: int) -> int:
     query = (
-        f"SELECT log_offset, {row_hash} FROM read_parquet($paths) "
+        f"SELECT log_offset, {row_hash} FROM {{source}} "
         f"WHERE log_partition = {p} AND log_offset >= {lo} AND log_offset < {hi} ORDER BY 1, 2"
     )
-    a = con.execute(query, {"paths": mine}).fetchall() if mine else []
-    b = con.execute(query, {"paths": theirs}).fetchall() if theirs else []
+    a = con.execute(query.replace("{source}", mine)).fetchall() if mine else []
+    b = con.execute(query.replace("{source}", theirs)).fetchall() if theirs else []
     for x, y in zip(a, b, strict=False):  # a length difference is judged below
         if x != y:
             return min(x[0], y[0])

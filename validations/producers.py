@@ -8,6 +8,7 @@ import duckdb
 from pyiceberg.table import Table
 
 from storage.core.state import LogState, PartitionSequences
+from storage.log.scan import parquet_from
 from storage.log.sequences import expiry_ms, live_producers
 from storage.producers.idempotent import derive_state
 from validations.sql import planned_paths
@@ -22,21 +23,17 @@ def sequence_violations(table: Table, snapshot_id: int | None = None) -> list[Vi
     paths = planned_paths(table, snapshot_id)
     if not paths:
         return []
-    rows = (
-        duckdb.connect()
-        .execute(
-            """
+    con = duckdb.connect()
+    rows = con.execute(
+        f"""
         SELECT producer_id, producer_epoch, log_partition, log_offset, producer_seq, prev_seq FROM (
           SELECT producer_id, producer_epoch, log_partition, log_offset, producer_seq,
                  lag(producer_seq) OVER (PARTITION BY producer_id, producer_epoch, log_partition ORDER BY log_offset) AS prev_seq
-          FROM read_parquet($paths) WHERE producer_id IS NOT NULL)
+          FROM {parquet_from(con, paths, table.io)} WHERE producer_id IS NOT NULL)
         WHERE prev_seq IS NOT NULL AND producer_seq <> prev_seq + 1
         ORDER BY 1, 2, 3, 4
-        """,
-            {"paths": paths},
-        )
-        .fetchall()
-    )
+        """
+    ).fetchall()
     return [
         Violation(
             CHECK,

@@ -313,12 +313,14 @@ def _pandas_rows(table: Table, paths: list[str], predicate: str | None):
         import pandas as pd
 
         return pd.DataFrame({f.name: [] for f in table.schema().fields} | {"log_timestamp_ms": []})
+    from storage.log.scan import parquet_from
+
     where = f" WHERE {predicate}" if predicate else ""
     with duckdb.connect() as con:
-        return con.execute(
-            f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM read_parquet($p, union_by_name=true, hive_partitioning=false){where}",
-            {"p": paths},
-        ).df()  # folder names are not columns
+        source = parquet_from(
+            con, paths, table.io, "union_by_name = true, hive_partitioning = false"
+        )  # folder names are not columns
+        return con.execute(f"SELECT *, epoch_ms({cols.TIMESTAMP}) AS log_timestamp_ms FROM {source}{where}").df()
 
 
 def _spark_rows(spark: Any, table: Table, paths: list[str], predicate: str | None):

@@ -18,7 +18,7 @@ from storage.core.commit import recent_commits
 from storage.core.staging import JOURNAL, JournalState
 from storage.core.state import LogState
 from storage.errors import UnknownTable
-from storage.log.scan import planned_paths
+from storage.log.scan import parquet_from, planned_paths
 from storage.log.table import LogTable
 from storage.producers.journal import ABORTED, COMMITTED
 from storage.properties import TXN_ID
@@ -34,10 +34,11 @@ def _journal(table: Table) -> tuple[list[tuple[str, str, str]], dict]:
     except UnknownTable:
         return [], {}
     paths = planned_paths(journal)
+    con = duckdb.connect()
     rows = (
-        duckdb.connect()
-        .execute("SELECT txn_id, txn_state, detail FROM read_parquet($p) ORDER BY log_offset", {"p": paths})
-        .fetchall()
+        con.execute(
+            f"SELECT txn_id, txn_state, detail FROM {parquet_from(con, paths, journal.io)} ORDER BY log_offset"
+        ).fetchall()
         if paths
         else []
     )
@@ -65,6 +66,7 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
     marks = LogState.from_metadata(table.metadata).watermarks
     paths = planned_paths(table, snapshot_id)
     con = duckdb.connect()
+    source = parquet_from(con, paths, table.io) if paths else None
     for txn_id, ranges in committed.items():
         for p, (first, nxt) in ranges.get(name, {}).items():
             start = max(first, marks[int(p)].start) if int(p) in marks else first
@@ -72,8 +74,8 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
                 continue  # removed by retention
             present = (
                 con.execute(
-                    "SELECT count(*), count(DISTINCT log_offset) FROM read_parquet($p) WHERE log_partition = $part AND log_offset >= $a AND log_offset < $b",
-                    {"p": paths, "part": int(p), "a": start, "b": nxt},
+                    f"SELECT count(*), count(DISTINCT log_offset) FROM {source} WHERE log_partition = $part AND log_offset >= $a AND log_offset < $b",
+                    {"part": int(p), "a": start, "b": nxt},
                 ).fetchone()
                 if paths
                 else (0, 0)

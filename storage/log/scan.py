@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow.dataset as ds
 from pyarrow.fs import FileSystem
@@ -11,6 +13,9 @@ from pyiceberg.table import Table
 
 from storage.errors import UnknownSnapshot
 from storage.log.files import arrow_location, is_local, local_path
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def check_snapshot(table: Table, snapshot_id: int | None) -> None:
@@ -59,3 +64,23 @@ class PlannedFiles:
 def planned_files(table: Table, snapshot_id: int | None = None) -> PlannedFiles:
     """The data files of ``snapshot_id`` (default: the current snapshot) with the FileIO that reads them."""
     return PlannedFiles(planned_paths(table, snapshot_id), table.io)
+
+
+_sources = itertools.count()
+
+
+def parquet_from(con: duckdb.DuckDBPyConnection, paths: list[str], io: FileIO, options: str = "") -> str:
+    """A DuckDB FROM item that reads the Parquet files ``paths`` (at least one), with no extension.
+
+    Local files: ``read_parquet`` (with ``options``, e.g. ``union_by_name = true``). Files on an
+    object store (``s3://…``), which DuckDB reads only through its httpfs extension: a pyarrow
+    dataset over ``io``'s filesystem, registered on ``con``, into which DuckDB pushes
+    projections and filters (its schema is the first file's; ``options`` do not apply).
+    """
+    files = PlannedFiles(paths, io)
+    if files.local:
+        listing = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+        return f"read_parquet([{listing}]{', ' + options if options else ''})"
+    source = f"__files_{next(_sources)}"
+    con.register(source, files.dataset())
+    return f'"{source}"'

@@ -7,6 +7,7 @@ answers are the same as on local files: exact proofs, exact diagnoses, the same 
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections import Counter
@@ -162,3 +163,32 @@ def test_sql_on_s3_returns_the_rows_with_filters_pushed_into_the_scan(events, re
 def test_duckdb_shell_on_s3(events, rest_spec):
     out = icelog(rest_spec, "duckdb", stdin=b"select value from db.events where key = 'k4999';\n")
     assert out["results"][0]["rows"] == [["4999"]]
+
+
+def test_checks_on_s3_read_through_pyarrow(events):
+    """Producer sequences and transactions read S3 files the way the deep check does."""
+    from validations.producers import sequence_violations
+    from validations.transactions import check_transactions
+
+    assert sequence_violations(events.table()) == []
+    assert check_transactions(events.table()).ok
+
+
+def test_gx_suite_on_s3_with_pandas(events, tmp_path):
+    from validations.quality import run_suite
+
+    result = run_suite(events.table(), engine="pandas", docs_root=tmp_path, full=True)
+    assert result.success
+
+
+@pytest.mark.xfail(
+    reason="storage/producers/idempotent.py derive_state still hands s3:// paths to read_parquet "
+    "(needs storage.log.scan.parquet_from), so the producer-state check and the report fail on S3",
+    raises=Exception,
+    strict=False,
+)
+def test_report_on_s3(events, tmp_path):
+    from validations.report import build_report
+
+    build_report(events.table(), tmp_path, gx=False)
+    assert json.loads((tmp_path / "report.json").read_text())["ok"]
