@@ -144,20 +144,12 @@ def register_table(con: duckdb.DuckDBPyConnection, name: str, table: Table, snap
     con.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
     paths = planned_paths(table, snapshot_id) if snapshot_id is not None or table.metadata.current_snapshot_id else []
     target = f'"{namespace}"."{table_name}"'
-    files = scan.PlannedFiles(paths, table.io)
-    if paths and not files.local:
-        # Object-store files (s3://…) through pyarrow: DuckDB's httpfs extension may not be
-        # installable, and DuckDB pushes projections and filters into a pyarrow dataset scan.
-        source = f"__files_{namespace}_{table_name}"
-        con.register(source, files.dataset())
-        con.execute(f'CREATE OR REPLACE VIEW {target} AS SELECT * FROM "{source}"')
-        return
     if paths:
-        # Views cannot take prepared parameters: inline the paths as escaped literals.
-        listing = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         # No Hive partitioning: folder names of data files (Spark's ``…/p=N/`` staging) are not
-        # columns of the table; DuckDB would otherwise infer them.
-        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM read_parquet([{listing}], hive_partitioning = false)")
+        # columns of the table; DuckDB would otherwise infer them. Files on S3 are a pyarrow
+        # dataset (no extension needed), into which DuckDB pushes projections and filters.
+        source = scan.parquet_from(con, paths, table.io, "hive_partitioning = false")
+        con.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM {source}")
         return
     _register_empty(con, name, table)
 
