@@ -16,15 +16,18 @@ commits; the other fails with ``OffsetMismatch`` and its re-run skips the loaded
 
 from __future__ import annotations
 
+import fnmatch
 import glob
+import hashlib
 import os
 import shutil
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
+from pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
 from storage.core import faults
 from storage.core.catalog import open_catalog
 from storage.core.commit import commit_tables
@@ -63,8 +66,11 @@ def require_source(source: str) -> None:
     """Refuse a landing path that names nothing: a typo must not read as "nothing new to load".
 
     (A scheduled run of a day with no landing folder yet is another matter: ``ingest`` itself
-    loads nothing then, and says so.)
+    loads nothing then, and says so.) An object store's URI is listed by ``ingest`` itself,
+    with the catalog's FileIO settings: it is not checked here.
     """
+    if not is_local(source):
+        return
     if not os.path.exists(source) and not glob.glob(source):
         raise InvalidInput(reason=f"no file, folder or glob match at {source!r}: nothing to ingest")
 
@@ -80,6 +86,55 @@ def source_files(source: str) -> list[str]:
     else:
         found = [p for p in glob.glob(source) if os.path.isfile(p)]
     return sorted(found)
+
+
+@dataclass(frozen=True)
+class StoredSourceFile(ledger.SourceFile):
+    """A landing file in an object store (``s3://bucket/key``), fingerprinted through pyarrow."""
+
+    filesystem: Any = field(default=None, compare=False, repr=False)
+
+    def with_fingerprint(self) -> StoredSourceFile:
+        if self.fingerprint is not None:
+            return self
+        digest = hashlib.sha256()
+        with self.filesystem.open_input_stream(_store_path(self.path)) as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        return replace(self, fingerprint=f"sha256:{digest.hexdigest()}")
+
+
+def stored_source_files(source: str, io: Any) -> list[StoredSourceFile]:
+    """Files of an object-store landing URI: an object, a "folder" (recursively) or a glob,
+    listed with the table's FileIO settings (``io``)."""
+    from pyarrow import fs as pafs
+
+    from storage.log.files import arrow_location
+
+    scheme = urlparse(source).scheme
+    filesystem, path = arrow_location(io, source)
+    wildcard = next((i for i, c in enumerate(path) if c in "*?["), None)
+    root = path if wildcard is None else path[: path.rfind("/", 0, wildcard)]
+    info = filesystem.get_file_info(root)
+    if info.type == pafs.FileType.File and wildcard is None:
+        infos = [info]
+    elif info.type == pafs.FileType.Directory:
+        infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+    else:
+        infos = []
+    found = [
+        StoredSourceFile(f"{scheme}://{i.path}", i.size, i.mtime_ns or 0, filesystem=filesystem)
+        for i in infos
+        if i.type == pafs.FileType.File
+        and (wildcard is not None or not i.base_name.startswith(("_", ".")))
+        and (wildcard is None or fnmatch.fnmatchcase(i.path, path))
+    ]
+    return sorted(found, key=lambda f: f.path)
+
+
+def _store_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return f"{parsed.netloc}{parsed.path}"
 
 
 def ingest(
@@ -145,7 +200,12 @@ def ingest(
         key_column = key_column or iceberg.metadata.properties.get(KEY_COLUMN, cols.DEFAULT_KEY_COLUMN)
     bound = log.bind(table=ident, run_key=run_key)
 
-    listed = [ledger.SourceFile.stat(p) for p in source_files(source)]
+    local = is_local(source)
+    io_properties = None if local else file_io_properties(iceberg.io.properties)
+    if local:
+        listed = [ledger.SourceFile.stat(p) for p in source_files(source)]
+    else:
+        listed = stored_source_files(source, iceberg.io)
     say(f"{len(listed)} files under {source}")
     plan = ledger.plan(
         ident,
@@ -167,10 +227,7 @@ def ingest(
     say(f"loading {len(plan.load)} new files")
 
     payload = cols.payload_arrow_schema(iceberg.schema())
-    reader = spark.read.format(FORMATS[fmt])
-    if fmt == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
-    df = reader.load([f.path for f in plan.load])
+    df = read_sources(spark, plan.load, fmt, io_properties)
     route = key_column or partition_column
     unknown = [c for c in (route,) if c not in df.columns]
     missing_required = [f.name for f in payload if not f.nullable and f.name not in df.columns]
@@ -182,7 +239,7 @@ def ingest(
         )
     else:
         part = F.col(partition_column).cast("int")
-    df = df.withColumn(cols.PARTITION, part).withColumn("_file", F.input_file_name())
+    df = df.withColumn(cols.PARTITION, part)
     if partition_column:  # a key hash is always in range; a user's column may not be
         bad = (
             df.where(F.col(cols.PARTITION).isNull() | (F.col(cols.PARTITION) < 0) | (F.col(cols.PARTITION) >= partitions))
@@ -208,12 +265,14 @@ def ingest(
         return _record_empty(catalog, ident, plan, run_key, partitions, result, started)
     ends = {p: w.end for p, w in state.watermarks.items()}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
-    split_file = {r["_task"]: _local(r["_file"]) for r in counts}
+    split_file = {r["_task"]: _source_path(r["_file"]) for r in counts}
 
     # Pass 2: executors number each split's rows from its slices' bases and write them.
     say("pass 2: numbering and writing data files")
     commit_id = uuid.uuid4().hex
-    staging = f"{iceberg.metadata.location.removeprefix('file://')}/data/_ingest-{commit_id}"
+    location = iceberg.metadata.location
+    staging = f"{location.removeprefix('file://') if is_local(location) else location}/data/_ingest-{commit_id}"
+    staging_io = None if is_local(location) else file_io_properties(iceberg.io.properties)
     slice_counts = {(r["_task"], r[cols.PARTITION]): r["count"] for r in counts}
     written = write_slices(
         routed.drop("_file"),
@@ -222,6 +281,7 @@ def ingest(
         iceberg.schema(),
         staging,
         key_column=cols.key_column(iceberg.schema(), iceberg.properties),
+        io_properties=staging_io,
     )
     faults.checkpoint(faults.AFTER_INGEST_WRITE)
     say(f"committing {sum(map(len, written.values()))} data files")
@@ -235,7 +295,7 @@ def ingest(
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup removes them if not)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)  # nothing committed: the files are garbage
+        remove_staging(staging, staging_io)  # nothing committed: the files are garbage
         raise
     appended = outcome.result
     result.rows, result.ranges, result.snapshot_id = rows, dict(appended.ranges), outcome.snapshot_id
@@ -262,13 +322,120 @@ def _partition_filter(F: Any, partitions: dict[str, set[int]]) -> Any:
         return F.col(cols.PARTITION).isin(sorted(next(iter(groups))))
     condition = F.lit(False)
     for parts, paths in groups.items():
-        uris = [f"file://{p}" for p in paths] + [f"file:{p}" for p in paths]
+        uris = [u for p in paths for u in ((f"file://{p}", f"file:{p}") if is_local(p) else (p,))]
         condition = condition | (F.col("_file").isin(uris) & F.col(cols.PARTITION).isin(sorted(parts)))
     return condition
 
 
-def _local(uri: str) -> str:
-    return os.path.realpath(unquote(urlparse(uri).path))
+def _source_path(uri: str) -> str:
+    """The ledger's path of a row's ``_file``: a local file's real path, an object's URI as listed."""
+    return os.path.realpath(unquote(urlparse(uri).path)) if is_local(uri) else uri
+
+
+def remove_staging(staging: str, io_properties: dict[str, str] | None) -> None:
+    """Delete an uncommitted run's data files (a local folder, or an object-store prefix)."""
+    if io_properties is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    filesystem, path = executor_filesystem(io_properties, staging)
+    try:
+        filesystem.delete_dir(path)
+    except OSError:  # nothing was written, or the store is gone: orphan cleanup removes what is left
+        log.warning("staging not removed", staging=staging)
+
+
+def read_sources(spark: Any, files: list[ledger.SourceFile], fmt: str, io_properties: dict[str, str] | None) -> Any:
+    """The source files as one DataFrame with a ``_file`` column: one input split per file.
+
+    Local files are read by Spark. An object store's files are read by the executors with pyarrow,
+    through the table's FileIO settings (Spark has no S3 connector here): one task per file, the
+    files in a fixed order (largest first, then by path), so both passes see the same splits.
+    """
+    from pyspark.sql import functions as F
+
+    if io_properties is None:
+        reader = spark.read.format(FORMATS[fmt])
+        if fmt == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        return reader.load([f.path for f in files]).withColumn("_file", F.input_file_name())
+    import pyarrow as pa
+
+    paths = [f.path for f in sorted(files, key=lambda f: (-f.size, f.path))]
+    reader = StoredFileReader(paths, FORMATS[fmt], io_properties)
+    found = spark.sparkContext.parallelize(range(len(paths)), len(paths)).map(reader.schema_of).collect()
+    schema = _sparkable(pa.unify_schemas([pa.ipc.read_schema(pa.py_buffer(s)) for s in found], promote_options="permissive"))
+    reader = replace(reader, schema=schema.append(pa.field("_file", pa.string())))
+    return spark.range(0, len(paths), 1, len(paths)).mapInArrow(reader, spark_schema(reader.schema))
+
+
+def _sparkable(schema: Any) -> Any:
+    """Source columns as types Spark takes from Arrow: all-null columns as strings, dictionaries
+    as their values, large strings and binaries as plain ones."""
+    import pyarrow as pa
+
+    def plain(t: Any) -> Any:
+        if pa.types.is_dictionary(t):
+            return plain(t.value_type)
+        if pa.types.is_null(t) or pa.types.is_large_string(t):
+            return pa.string()
+        if pa.types.is_large_binary(t):
+            return pa.binary()
+        return t
+
+    return pa.schema([pa.field(f.name, plain(f.type)) for f in schema])
+
+
+@dataclass(frozen=True)
+class StoredFileReader:
+    """On the executors: read object-store source files with pyarrow (parquet, csv, json lines).
+
+    ``schema_of`` gives one file's Arrow schema (serialized); called by ``mapInArrow`` over
+    ``spark.range`` (one id per task), the reader yields the file's rows in the unified
+    ``schema``, with the file's URI in ``_file``.
+    """
+
+    paths: list[str]
+    fmt: str
+    io_properties: dict[str, str]
+    schema: Any = None
+
+    def _read(self, path: str) -> Any:
+        import pyarrow.csv as pcsv
+        import pyarrow.json as pjson
+        import pyarrow.parquet as pq
+
+        filesystem, where = executor_filesystem(self.io_properties, path)
+        if self.fmt == "parquet":
+            return pq.read_table(where, filesystem=filesystem)
+        with filesystem.open_input_stream(where) as f:
+            return pcsv.read_csv(f) if self.fmt == "csv" else pjson.read_json(f)
+
+    def schema_of(self, index: int) -> bytes:
+        import pyarrow.parquet as pq
+
+        path = self.paths[index]
+        if self.fmt == "parquet":  # the footer is enough
+            filesystem, where = executor_filesystem(self.io_properties, path)
+            with filesystem.open_input_file(where) as f:
+                return pq.read_schema(f).remove_metadata().serialize().to_pybytes()
+        return self._read(path).schema.serialize().to_pybytes()
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                path = self.paths[index]
+                source = self._read(path)
+                columns = [
+                    pa.array([path] * source.num_rows, pa.string())
+                    if f.name == "_file"
+                    else source.column(f.name).cast(f.type)
+                    if f.name in source.column_names
+                    else pa.nulls(source.num_rows, f.type)
+                    for f in self.schema
+                ]
+                yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches(max_chunksize=100_000)
 
 
 def _ledger_request(
@@ -321,6 +488,7 @@ def write_slices(
     producer_id: int | None = None,
     epoch: int = 0,
     key_column: str | None = None,
+    io_properties: dict[str, str] | None = None,
 ) -> dict[int, list[str]]:
     """Pass 2: executors number each split's rows from its slices' bases and write them, one
     Parquet file per (split, log partition), into ``directory``; returns the files per partition.
@@ -329,13 +497,17 @@ def write_slices(
     pass that counted the slices (the same splits). Only file paths and counts reach the driver.
     ``key_column`` (``storage.log.schema.key_column`` of the table) fills ``log_key_hash``; Spark
     computes the hash, and the files are written in the key-hash layout (``storage.log.files``).
+    ``io_properties`` (``pipelines.spark.file_io_properties`` of the table's FileIO): ``directory``
+    is an object store's URI, which executors write to straight through pyarrow.
     """
     if key_column is not None and cols.KEY_HASH in schema.column_names:
         from pyspark.sql import functions as F
 
         hashed = F.expr(SPARK_SQL_KEY_HASH.format(key=f"cast(`{key_column}` as string)")).cast("int")
         routed = routed.withColumn(cols.KEY_HASH, hashed)
-    writer = SliceWriter(bases, ends, producer_id, epoch, int(time.time() * 1_000_000), schema.as_arrow(), directory)
+    writer = SliceWriter(
+        bases, ends, producer_id, epoch, int(time.time() * 1_000_000), schema.as_arrow(), directory, io_properties
+    )
     written: dict[int, list[str]] = {}
     for f in routed.mapInArrow(writer, "path string, partition int, rows long").collect():
         written.setdefault(f["partition"], []).append(f["path"])
@@ -376,6 +548,7 @@ class SliceWriter:
     now_us: int
     schema: Any  # the table's Arrow schema, with Iceberg field ids
     staging: str
+    io_properties: dict[str, str] | None = None  # set: ``staging`` is an object store's URI
 
     def _producer_columns(self, n: int, seq0: int) -> list[Any]:
         import numpy as np
@@ -408,9 +581,14 @@ class SliceWriter:
             # holds consecutive offsets; with log_key_hash it is written clustered by it.
             if p not in files:
                 path = f"{self.staging}/p={p}/task-{task:05d}-{uuid.uuid4().hex[:8]}.parquet"
-                os.makedirs(os.path.dirname(path), exist_ok=True)
                 options = parquet_encodings(self.schema.names)
-                files[p] = (path, pq.ParquetWriter(path, self.schema, compression="zstd", **options))
+                if self.io_properties is None:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    target, filesystem = path, None
+                else:
+                    filesystem, target = executor_filesystem(self.io_properties, path)
+                writer = pq.ParquetWriter(target, self.schema, filesystem=filesystem, compression="zstd", **options)
+                files[p] = (path, writer)
             for group in clustered(pa.Table.from_batches(pending.pop(p), schema=self.schema)):
                 files[p][1].write_table(group)  # each write starts a row group
             pending_rows[p] = 0

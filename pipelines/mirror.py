@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
+from pipelines.spark import file_io_properties
 from storage.core.catalog import open_catalog
 from storage.errors import InvalidInput
+from storage.log import schema as cols
 from storage.replication.mirror import copy_files, mirror
 
 MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
@@ -34,22 +37,58 @@ def mirror_table(
     return mirror(open_catalog(), source, open_catalog(name), target_table, principal=principal).to_dict()
 
 
-def spark_copier(spark: Any) -> Any:
+IoProperties = Mapping[str, str] | Callable[[], Mapping[str, str]] | None
+
+
+def spark_copier(spark: Any, source_io: IoProperties = None, target_io: IoProperties = None) -> Any:
     """A copier for ``storage.replication.mirror.mirror`` that copies the files on Spark's executors, in
-    parallel, byte for byte; the driver only plans, reads footers and commits."""
+    parallel, byte for byte; the driver only plans, reads footers and commits.
+
+    Args:
+        spark: A SparkSession.
+        source_io: The source table's FileIO settings (``pipelines.spark.file_io_properties`` of
+            ``table.io.properties``), or a function returning them; ``None``: local files.
+        target_io: The same for the target (a function: resolved at the first copy, when the
+            step has created the target).
+
+    Executors build each table's FileIO from these settings: an object store's path is reached
+    with its catalog's endpoint and keys, never with pyarrow's defaults (AWS).
+    """
+    resolved: dict[str, dict[str, str] | None] = {}
+
+    def settings(name: str, given: IoProperties) -> dict[str, str] | None:
+        if name not in resolved:
+            found = given() if callable(given) else given
+            resolved[name] = None if found is None else file_io_properties(found)
+        return resolved[name]
 
     def copy(pairs: Any) -> None:
         pairs = list(pairs)
         if not pairs:
             return
+        job = CopySlice(settings("source", source_io), settings("target", target_io))
         slices = min(len(pairs), max(1, spark.sparkContext.defaultParallelism * 4))
-        spark.sparkContext.parallelize(pairs, slices).foreachPartition(_copy_slice)
+        spark.sparkContext.parallelize(pairs, slices).foreachPartition(job)
 
     return copy
 
 
-def _copy_slice(pairs: Any) -> None:
-    copy_files(list(pairs))
+@dataclass(frozen=True)
+class CopySlice:
+    """On an executor: copy a slice of ``(source, target)`` pairs through FileIOs built from the
+    shipped settings (a FileIO itself is not shipped: it holds connections)."""
+
+    source_io: dict[str, str] | None
+    target_io: dict[str, str] | None
+
+    def __call__(self, pairs: Any) -> None:
+        from pyiceberg.io import load_file_io
+
+        pairs = list(pairs)
+        if self.source_io is None or self.target_io is None:
+            copy_files(pairs)
+            return
+        copy_files(pairs, source_io=load_file_io(self.source_io), target_io=load_file_io(self.target_io))
 
 
 def mirror_bulk(
@@ -65,4 +104,10 @@ def mirror_bulk(
 
     Same guarantees as ``storage.replication.mirror.mirror``: it is the same step with another copier.
     """
-    return mirror(source_catalog, source_table, target_catalog, target_table, principal=principal, copier=spark_copier(spark))
+    target_id = cols.qualified(target_table or source_table)
+    copier = spark_copier(
+        spark,
+        source_io=lambda: source_catalog.load_table(cols.qualified(source_table)).io.properties,
+        target_io=lambda: target_catalog.load_table(target_id).io.properties,
+    )
+    return mirror(source_catalog, source_table, target_catalog, target_table, principal=principal, copier=copier)

@@ -6,11 +6,13 @@ snapshot, and write Parquet; the driver only commits (through ``storage``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Mapping
+from urllib.parse import urlparse
 
 from storage.errors import InvalidInput
 from storage.log import schema as cols
@@ -18,6 +20,42 @@ from storage.log import schema as cols
 
 class SparkUnavailable(InvalidInput):
     message = "cannot start Spark: {reason}"
+
+
+# The FileIO settings executors need to reach an object store (endpoint, keys, region, the FileIO
+# class); a catalog's own settings (its database URI and password) stay on the driver.
+FILE_IO_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "client.", "py-io-impl")
+
+
+def is_local(uri: str) -> bool:
+    """A local path (``/x``, ``file:/x``, ``file:///x``), not an object store's URI."""
+    return urlparse(uri).scheme in ("", "file")
+
+
+def file_io_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The FileIO settings among a table's (``table.io.properties``) or a catalog's properties,
+    to ship to executors: they build the same FileIO there (:func:`executor_filesystem`)."""
+    return {k: str(v) for k, v in properties.items() if k.startswith(FILE_IO_PREFIXES)}
+
+
+def executor_filesystem(io_properties: Mapping[str, str], uri: str) -> tuple[Any, str]:
+    """On an executor: the pyarrow filesystem serving ``uri`` with the shipped FileIO settings,
+    and the path of ``uri`` in it (``bucket/key`` on S3).
+
+    Spark itself never reads or writes an object store's URI (no Hadoop S3 connector is
+    needed): executors go through pyarrow, configured exactly as the table's FileIO.
+    """
+    from storage.log.files import arrow_location
+
+    return arrow_location(_file_io(tuple(sorted(io_properties.items()))), uri)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_io(properties: tuple[tuple[str, str], ...]) -> Any:
+    """One FileIO per configuration and executor process: its filesystems (connection pools) are reused."""
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(properties))
 
 
 def check_java() -> str:
