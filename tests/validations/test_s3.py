@@ -192,3 +192,19 @@ def test_report_on_s3(events, tmp_path):
 
     build_report(events.table(), tmp_path, gx=False)
     assert json.loads((tmp_path / "report.json").read_text())["ok"]
+
+
+def test_i1_misplaced_rows_on_s3_are_reported_as_on_local_files(events, tmp_path):
+    """A file whose metadata says partition 0 but which holds rows of partition 1 too."""
+    io = events.table().io
+    fs, root = arrow_location(io, f"{events.table().metadata.location}/data/stray-{uuid.uuid4().hex}")
+    rows = pa.table({"log_partition": pa.array([0, 0, 1, 1], pa.int32()), "log_offset": pa.array([0, 1, 2, 3], pa.int64())})
+    pq.write_table(rows, f"{root}/mixed.parquet", filesystem=fs)
+    pq.write_table(rows, tmp_path / "mixed.parquet")
+    state = LogState(watermarks={0: Watermark(0, 2), 1: Watermark(0, 0)})
+    on_s3, n = check_files("db.t", {f"s3://{root}/mixed.parquet": 0}, state, io=io)
+    local, _ = check_files("db.t", {str(tmp_path / "mixed.parquet"): 0}, state)
+    assert n == 4
+    shown = [(v.check, v.kind, v.partition, v.first, v.last) for v in on_s3]
+    assert ("contiguity", "misplaced_row", 1, 2, 3) in shown
+    assert shown == [(v.check, v.kind, v.partition, v.first, v.last) for v in local]
