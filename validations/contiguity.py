@@ -29,8 +29,9 @@ The two modes differ in how they learn the coverage:
 
 Files on an object store (``s3://…``) are read with pyarrow through the table's FileIO, since
 DuckDB reads them only through its httpfs extension: each file's two columns are read once
-(several files at a time), numbered in row order as ``read_parquet``'s ``file_row_number``
-would, and the same proofs and the same counting run in DuckDB over them in memory.
+(several files at a time), and the same proofs run on them in memory (numpy); a file that
+fails them is grouped in DuckDB, its rows numbered as ``file_row_number`` would, and counted
+as a local one is.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ def _scan_remote(
     runs: list[OffsetRun] = []
     violations: list[Violation] = []
     for uri, offsets in _read_offsets(located):
-        span = _proven_rows(con, uri, paths[uri], offsets)
+        span = _proven_rows(uri, paths[uri], offsets)
         if span is not None:
             spans.append(span)
             continue
@@ -253,28 +254,27 @@ def _rows_query(con: duckdb.DuckDBPyConnection, offsets: pa.Table, query: str, u
         con.unregister("file_offsets")
 
 
-def _proven_rows(con: duckdb.DuckDBPyConnection, uri: str, partition: int, offsets: pa.Table) -> FileSpan | None:
-    """The span of one file read into memory, when its offsets are proven exact (the proofs of
-    :func:`_proven_file`, without footer statistics: the first pass gives the bounds)."""
+def _proven_rows(uri: str, partition: int, offsets: pa.Table) -> FileSpan | None:
+    """The span of one file read into memory, when its offsets are proven exact: the proofs of
+    :func:`_proven_file` in numpy (a file's columns are already in memory, and a DuckDB query
+    costs ~10 ms more than the proof of a 500k-row file), the bounds from the data itself."""
     n = offsets.num_rows
-    if n == 0 or offsets.column(cols.PARTITION).null_count or offsets.column(cols.OFFSET).null_count:
+    parts, column = offsets.column(cols.PARTITION), offsets.column(cols.OFFSET)
+    if n == 0 or parts.null_count or column.null_count:
         return None
-    o = cols.OFFSET
-    ((p_min, p_max, lo, hi, c_min, c_max),) = _rows_query(
-        con,
-        offsets,
-        f"SELECT min({cols.PARTITION}), max({cols.PARTITION}), min({o}), max({o}), "
-        f"min({o} - file_row_number), max({o} - file_row_number) FROM file_offsets",
-    )
-    if not p_min == p_max == partition:
+    p = pc.min_max(parts).as_py()
+    if not p["min"] == p["max"] == partition:
         return None
-    if c_min == c_max:  # offset - row number constant: exactly c..c + n - 1, in row order
-        return FileSpan(uri, partition, c_min, c_min + n - 1, n, True)
-    if hi - lo + 1 != n:
-        return None
-    # n offsets in lo..hi setting n distinct bits are exactly lo..hi (lo, hi: ints from DuckDB).
-    ((bits,),) = _rows_query(con, offsets, f"SELECT bit_count(bitstring_agg({o}, {int(lo)}, {int(hi)})) FROM file_offsets")
-    return FileSpan(uri, partition, int(lo), int(hi), n, True) if bits == n else None
+    values = column.to_numpy()
+    shifted = values - np.arange(n, dtype=values.dtype)
+    first = int(shifted.min())
+    if first == int(shifted.max()):  # offset - row number constant: exactly first..first + n - 1
+        return FileSpan(uri, partition, first, first + n - 1, n, True)
+    lo, hi = int(values.min()), int(values.max())
+    # n offsets in lo..hi that take n distinct values are exactly lo..hi, in any row order.
+    if hi - lo + 1 == n and np.count_nonzero(np.bincount(values - lo, minlength=n)) == n:
+        return FileSpan(uri, partition, lo, hi, n, True)
+    return None
 
 
 _shared: tuple[int, duckdb.DuckDBPyConnection] | None = None
