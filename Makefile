@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo test test-slow bench lock clean airflow chaos lint format
+.PHONY: setup demo demo-lakehouse test test-slow bench lock clean airflow chaos lint format
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_install.py infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
@@ -22,6 +22,11 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/python -m infra.demo
+
+# The same job on the lakehouse profile: a PostgreSQL catalog with an S3 warehouse (SeaweedFS), both
+# servers started under .icelog/lakehouse and stopped at the end.
+demo-lakehouse: setup
+	$(BIN)/python -m infra.demo --lakehouse
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow"

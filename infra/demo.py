@@ -11,31 +11,113 @@
 7. A summary, and how to open the Airflow UI on these DAGs (``make airflow``).
 
 Idempotent: a second run stages nothing and ingests nothing new.
+
+``make demo-lakehouse`` (``python -m infra.demo --lakehouse``) runs the same job on the team's
+lakehouse profile: a PostgreSQL SQL catalog whose warehouse is an S3 bucket, on a throwaway
+PostgreSQL and SeaweedFS started under $ICELOG_HOME/lakehouse and stopped at the end. The SQL
+catalog keeps the atomic multi-table commit that ingest needs (data and ledger in one commit);
+Spark's executors write the data files straight to S3 through pyarrow. Its Airflow home is its
+own; the landing files are shared with ``make demo``. Idempotent like ``make demo`` (the servers
+keep their data under $ICELOG_HOME/lakehouse).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 
-from infra.airflow import airflow_env, dags_test, migrate
+from infra.airflow import REPO, airflow_env, dags_test, migrate
+
+LAKEHOUSE_CATALOG = "lakehouse"
+LAKEHOUSE_BUCKET = "lakehouse"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from storage.logs import configure
 
     configure()  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
     console = Console()
-    env = airflow_env()
-    os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
+    if "--lakehouse" not in (sys.argv[1:] if argv is None else argv):
+        env = airflow_env()
+        os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
+        from storage.core.catalog import icelog_home
+
+        console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
+        return run(console, env)
+    home = Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve()
+    os.environ["ICELOG_HOME"] = str(home)
+    started = time.perf_counter()
+    with lakehouse_servers(console, home / "lakehouse") as properties:
+        os.environ.update(catalog_environment(LAKEHOUSE_CATALOG, properties))
+        env = airflow_env(home / "lakehouse" / "airflow")
+        console.print(
+            f"[bold]icelog demo, lakehouse profile[/]: PostgreSQL catalog {LAKEHOUSE_CATALOG!r}, "
+            f"warehouse {properties['warehouse']} on SeaweedFS, Airflow home {env['AIRFLOW_HOME']}"
+        )
+        code = run(console, env)
+    console.print(f"lakehouse demo wall time (servers started and stopped): {time.perf_counter() - started:.0f} s")
+    return code
+
+
+@contextlib.contextmanager
+def lakehouse_servers(console: Console, directory: Path) -> Iterator[dict[str, str]]:
+    """Start SeaweedFS and PostgreSQL in ``directory``; yield the lakehouse catalog's properties
+    (a SQL catalog on PostgreSQL, its warehouse in a normal S3 bucket); stop both at the end."""
+    from infra import postgres, seaweedfs
+
+    started = time.perf_counter()
+    postgres.stop(directory / "postgres")  # a server left running by an interrupted run: start afresh
+    try:
+        s3 = {k: v for k, v in seaweedfs.start(directory / "seaweedfs").items() if k.startswith("s3.")}
+        uri = postgres.start(directory / "postgres")
+        create_bucket(s3, LAKEHOUSE_BUCKET)
+        console.print(f"SeaweedFS (S3 {s3['s3.endpoint']}) and PostgreSQL up in {time.perf_counter() - started:.0f} s")
+        yield {"type": "sql", "uri": uri, "warehouse": f"s3://{LAKEHOUSE_BUCKET}/wh", **s3}
+    finally:
+        postgres.stop(directory / "postgres")
+        seaweedfs.stop(directory / "seaweedfs")
+
+
+def create_bucket(s3: dict[str, str], bucket: str) -> None:
+    """Create a normal S3 bucket (idempotent). SeaweedFS's ``warehouse`` bucket is a table bucket,
+    which takes only its REST catalog's layout: a SQL catalog's warehouse needs a bucket of its own."""
+    from urllib.parse import urlparse
+
+    from pyarrow import fs
+
+    endpoint = urlparse(s3["s3.endpoint"])
+    fs.S3FileSystem(
+        endpoint_override=endpoint.netloc,
+        scheme=endpoint.scheme,
+        access_key=s3["s3.access-key-id"],
+        secret_key=s3["s3.secret-access-key"],
+        region=s3["s3.region"],
+        allow_bucket_creation=True,
+    ).create_dir(bucket)
+
+
+def catalog_environment(name: str, properties: dict[str, str]) -> dict[str, str]:
+    """The variables that make ``name`` the catalog of every icelog process (Airflow's tasks too):
+    ``ICELOG_CATALOG`` and pyiceberg's ``PYICEBERG_CATALOG__NAME__KEY`` (``__`` for a dot, ``_`` for a dash)."""
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    return {
+        "ICELOG_CATALOG": name,
+        **{prefix + key.replace(".", "__").replace("-", "_").upper(): value for key, value in properties.items()},
+    }
+
+
+def run(console: Console, env: dict[str, str]) -> int:
+    """The demo's job through Airflow on the catalog the environment names (default: the embedded one)."""
     from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, print_summary, stage_landing
     from pipelines.tasks import landing_root
     from storage.core.catalog import icelog_home, open_catalog
 
-    console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
     staged = stage_landing(landing_root())
     console.print(f"landing: {staged} new daily files under {landing_root() / TABLE}")
     log_table, created = create_table(open_catalog())

@@ -362,7 +362,13 @@ def read_sources(spark: Any, files: list[ledger.SourceFile], fmt: str, io_proper
 
     paths = [f.path for f in sorted(files, key=lambda f: (-f.size, f.path))]
     reader = StoredFileReader(paths, FORMATS[fmt], io_properties)
-    found = spark.sparkContext.parallelize(range(len(paths)), len(paths)).map(reader.schema_of).collect()
+    if fmt == "parquet":  # footers only: read on the driver, in threads
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(pool.map(reader.schema_of, range(len(paths))))
+    else:  # CSV and JSON have no footer: executors read each file to infer its columns
+        found = spark.sparkContext.parallelize(range(len(paths)), len(paths)).map(reader.schema_of).collect()
     schema = _sparkable(pa.unify_schemas([pa.ipc.read_schema(pa.py_buffer(s)) for s in found], promote_options="permissive"))
     reader = replace(reader, schema=schema.append(pa.field("_file", pa.string())))
     return spark.range(0, len(paths), 1, len(paths)).mapInArrow(reader, spark_schema(reader.schema))

@@ -86,6 +86,20 @@ def test_i9_spark_ingest_reads_s3_landing_and_writes_s3_data_files(spark, lakeho
     assert check_contiguity(t.table(), deep=True).ok
 
 
+def test_csv_and_json_lines_sources_on_s3(spark, lakehouse, s3_landing):
+    t = LogTable.create(lakehouse.open(), "db.events", partitions=2)
+    filesystem, prefix = s3_filesystem(lakehouse.s3), s3_landing.removeprefix("s3://")
+    with filesystem.open_output_stream(f"{prefix}/csv/a.csv") as f:
+        f.write(b"key,value\na,1\nb,2\n")
+    with filesystem.open_output_stream(f"{prefix}/json/a.jsonl") as f:
+        f.write(b'{"key": "c", "value": "3"}\n{"key": "d"}\n')
+    assert ingest(spark, "db.events", f"{s3_landing}/csv", "c", fmt="csv", catalog_name=lakehouse.name).rows == 2
+    assert ingest(spark, "db.events", f"{s3_landing}/json/*.jsonl", "j", fmt="jsonl", catalog_name=lakehouse.name).rows == 2
+    values = sorted(v for p in (0, 1) for v in t.read(p).column("value").to_pylist() if v)
+    assert values == ["1", "2", "3"]
+    assert check_contiguity(t.table()).ok
+
+
 def test_spark_ingest_of_an_empty_s3_prefix_loads_nothing(spark, lakehouse, s3_landing):
     t = LogTable.create(lakehouse.open(), "db.events", partitions=2)
     assert ingest(spark, "db.events", f"{s3_landing}/date=2013-01-01", "r", catalog_name=lakehouse.name).rows == 0
