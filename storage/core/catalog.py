@@ -115,7 +115,7 @@ def open_catalog(name: str | None = None, **properties: str) -> Catalog:
     uri = str(conf.get("uri", ""))
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
         return LogSqlCatalog(name, **{k: str(v) for k, v in conf.items() if k != "type"})
-    return load_catalog(name, **properties)
+    return load_catalog(name, **conf)  # conf: the environment as it is now (pyiceberg reads it once, at import)
 
 
 _NOW_MS_SQL = {

@@ -30,7 +30,7 @@ from storage.core.commit import Decision, Request, check_writable, commit
 from storage.core.state import LogState, PartitionSequences, ProducerEntry, SystemState, WrittenBatch
 from storage.core.system import ensure_system_table
 from storage.errors import InvalidInput, PlanOutdated
-from storage.log.scan import planned_paths
+from storage.log.scan import parquet_from, planned_paths
 from storage.log.sequences import (
     BATCHES_KEPT,
     MAX_INT32,
@@ -182,21 +182,17 @@ def derive_state(table: Table, snapshot_id: int | None = None) -> dict[str, Prod
     paths = planned_paths(table, snapshot_id)
     if not paths:
         return {}
-    rows = (
-        duckdb.connect()
-        .execute(
+    with duckdb.connect() as con:
+        rows = con.execute(
+            f"""
+            SELECT producer_id, producer_epoch, log_partition, min(producer_seq), max(producer_seq),
+                   min(log_offset), max(log_offset) + 1, epoch_ms(max(log_timestamp))
+            FROM {parquet_from(con, paths, table.io)}
+            WHERE producer_id IS NOT NULL
+            GROUP BY producer_id, producer_epoch, log_partition, log_timestamp
+            ORDER BY producer_id, log_partition, min(log_offset)
             """
-        SELECT producer_id, producer_epoch, log_partition, min(producer_seq), max(producer_seq),
-               min(log_offset), max(log_offset) + 1, epoch_ms(max(log_timestamp))
-        FROM read_parquet($paths)
-        WHERE producer_id IS NOT NULL
-        GROUP BY producer_id, producer_epoch, log_partition, log_timestamp
-        ORDER BY producer_id, log_partition, min(log_offset)
-        """,
-            {"paths": paths},
-        )
-        .fetchall()
-    )
+        ).fetchall()
     derived: dict[str, ProducerEntry] = {}
     sequences: dict[str, dict[int, PartitionSequences]] = {}  # each entry's partitions, built in place
     for pid, epoch, p, first_seq, last_seq, base, nxt, last_ms in rows:

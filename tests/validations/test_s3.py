@@ -181,12 +181,6 @@ def test_gx_suite_on_s3_with_pandas(events, tmp_path):
     assert result.success
 
 
-@pytest.mark.xfail(
-    reason="storage/producers/idempotent.py derive_state still hands s3:// paths to read_parquet "
-    "(needs storage.log.scan.parquet_from), so the producer-state check and the report fail on S3",
-    raises=Exception,
-    strict=False,
-)
 def test_report_on_s3(events, tmp_path):
     from validations.report import build_report
 
