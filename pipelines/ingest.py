@@ -6,6 +6,12 @@ contiguous offset range per file). The driver then commits those files, together
 ingest-ledger entries, in one atomic, conditional multi-table commit through ``storage``:
 rows never funnel through the driver.
 
+Object stores: with an S3 warehouse (the lakehouse profile: a PostgreSQL catalog, an ``s3://``
+warehouse), executors write the data files straight to S3 through pyarrow, with the table's FileIO
+settings shipped to them (Spark itself never opens an ``s3://`` path: no Hadoop connector). Landing
+files under an ``s3://`` URI are listed on the driver and read by the executors the same way, one
+task per file; the ledger identifies them by URI.
+
 Exactly once: the ingest ledger (``storage.ingest.ledger``) records every loaded file (path, size,
 modification time, content fingerprint, and the offsets its rows got) in the same commit as
 the rows. A re-run, a backfill, or Airflow's own backfill of the same day loads only the
