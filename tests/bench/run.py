@@ -814,6 +814,13 @@ def bench_state_scale_when_present(root: Path, quick: bool) -> None:
     bench_state_scale(root / "state-scale", quick, record)
 
 
+def bench_rest_on_s3(root: Path, quick: bool) -> None:
+    """icelog on an Iceberg REST catalog over S3 (a throwaway SeaweedFS server): ``tests/bench/rest.py``."""
+    from tests.bench.rest import bench_rest
+
+    bench_rest(root, quick, record)
+
+
 def benches(root: Path, q: bool) -> dict[str, Callable[[], None]]:
     """Every bench by its ``--only`` name, at full or ``--quick`` sizes, in the order a full run takes."""
     return {
@@ -838,6 +845,7 @@ def benches(root: Path, q: bool) -> dict[str, Callable[[], None]]:
         "state-scale": lambda: bench_state_scale_when_present(root, q),
         "compaction": lambda: bench_compaction_contention(root, 30 if q else 50, 1 if q else 3),
         "cli": lambda: bench_cli(root / "cli", 3 if q else 15),
+        "rest": lambda: bench_rest_on_s3(root, q),
     }
 
 

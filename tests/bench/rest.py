@@ -1,0 +1,175 @@
+"""``--only rest``: icelog on an Iceberg REST catalog over S3 (issue 21), beside plain references
+on the same throwaway SeaweedFS server in the same run.
+
+* a conditional 1,000-row append beside plain pyiceberg ``Table.append`` of the same rows;
+* a bulk append of narrow rows beside ``pq.write_table`` of the same rows (with the system
+  columns) into the same bucket through pyarrow's S3FileSystem;
+* the deep check beside a bare scan of ``log_partition, log_offset`` of the same files from S3
+  (a pyarrow dataset over the table's FileIO, summed by DuckDB), on both layouts icelog writes.
+
+``record`` is :func:`tests.bench.run.record`, passed in (``run`` is ``__main__`` when benches run).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.core.catalog import open_catalog
+from storage.core.metadata_files import file_system
+from storage.log.keys import key_hashes
+from storage.log.scan import parquet_from, planned_paths
+from storage.log.table import LogTable
+from tests.bench.report import Target
+from validations.contiguity import check_contiguity
+
+WARMUPS = 10  # appends before sampling: the table has ~10 commits when sampling starts
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_rest(root: Path, quick: bool, record: Callable[..., None]) -> None:
+    """Start a SeaweedFS server in a temp dir under ``root``, run the three benches, stop it."""
+    from infra import seaweedfs
+
+    directory = Path(tempfile.mkdtemp(prefix="seaweedfs-", dir=root))
+    config = seaweedfs.start(directory)
+    try:
+        cat = open_catalog("bench", **config)
+        _append_latency(cat, 5 if quick else 30, record)
+        _bulk(cat, 200_000 if quick else 5_000_000, record)
+        _deep_check(cat, 400_000 if quick else 20_000_000, record)
+    finally:
+        seaweedfs.stop(directory)
+
+
+def _append_latency(cat: Any, samples: int, record: Callable[..., None]) -> None:
+    """Conditional 1k-row appends at ~10 commits beside plain pyiceberg appends on the same server,
+    sampled alternately so that both see the same load."""
+    t = LogTable.create(cat, "bench.latency", partitions=1)
+    schema = pa.schema([("key", pa.large_string()), ("value", pa.large_string())])
+    rows = pa.table(
+        {
+            "key": pa.array([f"k{i % 997}" for i in range(1000)], pa.large_string()),
+            "value": pa.array(["v" * 16] * 1000, pa.large_string()),
+        },
+        schema=schema,
+    )
+    cat.create_namespace("plain")
+    plain = cat.create_table("plain.latency", schema=schema)
+    for _ in range(WARMUPS):
+        t.append({0: rows}, expected_offsets={0: t.watermarks()[0].end})
+        plain.append(rows)
+    icelog_lat, plain_lat = [], []
+    for _ in range(samples):
+        end = t.watermarks()[0].end
+        icelog_lat.append(timed(lambda end=end: t.append({0: rows}, expected_offsets={0: end})))
+        plain_lat.append(timed(lambda: plain.append(rows)))
+    assert t.watermarks()[0].end == (WARMUPS + samples) * 1000
+    record(
+        f"REST+S3: conditional append 1k rows @ {WARMUPS} commits p50",
+        statistics.median(icelog_lat) * 1000,
+        "ms",
+        "plain pyiceberg Table.append, same rows and server, p50",
+        statistics.median(plain_lat) * 1000,
+        Target("ratio", "<=", 0.7),
+    )
+
+
+def _bulk(cat: Any, rows: int, record: Callable[..., None]) -> None:
+    """One append of ``rows`` narrow rows beside ``pq.write_table`` of the same rows (system columns
+    included, hashes precomputed) into the same bucket, in the table's data/ folder."""
+    t = LogTable.create(cat, "bench.bulk", partitions=1)
+    data = pa.table(
+        {
+            "key": pa.array(np.char.add("k", (np.arange(rows) % 1000).astype(str)), pa.large_string()),
+            "value": pa.nulls(rows, pa.large_string()),
+        }
+    )
+    elapsed = timed(lambda: t.append({0: data}, expected_offsets={0: 0}))
+    assert t.watermarks()[0].end == rows and t.read(0, 0, 1).num_rows == 1
+    table = t.table()
+    arrow = table.scan(limit=1).to_arrow().schema
+    ref_table = pa.table(
+        {
+            "log_partition": pa.array(np.zeros(rows, np.int32)),
+            "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
+            "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+            "producer_id": pa.nulls(rows, pa.int64()),
+            "producer_epoch": pa.nulls(rows, pa.int32()),
+            "producer_seq": pa.nulls(rows, pa.int32()),
+            "key": data["key"],
+            "value": data["value"],
+            "log_key_hash": pa.array(key_hashes(data["key"])),
+        }
+    ).cast(arrow)
+    located = file_system(table.io, table.metadata.location)
+    assert located is not None, "the table's FileIO is not pyarrow's"
+    fs, base = located
+    ref_path = f"{base}/data/ref-bulk.parquet"
+    ref = timed(lambda: pq.write_table(ref_table, ref_path, filesystem=fs, compression="zstd"))
+    assert pq.read_metadata(ref_path, filesystem=fs).num_rows == rows
+    fs.delete_file(ref_path)
+    record(
+        f"REST+S3: bulk append {rows:,} narrow rows",
+        rows / elapsed / 1e6,
+        "Mrows/s",
+        "pq.write_table, same rows, same bucket (pyarrow S3FileSystem)",
+        rows / ref / 1e6,
+        Target("ratio", ">=", 0.8),
+    )
+
+
+def _deep_check(cat: Any, rows: int, record: Callable[..., None]) -> None:
+    """The deep check of S3 files on both layouts (offset order; clustered by key hash) beside a
+    bare scan of the two columns it reads from the same files."""
+    layouts = {
+        "offset order": LogTable.create(cat, "bench.deep", partitions=4, payload=[{"name": "v", "type": "int"}]),
+        "clustered by key hash": LogTable.create(
+            cat, "bench.deep_keyed", partitions=4, payload=[{"name": "key", "type": "string"}]
+        ),
+    }
+    chunk = 5_000_000  # rows per partition per append
+    for layout, t in layouts.items():
+        for start in range(0, rows, chunk * 4):
+            n = min(chunk, (rows - start) // 4)
+            payload = (
+                {"v": pa.array(np.arange(n, dtype=np.int32))}
+                if layout == "offset order"
+                else {"key": pa.array(np.char.add("k", (np.arange(n) % 10_000).astype(str)))}
+            )
+            t.append({p: pa.table(payload) for p in range(4)})
+        table = t.table()
+        report = check_contiguity(table, deep=True)
+        assert report.ok and report.rows == rows, report.violations[:3]
+        paths = planned_paths(table)
+        con = duckdb.connect()
+
+        def bare(table: Any = table, paths: list[str] = paths, con: Any = con) -> None:
+            source = parquet_from(con, paths, table.io)
+            con.execute(f"SELECT sum(log_partition), sum(log_offset) FROM {source}").fetchall()
+
+        deep_s, bare_s = [], []
+        for _ in range(5):  # alternately: both see the same load
+            deep_s.append(timed(lambda table=table: check_contiguity(table, deep=True)))
+            bare_s.append(timed(bare))
+        record(
+            f"REST+S3: deep check {rows:,} rows, {layout} ({len(paths)} files)",
+            rows / statistics.median(deep_s) / 1e6,
+            "Mrows/s",
+            "bare scan of log_partition, log_offset, same S3 files (pyarrow dataset, DuckDB sum)",
+            rows / statistics.median(bare_s) / 1e6,
+            Target("ratio", ">=", 0.8),
+        )
