@@ -24,6 +24,7 @@ from pipelines.cli import (
     topics,
     transactions,
     validate,
+    views,
 )
 from pipelines.cli.app import cli, exit_code, main
 
@@ -40,6 +41,10 @@ cli.add_command(group_job.consume_produce)  # icelog consume-produce
 cli.add_command(ingest.ingest)  # icelog ingest
 cli.add_command(query.sql)  # icelog sql
 cli.add_command(query.duckdb_shell)  # icelog duckdb
+cli.add_command(views.snapshots)  # icelog snapshots
+cli.add_command(views.files)  # icelog files
+cli.add_command(views.schema)  # icelog schema
+cli.add_command(views.catalog)  # icelog catalog
 cli.add_command(validate.validate)  # icelog validate
 cli.add_command(validate.report)  # icelog report
 cli.add_command(maintenance.maintain)  # icelog maintain

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import EXIT_BAD_INPUT, SNAPSHOT_ID, Context, clip, dumps, one_line, print_table
+from pipelines.cli.app import EXIT_BAD_INPUT, SNAPSHOT_ID, Context, clip, dumps, jsonable, one_line, print_table
 from storage.errors import InvalidInput, MalformedInput
 
 
@@ -42,8 +42,18 @@ def _query_failed(e: Exception) -> bool:
     show_default=True,
     help="Read every table at one catalog instant (never half a transaction), or one by one as a plain reader does.",
 )
+@click.option(
+    "--format",
+    "rows_format",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Text output as a table, CSV with a header, or a JSON array of row objects (--output json keeps its one document).",
+)
 @click.pass_obj
-def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None, consistent: bool) -> None:
+def sql(
+    ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, only: str | None, consistent: bool, rows_format: str
+) -> None:
     """Run a DuckDB QUERY with every log table as a view (e.g. select count(*) from db.events)."""
     try:
         query.encode("utf-8")
@@ -58,7 +68,39 @@ def sql(ctx: Context, query: str, snapshot_id: int | None, as_of: str | None, on
         if _query_failed(e):
             raise InvalidInput(reason=f"query failed: {e}") from e
         raise
-    ctx.emit({"columns": columns, "rows": [list(r) for r in rows]}, lambda d: print_table(d["rows"], d["columns"]))
+    ctx.emit({"columns": columns, "rows": [list(r) for r in rows]}, ROW_FORMATS[rows_format])
+
+
+def _print_csv(doc: dict[str, Any]) -> None:
+    """RFC 4180 CSV with a header; values as the JSON output maps them, null as an empty field."""
+    import csv
+    import io
+    import json
+
+    def cell(value: Any) -> Any:
+        value = jsonable(value)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value)
+        return "" if value is None else value
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(doc["columns"])
+    writer.writerows([cell(v) for v in row] for row in doc["rows"])
+    click.echo(buffer.getvalue(), nl=False)
+
+
+def _print_json_rows(doc: dict[str, Any]) -> None:
+    click.echo(dumps([dict(zip(doc["columns"], row, strict=True)) for row in doc["rows"]]))
+
+
+ROW_FORMATS = {
+    "table": lambda d: print_table(d["rows"], d["columns"]),
+    "csv": _print_csv,
+    "json": _print_json_rows,
+}
 
 
 def _read_statements(ctx: Context):

@@ -1,0 +1,200 @@
+"""``icelog snapshots``, ``files``, ``schema`` and ``catalog``: read-only views of the lakehouse,
+as pyiceberg's CLI offers them, in icelog's words (offsets, partitions, commit ids).
+
+Every command here reads: none creates a namespace, a table or a folder. ``catalog`` does not
+even open the catalog; it reports the configuration another tool (pyiceberg, DuckDB, Spark)
+needs to reach it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipelines.cli.app import POSITIVE_INT64, Context, print_table
+
+SECRET = "****"
+
+
+def _committed_at(timestamp_ms: int) -> str:
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _snapshot_row(snapshot: Any) -> dict[str, Any]:
+    from storage.properties import COMMIT_ID
+
+    summary = snapshot.summary
+    added = summary.get("added-records") if summary is not None else None
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "parent_id": snapshot.parent_snapshot_id,
+        "committed_at": _committed_at(snapshot.timestamp_ms),
+        "operation": summary.operation.value if summary is not None else None,
+        "commit_id": summary.get(COMMIT_ID) if summary is not None else None,  # None: not an icelog commit
+        "records_added": int(added) if added is not None else 0,
+    }
+
+
+@click.command()
+@click.argument("table")
+@click.option("--limit", type=POSITIVE_INT64, default=None, help="Only the newest N snapshots.")
+@click.pass_obj
+def snapshots(ctx: Context, table: str, limit: int | None) -> None:
+    """TABLE's retained snapshots, newest last: id, parent, time (UTC), operation, icelog commit id, records added."""
+    from storage.log.table import LogTable
+
+    log_table = LogTable.open(ctx.catalog, table)
+    history = sorted(log_table.table().metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    rows = [_snapshot_row(s) for s in history[-limit if limit else None :]]
+    ctx.emit(
+        rows,
+        lambda d: print_table(
+            [
+                [
+                    r["snapshot_id"],
+                    r["parent_id"] or "",
+                    r["committed_at"],
+                    r["operation"],
+                    r["commit_id"] or "",
+                    r["records_added"],
+                ]
+                for r in d
+            ],
+            ["snapshot", "parent", "committed at", "operation", "commit id", "records added"],
+            log_table.identifier,
+        ),
+    )
+
+
+@click.command()
+@click.argument("table")
+@click.pass_obj
+def files(ctx: Context, table: str) -> None:
+    """TABLE's current data files by partition and offset: path, first and last offset, records, bytes."""
+    from storage.log.maintenance import files_by_partition
+    from storage.log.table import LogTable
+
+    log_table = LogTable.open(ctx.catalog, table)
+    rows = [
+        {
+            "path": data_file.file_path,
+            "partition": partition,
+            "first_offset": first,
+            "last_offset": nxt - 1,
+            "records": data_file.record_count,
+            "bytes": data_file.file_size_in_bytes,
+        }
+        for partition, entries in sorted(files_by_partition(log_table.table()).items())
+        for first, nxt, data_file in entries
+    ]
+    ctx.emit(
+        rows,
+        lambda d: print_table(
+            [[r["partition"], r["first_offset"], r["last_offset"], r["records"], r["bytes"], r["path"]] for r in d],
+            ["partition", "first offset", "last offset", "records", "bytes", "path"],
+            log_table.identifier,
+        ),
+    )
+
+
+@click.command()
+@click.argument("table")
+@click.pass_obj
+def schema(ctx: Context, table: str) -> None:
+    """TABLE's Iceberg schema: field id, name, type, required, and whether icelog owns the column."""
+    from storage.log.schema import SYSTEM_COLUMNS
+    from storage.log.table import LogTable
+
+    log_table = LogTable.open(ctx.catalog, table)
+    rows = [
+        {
+            "id": f.field_id,
+            "name": f.name,
+            "type": str(f.field_type),
+            "required": f.required,
+            "system": f.name in SYSTEM_COLUMNS,
+        }
+        for f in log_table.table().schema().fields
+    ]
+    ctx.emit(
+        rows,
+        lambda d: print_table(
+            [
+                [r["id"], r["name"], r["type"], "required" if r["required"] else "optional", "system" if r["system"] else ""]
+                for r in d
+            ],
+            ["id", "name", "type", "required", "system"],
+            log_table.identifier,
+        ),
+    )
+
+
+def mask_password(uri: str) -> str:
+    """``uri`` with the password of its user info replaced by ``****``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{name}:{SECRET}@{host}"))
+
+
+def catalog_settings(name: str | None) -> dict[str, Any]:
+    """What ``open_catalog(name)`` would connect to, without connecting or creating anything.
+
+    Raises:
+        CatalogNotConfigured: ``name`` has no configuration.
+    """
+    from pyiceberg.utils.config import Config
+
+    from storage.core.catalog import EMBEDDED_NAME, CatalogNotConfigured, icelog_home
+
+    home = icelog_home()
+    name = name or os.environ.get("ICELOG_CATALOG") or None
+    conf = Config().get_catalog_config(name) if name else None
+    if name is None or (name == EMBEDDED_NAME and not conf):
+        # as storage.core.catalog.embedded_properties lays it out, which also creates the folder
+        uri, warehouse, kind = f"sqlite:///{home / 'catalog.db'}", f"file://{home / 'warehouse'}", "sql"
+        return _settings(EMBEDDED_NAME, kind, uri, warehouse, home, embedded=True)
+    if not conf:
+        raise CatalogNotConfigured(catalog=name)
+    uri = str(conf.get("uri", ""))
+    kind = str(conf.get("type") or _infer_type(uri))
+    return _settings(name, kind, uri, conf.get("warehouse"), home, embedded=False)
+
+
+def _infer_type(uri: str) -> str:
+    for prefix, kind in (("http", "rest"), ("thrift", "hive"), ("sqlite", "sql"), ("postgresql", "sql")):
+        if uri.startswith(prefix):
+            return kind
+    return "unknown"
+
+
+def _settings(name: str, kind: str, uri: str, warehouse: Any, home: Path, *, embedded: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": kind,
+        "uri": mask_password(uri),
+        "warehouse": None if warehouse is None else str(warehouse),
+        "icelog_home": str(home),
+        "embedded": embedded,
+    }
+
+
+@click.command("catalog")
+@click.pass_obj
+def catalog(ctx: Context) -> None:
+    """The catalog in use (name, type, uri with its password masked, warehouse, ICELOG_HOME); opens nothing."""
+    doc = catalog_settings(ctx.catalog_name)
+
+    def text(d: dict[str, Any]) -> None:
+        for key in ("name", "type", "uri", "warehouse", "icelog_home"):
+            click.echo(f"{key:<12} {d[key] if d[key] is not None else ''}")
+
+    ctx.emit(doc, text)
