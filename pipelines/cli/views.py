@@ -153,14 +153,14 @@ def catalog_settings(name: str | None) -> dict[str, Any]:
     """
     from pyiceberg.utils.config import Config
 
-    from storage.core.catalog import EMBEDDED_NAME, CatalogNotConfigured, icelog_home
+    from storage.core.catalog import EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
 
     home = icelog_home()
     name = name or os.environ.get("ICELOG_CATALOG") or None
     conf = Config().get_catalog_config(name) if name else None
     if name is None or (name == EMBEDDED_NAME and not conf):
-        # as storage.core.catalog.embedded_properties lays it out, which also creates the folder
-        uri, warehouse, kind = f"sqlite:///{home / 'catalog.db'}", f"file://{home / 'warehouse'}", "sql"
+        layout = embedded_layout(home)
+        uri, warehouse, kind = layout["uri"], layout["warehouse"], "sql"
         return _settings(EMBEDDED_NAME, kind, uri, warehouse, home, embedded=True)
     if not conf:
         raise CatalogNotConfigured(catalog=name)

@@ -83,13 +83,20 @@ def icelog_home() -> Path:
     return Path(os.environ.get("ICELOG_HOME", ".icelog")).resolve()
 
 
-def embedded_properties(home: Path | None = None) -> dict[str, str]:
+def embedded_layout(home: Path | None = None) -> dict[str, str]:
+    """The embedded catalog's properties under ``home`` (default ``$ICELOG_HOME``); creates nothing."""
     home = home or icelog_home()
-    (home / "warehouse").mkdir(parents=True, exist_ok=True)
     return {
         "uri": f"sqlite:///{home / 'catalog.db'}",
         "warehouse": f"file://{home / 'warehouse'}",
     }
+
+
+def embedded_properties(home: Path | None = None) -> dict[str, str]:
+    """:func:`embedded_layout`, with its warehouse folder created (the catalog is about to open)."""
+    home = home or icelog_home()
+    (home / "warehouse").mkdir(parents=True, exist_ok=True)
+    return embedded_layout(home)
 
 
 def open_catalog(name: str | None = None, **properties: str) -> Catalog:
