@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import OFFSET, PARTITION, Context, dumps, print_table
+from pipelines.cli.app import OFFSET, PARTITION, Context, dumps, jsonable, print_table
 from storage.errors import InvalidInput
 
 
@@ -192,7 +192,7 @@ def _consume_without_group(
                     if ctx.output == "json":
                         click.echo(dumps(record))
                     else:
-                        shown = [dumps(v) if not isinstance(v, str) else v for v in record.values()]
+                        shown = [v if isinstance(v, str) else dumps(v) for v in map(jsonable, record.values())]
                         click.echo("\t".join(shown))
                     printed += 1
                 position = positions[p] = upto

@@ -82,7 +82,7 @@ def test_consume_text_is_one_tab_separated_line_per_record(icelog: Cli, events):
     assert result.exit_code == 0
     partition, offset, timestamp, key, value = result.stdout.strip().split("\t")
     assert (partition, offset, key, value) == ("1", "0", "x", "y")
-    assert dt.datetime.fromisoformat(json.loads(timestamp)) == events[0]
+    assert dt.datetime.fromisoformat(timestamp) == events[0]
 
 
 def test_consume_of_a_custom_payload_keys_by_the_key_column(icelog: Cli, sqlite_spec):
