@@ -6,7 +6,6 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pyarrow.dataset as ds
 from pyarrow.fs import FileSystem
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
@@ -16,6 +15,7 @@ from storage.log.files import arrow_location, is_local, local_path
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow.dataset as ds
 
 
 def check_snapshot(table: Table, snapshot_id: int | None) -> None:
@@ -53,6 +53,8 @@ class PlannedFiles:
 
     def dataset(self) -> ds.Dataset:
         """All files as one pyarrow dataset (its schema is the first file's, as ``read_parquet``'s)."""
+        import pyarrow.dataset as ds  # lazy: it loads pandas, which reading offsets never needs (issue 20)
+
         groups: dict[int, tuple[FileSystem, list[str]]] = {}
         for uri in self.paths:
             fs, path = arrow_location(self.io, uri)
