@@ -42,7 +42,7 @@ from storage.core.swap import load_tables
 from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from storage.ingest import ledger
 from storage.log import schema as cols
-from storage.log.files import clustered, parquet_encodings, write_log_files
+from storage.log.files import arrow_location, clustered, parquet_encodings, write_log_files
 from storage.log.keys import SPARK_SQL_KEY_HASH
 from storage.log.table import LogTable
 from storage.logs import get_logger
@@ -114,8 +114,6 @@ def stored_source_files(source: str, io: Any) -> list[StoredSourceFile]:
     """Files of an object-store landing URI: an object, a "folder" (recursively) or a glob,
     listed with the table's FileIO settings (``io``)."""
     from pyarrow import fs as pafs
-
-    from storage.log.files import arrow_location
 
     scheme = urlparse(source).scheme
     filesystem, path = arrow_location(io, source)

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from storage.errors import InvalidInput
 from storage.log import schema as cols
+from storage.log.files import arrow_location
 
 
 class SparkUnavailable(InvalidInput):
@@ -45,8 +46,6 @@ def executor_filesystem(io_properties: Mapping[str, str], uri: str) -> tuple[Any
     Spark itself never reads or writes an object store's URI (no Hadoop S3 connector is
     needed): executors go through pyarrow, configured exactly as the table's FileIO.
     """
-    from storage.log.files import arrow_location
-
     return arrow_location(_file_io(tuple(sorted(io_properties.items()))), uri)
 
 

@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 
 from storage.core.commit import recent_commits
 from storage.log import schema as cols
-from storage.log.scan import planned_paths
+from storage.log.scan import parquet_from, planned_paths
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,6 @@ def _first_row_times(table: Table, keys: list[tuple[int, int]], paths: list[str]
     paths = planned_paths(table) if paths is None else paths
     if not keys or not paths:
         return {}
-    from storage.log.scan import parquet_from
-
     wanted = pa.table({"p": [k[0] for k in keys], "o": [k[1] for k in keys]})
     with duckdb.connect() as con:
         con.register("wanted", wanted)
@@ -103,8 +101,6 @@ def rows_per_day(table: Table, paths: list[str] | None = None) -> list[dict[str,
     paths = planned_paths(table) if paths is None else paths
     if not paths:
         return []
-    from storage.log.scan import parquet_from
-
     with duckdb.connect() as con:
         rows = con.execute(
             # By position: a payload column may be called "day" (the flights have one).

@@ -46,7 +46,7 @@ from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
 from storage.log.files import local_path
-from storage.log.scan import check_snapshot
+from storage.log.scan import check_snapshot, parquet_from
 from storage.properties import COMMIT_ID, RANGES
 
 SPARK_ROWS_DEFAULT = 2_000_000
@@ -313,8 +313,6 @@ def _pandas_rows(table: Table, paths: list[str], predicate: str | None):
         import pandas as pd
 
         return pd.DataFrame({f.name: [] for f in table.schema().fields} | {"log_timestamp_ms": []})
-    from storage.log.scan import parquet_from
-
     where = f" WHERE {predicate}" if predicate else ""
     with duckdb.connect() as con:
         source = parquet_from(
