@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 
 from storage.core.catalog import open_catalog
 from storage.core.metadata_files import file_system
-from storage.log.keys import key_hashes
 from storage.log.scan import parquet_from, planned_paths
 from storage.log.table import LogTable
 from tests.bench.report import Target
@@ -102,19 +101,9 @@ def _bulk(cat: Any, rows: int, record: Callable[..., None]) -> None:
     assert t.watermarks()[0].end == rows and t.read(0, 0, 1).num_rows == 1
     table = t.table()
     arrow = table.scan(limit=1).to_arrow().schema
-    ref_table = pa.table(
-        {
-            "log_partition": pa.array(np.zeros(rows, np.int32)),
-            "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
-            "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
-            "producer_id": pa.nulls(rows, pa.int64()),
-            "producer_epoch": pa.nulls(rows, pa.int32()),
-            "producer_seq": pa.nulls(rows, pa.int32()),
-            "key": data["key"],
-            "value": data["value"],
-            "log_key_hash": pa.array(key_hashes(data["key"])),
-        }
-    ).cast(arrow)
+    from tests.bench.run import bulk_reference_rows  # run imports this module when the bench runs
+
+    ref_table = bulk_reference_rows(data, arrow)
     located = file_system(table.io, table.metadata.location)
     assert located is not None, "the table's FileIO is not pyarrow's"
     fs, base = located

@@ -195,6 +195,25 @@ def bench_producer_state(root: Path, producers: int, batches: int) -> None:
     )
 
 
+def bulk_reference_rows(data: pa.Table, arrow: pa.Schema) -> pa.Table:
+    """The bulk bench's rows as the log table stores them (system columns of one append, the key
+    hashes precomputed): what a plain ``pq.write_table`` reference writes."""
+    rows = data.num_rows
+    return pa.table(
+        {
+            "log_partition": pa.array(np.zeros(rows, np.int32)),
+            "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
+            "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+            "producer_id": pa.nulls(rows, pa.int64()),
+            "producer_epoch": pa.nulls(rows, pa.int32()),
+            "producer_seq": pa.nulls(rows, pa.int32()),
+            "key": data["key"],
+            "value": data["value"],
+            "log_key_hash": pa.array(key_hashes(data["key"])),
+        }
+    ).cast(arrow)
+
+
 def bench_bulk(root: Path, rows: int) -> None:
     cat = catalog(root / "bulk")
     t = LogTable.create(cat, "bench.bulk", partitions=1)
@@ -208,19 +227,7 @@ def bench_bulk(root: Path, rows: int) -> None:
     full = t.read(0, 0, 1)  # correctness guard: the rows are there
     assert full.num_rows == 1 and t.watermarks()[0].end == rows
     arrow = t.table().scan(limit=1).to_arrow().schema
-    ref_table = pa.table(
-        {
-            "log_partition": pa.array(np.zeros(rows, np.int32)),
-            "log_offset": pa.array(np.arange(rows, dtype=np.int64)),
-            "log_timestamp": pa.array(np.zeros(rows, np.int64)).cast(pa.timestamp("us", tz="UTC")),
-            "producer_id": pa.nulls(rows, pa.int64()),
-            "producer_epoch": pa.nulls(rows, pa.int32()),
-            "producer_seq": pa.nulls(rows, pa.int32()),
-            "key": data["key"],
-            "value": data["value"],
-            "log_key_hash": pa.array(key_hashes(data["key"])),
-        }
-    ).cast(arrow)  # hashes precomputed for the reference
+    ref_table = bulk_reference_rows(data, arrow)
     ref = timed(lambda: pq.write_table(ref_table, root / "bulk_ref.parquet", compression="zstd"))
     record(
         f"bulk append {rows:,} narrow rows",
