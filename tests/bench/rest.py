@@ -124,22 +124,9 @@ def _bulk(cat: Any, rows: int, record: Callable[..., None]) -> None:
 def _deep_check(cat: Any, rows: int, record: Callable[..., None]) -> None:
     """The deep check of S3 files on both layouts (offset order; clustered by key hash) beside a
     bare scan of the two columns it reads from the same files."""
-    layouts = {
-        "offset order": LogTable.create(cat, "bench.deep", partitions=4, payload=[{"name": "v", "type": "int"}]),
-        "clustered by key hash": LogTable.create(
-            cat, "bench.deep_keyed", partitions=4, payload=[{"name": "key", "type": "string"}]
-        ),
-    }
-    chunk = 5_000_000  # rows per partition per append
-    for layout, t in layouts.items():
-        for start in range(0, rows, chunk * 4):
-            n = min(chunk, (rows - start) // 4)
-            payload = (
-                {"v": pa.array(np.arange(n, dtype=np.int32))}
-                if layout == "offset order"
-                else {"key": pa.array(np.char.add("k", (np.arange(n) % 10_000).astype(str)))}
-            )
-            t.append({p: pa.table(payload) for p in range(4)})
+    from tests.bench.run import deep_check_tables  # run imports this module when the bench runs
+
+    for layout, t in deep_check_tables(cat, rows, chunk=5_000_000).items():
         table = t.table()
         report = check_contiguity(table, deep=True)
         assert report.ok and report.rows == rows, report.violations[:3]

@@ -248,17 +248,16 @@ def bench_bulk(root: Path, rows: int) -> None:
     )
 
 
-def bench_validation(root: Path, rows: int) -> None:
-    """The deep check on each file layout icelog writes (offset order; clustered by key hash)
-    beside a bare DuckDB scan of the two columns it reads, from the same files."""
-    cat = catalog(root / "deep")
+def deep_check_tables(cat: Any, rows: int, chunk: int) -> dict[str, LogTable]:
+    """Two 4-partition tables of ``rows`` rows, appended ``chunk`` rows per partition at a time,
+    by the file layout icelog writes them in: offset order (no key column) and clustered by key
+    hash (a key column, 10,000 keys)."""
     layouts = {
         "offset order": LogTable.create(cat, "bench.deep", partitions=4, payload=[{"name": "v", "type": "int"}]),
         "clustered by key hash": LogTable.create(
             cat, "bench.deep_keyed", partitions=4, payload=[{"name": "key", "type": "string"}]
         ),
     }
-    chunk = 10_000_000
     for layout, t in layouts.items():
         for start in range(0, rows, chunk * 4):
             n = min(chunk, (rows - start) // 4)
@@ -268,6 +267,14 @@ def bench_validation(root: Path, rows: int) -> None:
                 else {"key": pa.array(np.char.add("k", (np.arange(n) % 10_000).astype(str)))}
             )
             t.append({p: pa.table(payload) for p in range(4)})
+    return layouts
+
+
+def bench_validation(root: Path, rows: int) -> None:
+    """The deep check on each file layout icelog writes (offset order; clustered by key hash)
+    beside a bare DuckDB scan of the two columns it reads, from the same files."""
+    cat = catalog(root / "deep")
+    for layout, t in deep_check_tables(cat, rows, chunk=10_000_000).items():
         _bench_deep_check(root, t.table(), rows, layout)
 
 
