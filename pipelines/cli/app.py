@@ -330,6 +330,29 @@ class LazyChoice(click.Choice):
         pass  # Choice.__init__ sets them; they come from ``load``
 
 
+class LogTime(click.ParamType):
+    """A time on the command line: ISO 8601 (UTC without an offset) or epoch milliseconds.
+
+    Converts to epoch microseconds, the precision of ``log_timestamp``.
+    """
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        try:
+            if text.isdigit():
+                return int(text) * 1000
+            moment = dt.datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.UTC)
+            return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+        except (ValueError, OverflowError):
+            self.fail(f"{value!r} is neither an ISO 8601 time nor epoch milliseconds.", param, ctx)
+
+
 PARTITION_COUNT = click.IntRange(1, MAX_PARTITIONS)
 PARTITION = click.IntRange(0, MAX_PARTITIONS - 1)
 OFFSET = click.IntRange(0, INT64_MAX)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import OFFSET, PARTITION, Context, dumps, jsonable, print_table
+from pipelines.cli.app import OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
 from storage.errors import InvalidInput
 
 
@@ -22,14 +22,6 @@ def _parse_range(text: str) -> tuple[int, int]:
     except ValueError:
         raise InvalidInput(reason=f"a range is FIRST-LAST (inclusive offsets), not {text!r}") from None
     return first, last
-
-
-def _log_time(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    # The time type lives with ``offsets --at`` (imported here, not at start-up: see the report
-    # of issue 23 on moving it to app.py and the lookup to storage.log.table).
-    from pipelines.cli.topics import LogTime
-
-    return None if value is None else LogTime().convert(value, param, ctx)
 
 
 @click.command()
@@ -42,8 +34,8 @@ def _log_time(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--from-time",
     "from_us",
     default=None,
+    type=LogTime(),
     metavar="TIME",
-    callback=_log_time,
     help="Without --group: start at each partition's first offset whose log_timestamp >= TIME (ISO 8601 or epoch ms).",
 )
 @click.option(
@@ -130,10 +122,7 @@ def _start_positions(
     if from_beginning:
         return {p: marks[p].start for p in partitions}
     if from_us is not None:
-        from pipelines.cli.topics import offsets_for_time
-
-        found = offsets_for_time(log_table, from_us)
-        return {p: found[p]["offset"] for p in partitions}
+        return {p: e.offset for p, e in log_table.offsets_for_time(from_us, partitions).items()}
     return {p: marks[p].end for p in partitions}
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
 
 import click
 
-from pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, print_table
+from pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, print_table
 from storage.errors import InvalidInput, MalformedInput
 
 
@@ -100,68 +99,6 @@ def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
     ctx.emit(LogTable.open(ctx.catalog, table).describe(), lambda d: click.echo(f"{d['table']} has {d['partitions']} partitions"))
 
 
-class LogTime(click.ParamType):
-    """A time on the command line: ISO 8601 (UTC without an offset) or epoch milliseconds.
-
-    Converts to epoch microseconds, the precision of ``log_timestamp``.
-    """
-
-    name = "time"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        try:
-            if text.isdigit():
-                return int(text) * 1000
-            moment = dt.datetime.fromisoformat(text)
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=dt.UTC)
-            return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
-        except (ValueError, OverflowError):
-            self.fail(f"{value!r} is neither an ISO 8601 time nor epoch milliseconds.", param, ctx)
-
-
-def offsets_for_time(log_table: Any, at_us: int) -> dict[int, dict[str, Any]]:
-    """Kafka's offsetsForTimes: per partition, the earliest offset in ``[start, end)`` whose
-    ``log_timestamp`` is at or after ``at_us``, with that timestamp; the log end (and no
-    timestamp) when there is none. Reads one snapshot.
-
-    A private stand-in for a ``LogTable`` method (``storage.log.table`` has no time lookup yet).
-    """
-    import pyarrow.compute as pc
-    from pyiceberg.expressions import GreaterThanOrEqual
-
-    from storage.core.state import LogState
-    from storage.log import schema as cols
-
-    table = log_table.table()
-    marks = LogState.from_metadata(table.metadata).watermarks
-    found: dict[int, dict[str, Any]] = {p: {"offset": w.end, "timestamp": None} for p, w in marks.items()}
-    if table.metadata.current_snapshot_id is None:
-        return found
-    rows = (
-        table.scan(
-            row_filter=GreaterThanOrEqual(cols.TIMESTAMP, at_us),
-            selected_fields=(cols.PARTITION, cols.OFFSET, cols.TIMESTAMP),
-            snapshot_id=table.metadata.current_snapshot_id,
-        )
-        .to_arrow()
-        .sort_by([(cols.PARTITION, "ascending"), (cols.OFFSET, "ascending")])
-    )
-    for p, w in marks.items():
-        mine = rows.filter(
-            pc.and_(
-                pc.equal(rows[cols.PARTITION], p),
-                pc.and_(pc.greater_equal(rows[cols.OFFSET], w.start), pc.less(rows[cols.OFFSET], w.end)),
-            )
-        )
-        if mine.num_rows:
-            found[p] = {"offset": mine[cols.OFFSET][0].as_py(), "timestamp": mine[cols.TIMESTAMP][0].as_py()}
-    return found
-
-
 @click.command()
 @click.argument("table")
 @click.option(
@@ -181,8 +118,12 @@ def offsets(ctx: Context, table: str, at_us: int | None) -> None:
     log_table = LogTable.open(ctx.catalog, table)
     if at_us is not None:
         at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=at_us)
-        found = offsets_for_time(log_table, at_us)
-        doc = {"table": log_table.identifier, "at": at, "partitions": {str(p): e for p, e in found.items()}}
+        found = log_table.offsets_for_time(at_us)
+        doc = {
+            "table": log_table.identifier,
+            "at": at,
+            "partitions": {str(p): {"offset": e.offset, "timestamp": e.timestamp} for p, e in found.items()},
+        }
         ctx.emit(
             doc,
             lambda d: print_table(

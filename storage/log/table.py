@@ -5,6 +5,7 @@ This is the public API. Every write goes through :func:`storage.core.commit.comm
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import time
 from dataclasses import asdict, dataclass, field
@@ -80,6 +81,18 @@ class AppendResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class OffsetAndTimestamp:
+    """Kafka's ``OffsetAndTimestamp``: the first offset of a partition stamped at or after a time.
+
+    ``timestamp`` is that record's ``log_timestamp``; None when no record is that late, and
+    ``offset`` is then the log end (where a reader starting there waits for new records).
+    """
+
+    offset: int
+    timestamp: dt.datetime | None
 
 
 @dataclass
@@ -437,6 +450,54 @@ class LogTable:
             inside = [And(GreaterThanOrEqual(cols.KEY_HASH, lo), LessThanOrEqual(cols.KEY_HASH, hi)) for lo, hi in key_ranges]
             condition = And(condition, functools.reduce(Or, inside, IsNull(cols.KEY_HASH)))
         return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
+
+    def offsets_for_time(self, at_us: int, partitions: Sequence[int] | None = None) -> dict[int, OffsetAndTimestamp]:
+        """Kafka's ``offsetsForTimes``: per partition, the earliest offset in ``[log_start, log_end)``
+        whose ``log_timestamp`` is at or after ``at_us``, else the log end.
+
+        Reads one snapshot (the watermarks and the rows of the same metadata). Only the files
+        whose ``log_timestamp`` bounds reach ``at_us`` are read, and of them three columns.
+
+        Args:
+            at_us: The time, in epoch microseconds (``log_timestamp``'s precision).
+            partitions: The partitions to answer for (default: all).
+
+        Raises:
+            UnknownPartition: a partition the table lacks.
+        """
+        import pyarrow.compute as pc
+
+        table = self.table()
+        state = LogState.from_metadata(table.metadata)
+        chosen = sorted(state.watermarks) if partitions is None else list(partitions)
+        for p in chosen:
+            if p not in state.watermarks:
+                raise UnknownPartition(table=self.identifier, partition=p, partitions=state.partitions)
+        found = {p: OffsetAndTimestamp(state.end(p), None) for p in chosen}
+        if table.metadata.current_snapshot_id is None or not chosen:
+            return found
+        condition: Any = GreaterThanOrEqual(cols.TIMESTAMP, at_us)
+        if partitions is not None:
+            condition = And(condition, functools.reduce(Or, [EqualTo(cols.PARTITION, p) for p in chosen]))
+        rows = (
+            table.scan(
+                row_filter=condition,
+                selected_fields=(cols.PARTITION, cols.OFFSET, cols.TIMESTAMP),
+                snapshot_id=table.metadata.current_snapshot_id,
+            )
+            .to_arrow()
+            .sort_by([(cols.PARTITION, "ascending"), (cols.OFFSET, "ascending")])
+        )
+        for p in chosen:
+            mark = state.watermarks[p]
+            inside = pc.and_(
+                pc.equal(rows[cols.PARTITION], p),
+                pc.and_(pc.greater_equal(rows[cols.OFFSET], mark.start), pc.less(rows[cols.OFFSET], mark.end)),
+            )
+            first = rows.filter(inside).slice(0, 1)
+            if first.num_rows:
+                found[p] = OffsetAndTimestamp(first[cols.OFFSET][0].as_py(), first[cols.TIMESTAMP][0].as_py())
+        return found
 
     def describe(self) -> dict[str, Any]:
         table = self.table()
