@@ -100,6 +100,14 @@ def one_line(text: str) -> str:
 # --- context, errors, the group ------------------------------------------------------------
 
 
+# The commands that can write into an empty catalog: on a missing embedded home they create it.
+# Every other command opens an existing home only, so a read started outside a project creates
+# nothing and names the home it looked for (CatalogNotFound); a write that needs a table would find
+# none in a new home anyway. ingest, consume-produce and a mirror's target open their catalogs
+# themselves, as writers.
+CREATES_HOME = frozenset({"topics create", "acls add"})
+
+
 class Context:
     """What the global options chose (the catalog, the output format), shared by every command."""
 
@@ -119,8 +127,14 @@ class Context:
         if self._catalog is None:
             from storage.core.catalog import open_catalog
 
-            self._catalog = open_catalog(self.catalog_name)
+            self._catalog = open_catalog(self.catalog_name, create=self.command in CREATES_HOME)
         return self._catalog
+
+    @property
+    def command(self) -> str:
+        """The running command's name below ``icelog`` (``"topics create"``), or ``""``."""
+        click_ctx = click.get_current_context(silent=True)
+        return " ".join(click_ctx.command_path.split()[1:]) if click_ctx is not None else ""
 
     def emit(self, doc: Any, text: Callable[[Any], None] | None = None) -> None:
         if self.output == "json" or text is None:

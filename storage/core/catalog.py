@@ -3,7 +3,9 @@
 Precedence follows pyiceberg: an explicit name (``--catalog`` / ``ICELOG_CATALOG``) is
 resolved from ``PYICEBERG_CATALOG__<NAME>__...`` variables and ``.pyiceberg.yaml``.
 With no name, the embedded default is used: a SQLite SQL catalog and a local warehouse
-under ``$ICELOG_HOME`` (default ``./.icelog``).
+under ``$ICELOG_HOME`` (default ``./.icelog``). Opening it for a write creates the home;
+opening it for a read (``create=False``) never does: a home that does not exist is
+:class:`CatalogNotFound`, so a read started outside a project leaves no empty home behind.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.utils.config import Config
 
 from storage.core import faults
-from storage.errors import CatalogUnavailable, InvalidInput
+from storage.errors import CatalogUnavailable, InvalidInput, TerminalError
 
 EMBEDDED_NAME = "icelog"
+EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
 
 
 class CatalogNotConfigured(InvalidInput):
@@ -31,6 +34,19 @@ class CatalogNotConfigured(InvalidInput):
     @property
     def variable(self) -> str:
         return f"PYICEBERG_CATALOG__{self.catalog.upper()}__URI"
+
+
+class CatalogNotFound(TerminalError):
+    """A read found no embedded catalog under the home: nothing was created."""
+
+    catalog: str
+    home: str
+    uri: str
+    message = (
+        "no catalog {catalog!r} in ICELOG_HOME={home} (no catalog.db there; reads create nothing): set "
+        "ICELOG_HOME to your project's home, or --catalog / ICELOG_CATALOG to a catalog configured by "
+        "PYICEBERG_CATALOG__<NAME>__URI or .pyiceberg.yaml; a write (icelog topics create) creates this one"
+    )
 
 
 class LogSqlCatalog(SqlCatalog):
@@ -87,7 +103,7 @@ def embedded_layout(home: Path | None = None) -> dict[str, str]:
     """The embedded catalog's properties under ``home`` (default ``$ICELOG_HOME``); creates nothing."""
     home = home or icelog_home()
     return {
-        "uri": f"sqlite:///{home / 'catalog.db'}",
+        "uri": f"sqlite:///{home / EMBEDDED_DATABASE}",
         "warehouse": f"file://{home / 'warehouse'}",
     }
 
@@ -99,12 +115,14 @@ def embedded_properties(home: Path | None = None) -> dict[str, str]:
     return embedded_layout(home)
 
 
-def open_catalog(name: str | None = None, **properties: str) -> Catalog:
+def open_catalog(name: str | None = None, *, create: bool = True, **properties: str) -> Catalog:
     """Open a catalog.
 
     Args:
         name: A pyiceberg catalog name; ``None`` means ``$ICELOG_CATALOG`` or, if unset, the
             embedded default under ``$ICELOG_HOME``.
+        create: Create the embedded catalog (its home, SQLite file and warehouse folder) if it
+            does not exist. False for reads: they open an existing one or fail, creating nothing.
         properties: Extra catalog properties, overriding configuration.
 
     Returns:
@@ -112,10 +130,17 @@ def open_catalog(name: str | None = None, **properties: str) -> Catalog:
 
     Raises:
         CatalogNotConfigured: ``name`` has no configuration.
+        CatalogNotFound: ``create`` is False and the embedded catalog does not exist.
     """
     name = name or os.environ.get("ICELOG_CATALOG") or None
     if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
-        return LogSqlCatalog(EMBEDDED_NAME, **{**embedded_properties(), **properties})
+        if create:
+            return LogSqlCatalog(EMBEDDED_NAME, **{**embedded_properties(), **properties})
+        home = icelog_home()
+        layout = embedded_layout(home)
+        if not (home / EMBEDDED_DATABASE).is_file():  # SQLite would create the file on connect
+            raise CatalogNotFound(catalog=EMBEDDED_NAME, home=str(home), uri=layout["uri"])
+        return LogSqlCatalog(EMBEDDED_NAME, **{**layout, **properties})
     conf = {**(Config().get_catalog_config(name) or {}), **properties}
     if not conf:
         raise CatalogNotConfigured(catalog=name)
