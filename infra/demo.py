@@ -16,26 +16,42 @@ Idempotent: a second run stages nothing and ingests nothing new.
 lakehouse profile: a PostgreSQL SQL catalog whose warehouse is an S3 bucket, on a throwaway
 PostgreSQL and SeaweedFS started under $ICELOG_HOME/lakehouse and stopped at the end. The SQL
 catalog keeps the atomic multi-table commit that ingest needs (data and ledger in one commit);
-Spark's executors write the data files straight to S3 through pyarrow. Its Airflow home is its
-own; the landing files are shared with ``make demo``. Idempotent like ``make demo`` (the servers
-keep their data under $ICELOG_HOME/lakehouse).
+Spark's executors write the data files straight to S3 through pyarrow. Everything it writes
+(servers, Airflow home, landing files, reports, the quality project) lives under
+$ICELOG_HOME/lakehouse, its own home, so its results and ``make demo``'s never mix: the same
+table name in two catalogs must not share a report or a data-quality baseline. Idempotent like
+``make demo`` (the servers keep their data there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from rich.console import Console
 
 from infra.airflow import REPO, airflow_env, dags_test, migrate
+from storage.core.commit import Decision, Request, commit
+from storage.properties import SNAPSHOTS_KEEP
 
 LAKEHOUSE_CATALOG = "lakehouse"
 LAKEHOUSE_BUCKET = "lakehouse"
+
+#: ``icelog.snapshots.keep`` for the demo table. The default (20) keeps too few for time travel
+#: to the demo's first runs: the first ``make demo`` alone commits about 33 times (a day each).
+DEMO_SNAPSHOTS_KEEP = 500
+
+
+def demo_home(base: Path, lakehouse: bool) -> Path:
+    """The ``ICELOG_HOME`` a demo writes under: ``base`` for ``make demo``, ``base/lakehouse``
+    for ``make demo-lakehouse`` (its landing files, reports and quality project apart)."""
+    return base / "lakehouse" if lakehouse else base
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
 
         console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
         return run(console, env)
-    home = Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve()
+    home = demo_home(Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve(), lakehouse=True)
     os.environ["ICELOG_HOME"] = str(home)
     started = time.perf_counter()
-    with lakehouse_servers(console, home / "lakehouse") as properties:
+    with lakehouse_servers(console, home) as properties:
         os.environ.update(catalog_environment(LAKEHOUSE_CATALOG, properties))
-        env = airflow_env(home / "lakehouse" / "airflow")
+        env = airflow_env(home / "airflow")
         console.print(
             f"[bold]icelog demo, lakehouse profile[/]: PostgreSQL catalog {LAKEHOUSE_CATALOG!r}, "
             f"warehouse {properties['warehouse']} on SeaweedFS, Airflow home {env['AIRFLOW_HOME']}"
@@ -124,6 +140,10 @@ def run(console: Console, env: dict[str, str]) -> int:
     console.print(
         f"{'created' if created else 'reusing'} {log_table.identifier} ({len(log_table.watermarks())} partitions, routed by tailnum)"
     )
+    if keep_demo_history(log_table):
+        console.print(
+            f"{SNAPSHOTS_KEEP.key}={DEMO_SNAPSHOTS_KEEP} on {log_table.identifier}: --as-of reaches the demo's first runs"
+        )
     timings = {}
     started = time.perf_counter()
     migrate(env)
@@ -153,16 +173,89 @@ def run(console: Console, env: dict[str, str]) -> int:
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
     ok = print_summary(console, log_table)
     complete = check_january(console, log_table)
-    report = icelog_home() / "reports" / TABLE / "index.html"
-    console.print(
-        f"report (partitions, commit history, violations, GX Data Docs): file://{report}"
-        if report.exists()
-        else "[red]no report was written[/]"
-    )
+    validated = print_validation(console, log_table, icelog_home() / "reports" / TABLE)
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
     console.print(f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"')
-    return 0 if ok and complete else 1
+    return 0 if ok and complete and validated else 1
+
+
+@dataclass
+class _KeepSnapshots(Request):
+    """Set the table's snapshot-retention knob (a property-only commit through the commit core)."""
+
+    keep: int
+
+    def decide(self, state: Any, table: Any) -> Decision:
+        return Decision(state=state, result=None, properties={SNAPSHOTS_KEEP.key: str(self.keep)})
+
+
+def keep_demo_history(log_table) -> bool:
+    """Keep :data:`DEMO_SNAPSHOTS_KEEP` snapshots of the demo table, unless its
+    ``icelog.snapshots.keep`` is set already (a value the user chose stays). True if set now."""
+    if SNAPSHOTS_KEEP.key in log_table.table().metadata.properties:
+        return False
+    commit(log_table.catalog, log_table.identifier, _KeepSnapshots(DEMO_SNAPSHOTS_KEEP))
+    return True
+
+
+def print_validation(console: Console, log_table, report_dir: Path) -> bool:
+    """Print what ``icelog_validate`` found (from the report it wrote); True if it passed
+    on the table's current snapshot."""
+    doc_path = report_dir / "report.json"
+    if not doc_path.exists():
+        console.print("[red]icelog_validate wrote no report[/] (" + str(doc_path) + ")")
+        return False
+    doc = json.loads(doc_path.read_text())
+    lines, ok = validation_findings(doc, log_table.table().metadata.current_snapshot_id)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    console.print(f"report (partitions, commit history, violations, GX Data Docs): file://{report_dir / 'index.html'}")
+    return ok
+
+
+def validation_findings(doc: dict[str, Any], current_snapshot: int | None) -> tuple[list[str], bool]:
+    """What a validation found, as lines for people, from a report's ``report.json``: the
+    checks run and how many passed, the rows checked, the violations, the data-quality result
+    and what it covered. True when every check and expectation passed on ``current_snapshot``."""
+    checks = doc["checks"]
+    names, violations = checks["checks"], checks["violations"]
+    failing = {v["check"] for v in violations}
+    verdict = "all passed" if not violations else f"{len(violations)} violation(s) in {', '.join(sorted(failing))}"
+    lines = [
+        f"validation of snapshot {checks['snapshot_id']}: {len(names)} checks ({', '.join(names)}), "
+        f"{len(names) - len([n for n in names if n in failing])} passed, over {checks['rows']:,} rows: {verdict}"
+    ]
+    lines += [
+        f"  {v['check']}: {v['kind']}" + (f" in partition {v['partition']}" if "partition" in v else "") + f": {v['detail']}"
+        for v in violations[:10]
+    ]
+    if len(violations) > 10:
+        lines.append(f"  ... and {len(violations) - 10} more (see the report)")
+    quality = doc.get("quality")
+    quality_ok = True
+    if quality is None:
+        lines.append("data quality (Great Expectations): not run")
+    else:
+        quality_ok = bool(quality["success"])
+        scope = quality.get("scope") or {}
+        shown = scope.get("last_run") or scope
+        covered = f"a {shown.get('mode', '')} validation of {shown.get('rows', 0):,} rows on {shown.get('engine', quality.get('engine'))}"
+        if "last_run" in scope:
+            covered = f"nothing new since the last run, whose result this is: {covered}"
+        failed = quality.get("failed") or []
+        lines.append(
+            f"data quality (Great Expectations): {quality['evaluated'] - len(failed)} of {quality['evaluated']} expectations passed ({covered})"
+        )
+        lines += [
+            f"  failed: {f['expectation']} {json.dumps(f['kwargs'])}: {f['unexpected_count']} unexpected" for f in failed[:10]
+        ]
+    current = doc.get("snapshot_id") == current_snapshot
+    if not current:
+        lines.append(
+            f"the report is of snapshot {doc.get('snapshot_id')}, but the table is at {current_snapshot}: not validated since"
+        )
+    return lines, not violations and quality_ok and current
 
 
 def check_january(console: Console, log_table) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
@@ -63,3 +65,98 @@ def test_the_late_file_lands_once(tmp_path):
     late = land_late_file(tmp_path)
     assert late is not None and late.parent.name == f"date={LATE_DAY}" and late.exists()
     assert land_late_file(tmp_path) is None  # the demo's re-run says nothing landed
+
+
+def findings(log_table, tmp_path, **report):
+    from validations.report import build_report
+
+    page = build_report(log_table.table(), tmp_path / "report", **report)
+    console = Console(file=io.StringIO(), width=300)
+    ok = demo.print_validation(console, log_table, page.parent)
+    return ok, console.file.getvalue()
+
+
+def test_the_demo_summary_says_what_validation_found(sqlite_catalog, tmp_path):
+    from storage.log.table import LogTable
+
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
+    t.append({0: [{"key": "a"}] * 3, 1: [{"key": "b"}] * 2})
+    ok, out = findings(t, tmp_path, gx=False)
+    assert ok
+    assert "5 checks (contiguity-deep, watermark, producer-sequences, producer-state, transactions), 5 passed" in out
+    assert "over 5 rows: all passed" in out and "data quality (Great Expectations): not run" in out
+    assert f"validation of snapshot {t.table().metadata.current_snapshot_id}:" in out
+
+    t.append({1: [{"key": "c"}]})  # committed after the validation: the demo must not call it validated
+    out = io.StringIO()
+    assert not demo.print_validation(Console(file=out, width=300), t, tmp_path / "report")
+    assert "not validated since" in out.getvalue()
+
+
+def test_the_demo_summary_names_the_violations(sqlite_catalog, tmp_path):
+    from storage.log.table import LogTable
+    from tests.support.planting import plant
+
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
+    t.append({0: [{"key": "a"}] * 3})
+    plant(t, 0, [7])  # a foreign writer leaves offsets 3..6 missing
+    ok, out = findings(t, tmp_path, gx=False)
+    assert not ok
+    assert "violation(s) in" in out and "offsets 3..6 missing" in out and "all passed" not in out
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    failing = {v["check"] for v in doc["checks"]["violations"]}
+    passed = len([c for c in doc["checks"]["checks"] if c not in failing])
+    assert f", {passed} passed," in out and passed < len(doc["checks"]["checks"])
+
+
+@pytest.mark.integration
+def test_the_demo_summary_gives_the_data_quality_result_and_its_scope(sqlite_catalog, tmp_path):
+    from storage.log.table import LogTable
+
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
+    t.append({0: [{"key": "a"}] * 3, 1: [{"key": "b"}] * 2})
+    ok, out = findings(t, tmp_path, docs_root=tmp_path / "gx")
+    evaluated = json.loads((tmp_path / "report" / "report.json").read_text())["quality"]["evaluated"]
+    assert ok and evaluated >= 6
+    assert (
+        f"data quality (Great Expectations): {evaluated} of {evaluated} expectations passed (a full validation of 5 rows on pandas)"
+        in out
+    )
+    ok, out = findings(t, tmp_path, docs_root=tmp_path / "gx")  # `make demo; make demo`: nothing new
+    assert ok and f"{evaluated} of {evaluated} expectations passed (nothing new since the last run" in out
+
+
+def test_the_demo_table_keeps_the_history_of_its_first_runs(sqlite_catalog, months):
+    from storage.properties import SNAPSHOTS_KEEP
+
+    log_table, _ = create_table(sqlite_catalog)
+    assert demo.keep_demo_history(log_table) and not demo.keep_demo_history(log_table)  # a re-run commits nothing
+    assert log_table.table().metadata.properties[SNAPSHOTS_KEEP.key] == str(demo.DEMO_SNAPSHOTS_KEEP)
+    days = months[0]
+    for day in range(1, 32):  # the first `make demo` commits once per January day, and more
+        log_table.append({p: rows.filter(pc.equal(rows["day"], day)) for p, rows in days.items() if rows.num_rows})
+    assert len(log_table.table().metadata.snapshots) >= 31  # the default (20) would have expired the first 11
+
+
+def test_a_keep_the_user_set_stays(sqlite_catalog):
+    from storage.log.table import LogTable
+
+    t = LogTable.create(sqlite_catalog, "demo.flights", partitions=1, properties={"icelog.snapshots.keep": "7"})
+    assert not demo.keep_demo_history(t)
+    assert t.table().metadata.properties["icelog.snapshots.keep"] == "7"
+
+
+def test_the_lakehouse_demo_has_a_home_of_its_own(tmp_path, monkeypatch):
+    from pipelines.tasks import landing_root
+    from storage.core.catalog import icelog_home
+
+    def paths(home: Path) -> set[Path]:
+        monkeypatch.setenv("ICELOG_HOME", str(home))
+        return {icelog_home(), landing_root(), icelog_home() / "reports", icelog_home() / "quality"}
+
+    monkeypatch.delenv("ICELOG_LANDING", raising=False)
+    embedded = paths(demo.demo_home(tmp_path, lakehouse=False))
+    lakehouse = paths(demo.demo_home(tmp_path, lakehouse=True))
+    assert embedded.isdisjoint(lakehouse)
+    assert all(p.is_relative_to(tmp_path / "lakehouse") for p in lakehouse)
+    assert not any(p.is_relative_to(tmp_path / "lakehouse") for p in embedded)
