@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
+from pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
 from storage.errors import InvalidInput
 
 
@@ -281,12 +281,60 @@ def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: 
 @groups.command("reset")
 @click.argument("table")
 @click.option("--group", required=True, help="Consumer group id.")
-@click.option("--to", "to", required=True, help="earliest, latest, or an offset (the next to read).")
+@click.option("--to", "to", default=None, help="earliest, latest, or an offset (the next to read).")
+@click.option(
+    "--to-datetime",
+    "to_time_us",
+    type=LogTime(),
+    default=None,
+    metavar="TIME",
+    help="Per partition, the earliest offset whose log_timestamp >= TIME (ISO 8601 or epoch ms), else the log end.",
+)
+@click.option(
+    "--shift-by",
+    type=click.IntRange(-INT64_MAX, INT64_MAX),
+    default=None,
+    metavar="N",
+    help="Move each committed offset by N (negative: back), clamped to the log [start, end].",
+)
 @click.option("--partition", type=PARTITION, default=None, help="One partition (default: all).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (partition, current and new committed offset); change nothing.")
 @click.pass_obj
-def groups_reset(ctx: Context, table: str, group: str, to: str, partition: int | None) -> None:
-    """Move GROUP's position on TABLE and drop its IC ranges (refused while members are live)."""
+def groups_reset(
+    ctx: Context,
+    table: str,
+    group: str,
+    to: str | None,
+    to_time_us: int | None,
+    shift_by: int | None,
+    partition: int | None,
+    dry_run: bool,
+) -> None:
+    """Move GROUP's committed offsets on TABLE (kafka-consumer-groups --reset-offsets) and drop
+    its IC ranges there; refused while members are live. Give exactly one of --to,
+    --to-datetime and --shift-by. A partition with no committed offset counts as at its log start."""
     from storage.groups.offsets import reset_group
 
-    result = reset_group(ctx.catalog, group, table, to, None if partition is None else [partition])
-    ctx.emit(result, lambda d: click.echo(" ".join(f"{k}->{v}" for k, v in d["reset"].items())))
+    given = [name for name, value in (("--to", to), ("--to-datetime", to_time_us), ("--shift-by", shift_by)) if value is not None]
+    if len(given) != 1:
+        chosen = " and ".join(given) if given else "none"
+        raise click.UsageError(f"give exactly one of --to, --to-datetime and --shift-by (got {chosen})")
+    result = reset_group(
+        ctx.catalog,
+        group,
+        table,
+        to,
+        None if partition is None else [partition],
+        to_time_us=to_time_us,
+        shift_by=shift_by,
+        dry_run=dry_run,
+    )
+
+    def text(d: dict) -> None:
+        print_table(
+            [[r["table"], r["partition"], r["current"], r["new"]] for r in d["partitions"]],
+            ["table", "partition", "current (next to read)", "new"],
+            f"group {d['group']}: {'plan (dry run, nothing changed)' if d['dry_run'] else 'reset'}",
+        )
+
+    ctx.emit(result, text)

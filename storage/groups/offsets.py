@@ -447,51 +447,111 @@ def describe_group(catalog: Catalog, group: str, now_ms: int | None = None) -> d
 
 @dataclass
 class ResetGroup(Request):
-    """Set partitions' stable offsets and drop their IC ranges; refused while members are live."""
+    """Set partitions' stable offsets and drop their IC ranges; refused while members are live.
+
+    Either ``positions`` (absolute) or ``shift_by`` (relative to each partition's current
+    committed offset, read from the base this commit replaces, clamped to ``bounds``).
+    """
 
     group: str
     positions: Mapping[tuple[str, int], int]  # Kafka committed offset: next to read
     now_ms: int | None = None
+    shift_by: int | None = None
+    bounds: Mapping[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # log [start, end] per key
     state_type = GroupOffsetsState
     writes_system = True
 
-    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+    def plan(self, state: GroupOffsetsState) -> list[dict[str, Any]]:
+        """Per partition: the group's current committed offset (where it resumes) and the new one."""
+        rows = []
+        for source, p in sorted(self.bounds if self.shift_by is not None else self.positions):
+            start, end = self.bounds.get((source, p), (0, 0))
+            current = state.range_state(self.group, source, p, start).committed
+            new = self.positions[(source, p)] if self.shift_by is None else min(max(current + self.shift_by, start), end)
+            rows.append({"table": source, "partition": p, "current": current, "new": new})
+        return rows
+
+    def decide(self, state: GroupOffsetsState, table: Table | None) -> Decision:
         record = _group_copy(state, self.group)
         _fence(self.group, record, None, None, self.now_ms if self.now_ms is not None else _now_ms())
-        updates = {key: RangeState(offset - 1, ()) for key, offset in self.positions.items()}
+        plan = self.plan(state)
+        updates = {(r["table"], r["partition"]): RangeState(r["new"] - 1, ()) for r in plan}
         new = _with_group(with_range_states(state, self.group, updates), self.group, record)
-        return Decision(
-            state=new, result={"group": self.group, "reset": {f"{t}/{p}": o for (t, p), o in sorted(self.positions.items())}}
-        )
+        result = {
+            "group": self.group,
+            "reset": {f"{r['table']}/{r['partition']}": r["new"] for r in plan},
+            "partitions": plan,
+        }
+        return Decision(state=new, result=result)
 
 
-def reset_group(catalog: Catalog, group: str, table: str, to: str, partitions: list[int] | None = None) -> dict[str, Any]:
-    """Move a group's position on ``table`` to ``earliest``, ``latest`` or an offset (next to read).
+def reset_group(
+    catalog: Catalog,
+    group: str,
+    table: str,
+    to: str | None = None,
+    partitions: list[int] | None = None,
+    *,
+    to_time_us: int | None = None,
+    shift_by: int | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Move a group's position on ``table`` (as kafka-consumer-groups ``--reset-offsets``) and
+    drop its IC ranges there.
+
+    Exactly one target: ``to`` (``earliest``, ``latest`` or an offset, the next to read),
+    ``to_time_us`` (per partition, the first offset stamped at or after it, else the log end:
+    :meth:`LogTable.offsets_for_time`) or ``shift_by`` (± from the current committed offset,
+    clamped to ``[log_start, log_end]``).
+
+    Args:
+        dry_run: Decide on the current state and return the plan; commit nothing, create nothing.
+
+    Returns:
+        ``{"group", "reset": {"<table>/<p>": new}, "partitions": [{"table", "partition",
+        "current", "new"}], "dry_run"}``.
 
     Raises:
-        StaleGeneration: the group has live members.
-        InvalidOffset: an offset outside ``[log_start, log_end]``.
+        StaleGeneration: the group has live members (a dry run too: the reset would be refused).
+        InvalidOffset: an offset outside ``[log_start, log_end]``, or a partition the table lacks.
+        InvalidInput: not exactly one target, or a malformed ``to``.
     """
-
+    targets = [name for name, given in (("to", to), ("to_time_us", to_time_us), ("shift_by", shift_by)) if given is not None]
+    if len(targets) != 1:
+        raise InvalidInput(reason=f"reset takes exactly one of to, to_time_us, shift_by; got {targets or 'none'}")
+    validate_group_id(group)
     source = qualified(table)
-    marks = LogTable.open(catalog, source).watermarks()
+    log_table = LogTable.open(catalog, source)
+    marks = log_table.watermarks()
     chosen = sorted(marks) if partitions is None else partitions
-    positions: dict[tuple[str, int], int] = {}
     for p in chosen:
         if p not in marks:
             raise InvalidOffset(partition=p, offset=None, reason=f"{source} has no partition {p}")
-        if to == "earliest":
-            positions[(source, p)] = marks[p].start
-        elif to == "latest":
-            positions[(source, p)] = marks[p].end
-        else:
-            try:
-                offset = int(to)
-            except ValueError:
-                raise InvalidInput(reason=f"reset to 'earliest', 'latest' or an offset, not {to!r}") from None
-            if not marks[p].start <= offset <= marks[p].end:
-                raise InvalidOffset(partition=p, offset=offset, reason=f"outside [{marks[p].start}, {marks[p].end}]")
-            positions[(source, p)] = offset
-    validate_offsets(group, positions)
+    if not chosen:
+        raise InvalidInput(reason=f"{source} has no partitions to reset")
+    positions: dict[tuple[str, int], int] = {}
+    if to_time_us is not None:
+        positions = {(source, p): e.offset for p, e in log_table.offsets_for_time(to_time_us, chosen).items()}
+    elif to is not None:
+        for p in chosen:
+            if to == "earliest":
+                positions[(source, p)] = marks[p].start
+            elif to == "latest":
+                positions[(source, p)] = marks[p].end
+            else:
+                try:
+                    offset = int(to)
+                except ValueError:
+                    raise InvalidInput(reason=f"reset to 'earliest', 'latest' or an offset, not {to!r}") from None
+                if not marks[p].start <= offset <= marks[p].end:
+                    raise InvalidOffset(partition=p, offset=offset, reason=f"outside [{marks[p].start}, {marks[p].end}]")
+                positions[(source, p)] = offset
+        validate_offsets(group, positions)
+    elif not isinstance(shift_by, int) or isinstance(shift_by, bool) or abs(shift_by) >= 2**63:
+        raise InvalidInput(reason=f"shift_by is a whole number of offsets, not {shift_by!r}")
+    bounds = {(source, p): (marks[p].start, marks[p].end) for p in chosen}
+    request = ResetGroup(group, positions, shift_by=shift_by, bounds=bounds)
+    if dry_run:
+        return {**request.decide(group_state(catalog), None).result, "dry_run": True}
     ensure_system_table(catalog, GROUPS_TABLE)
-    return commit(catalog, GROUPS_TABLE, ResetGroup(group, positions)).result
+    return {**commit(catalog, GROUPS_TABLE, request).result, "dry_run": False}

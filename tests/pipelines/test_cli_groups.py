@@ -26,7 +26,7 @@ def run(sqlite_spec):
             return out
         return json.loads(out.splitlines()[-1]) if out else ""
 
-    run.catalog = sqlite_spec.open()
+    invoke.catalog = sqlite_spec.open()
     return invoke
 
 
@@ -124,3 +124,89 @@ def test_i10_consume_with_a_bad_group_id_prints_nothing_and_exits_2(run, events,
     result = CliRunner().invoke(cli, ["--output", "json", "consume", "db.events", "--group", group], env=sqlite_spec.env())
     assert result.exit_code == 2, result.output
     assert [json.loads(line)["error"] for line in result.stdout.strip().splitlines()] == ["InvalidInput"]  # no record printed
+
+
+# --- groups reset: --dry-run, --to-datetime, --shift-by (issue 23, as kafka-consumer-groups) ---
+
+
+def _groups_table_location(catalog) -> str | None:
+    """The group-offsets system table's metadata pointer: every commit to it moves it."""
+    try:
+        return catalog.load_table("icelog_system.group_offsets").metadata_location
+    except Exception:  # noqa: BLE001 - no such table yet
+        return None
+
+
+def test_i10_reset_dry_run_prints_the_plan_and_changes_nothing(run, events):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9", "--range", "20-24")
+    before, pointer = run("groups", "describe", "--group", "g"), _groups_table_location(run.catalog)
+    plan = run("groups", "reset", "db.events", "--group", "g", "--shift-by", "-3", "--dry-run")
+    assert plan["dry_run"] is True
+    assert [(r["partition"], r["current"], r["new"]) for r in plan["partitions"]] == [(0, 10, 7), (1, 0, 0)]
+    assert run("groups", "describe", "--group", "g") == before
+    assert _groups_table_location(run.catalog) == pointer
+    text = run("groups", "reset", "db.events", "--group", "g", "--to", "latest", "--dry-run", text=True)
+    assert "dry run, nothing changed" in text and "60" in text
+    assert run("groups", "describe", "--group", "g") == before
+
+
+def test_reset_dry_run_on_a_catalog_without_groups_creates_nothing(run, events, unchanged):
+    with unchanged(catalog=run.catalog):
+        plan = run("groups", "reset", "db.events", "--group", "g", "--to", "earliest", "--dry-run")
+    assert [(r["partition"], r["current"], r["new"]) for r in plan["partitions"]] == [(0, 0, 0), (1, 0, 0)]
+
+
+def test_i10_reset_shift_by_moves_from_the_committed_offset_clamped_to_the_log(run, events):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9", "--range", "20-24")
+    out = run("groups", "reset", "db.events", "--group", "g", "--shift-by", "5", "--partition", "0")
+    assert out["dry_run"] is False and [(r["current"], r["new"]) for r in out["partitions"]] == [(10, 15)]
+    entry = _partition(run("groups", "describe", "--group", "g"))
+    assert (entry["committed_offset"], entry["ranges"]) == (15, [])  # the IC ranges went with the reset
+    run("groups", "reset", "db.events", "--group", "g", "--shift-by", "1000")
+    doc = run("groups", "describe", "--group", "g")
+    assert [(e["partition"], e["committed_offset"]) for e in doc["partitions"]] == [(0, 60), (1, 1)]
+    run("groups", "reset", "db.events", "--group", "g", "--shift-by", "-1000")
+    doc = run("groups", "describe", "--group", "g")
+    assert [(e["partition"], e["committed_offset"]) for e in doc["partitions"]] == [(0, 0), (1, 0)]
+
+
+def test_i10_reset_to_datetime_takes_the_first_offset_stamped_at_or_after(run, sqlite_spec):
+    import datetime as dt
+
+    t = LogTable.create(sqlite_spec.open(), "db.timed", 2)
+    t.append({0: [{"key": "a", "value": str(i)} for i in range(3)], 1: [{"key": "b", "value": "0"}]})
+    t.append({0: [{"key": "a", "value": "3"}]})
+    first, second = (t.read(0).column("log_timestamp")[i].as_py() for i in (0, 3))
+    assert first < second
+    out = run("groups", "reset", "db.timed", "--group", "g", "--to-datetime", (first + dt.timedelta(microseconds=1)).isoformat())
+    assert [(r["partition"], r["new"]) for r in out["partitions"]] == [(0, 3), (1, 1)]  # partition 1: none that late, its end
+    doc = run("groups", "describe", "--group", "g")
+    assert [(e["partition"], e["committed_offset"]) for e in doc["partitions"]] == [(0, 3), (1, 1)]
+    early = str(int(first.timestamp() * 1000) - 1000)  # epoch ms, a second before the first record
+    out = run("groups", "reset", "db.timed", "--group", "g", "--to-datetime", early)
+    assert [(r["partition"], r["new"]) for r in out["partitions"]] == [(0, 0), (1, 0)]
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        [],
+        ["--to", "earliest", "--shift-by", "1"],
+        ["--to-datetime", "2026-01-01T00:00:00", "--shift-by", "-1"],
+        ["--to", "latest", "--to-datetime", "2026-01-01T00:00:00"],
+    ],
+)
+def test_i8_reset_needs_exactly_one_target_usage_error_exit_2(run, events, targets):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9")
+    before, pointer = run("groups", "describe", "--group", "g"), _groups_table_location(run.catalog)
+    err = run("groups", "reset", "db.events", "--group", "g", *targets, code=2)
+    assert err["error"] == "UsageError" and "exactly one of --to, --to-datetime and --shift-by" in err["message"]
+    assert run("groups", "describe", "--group", "g") == before and _groups_table_location(run.catalog) == pointer
+
+
+@pytest.mark.parametrize("bad", [["--shift-by", "x"], ["--to-datetime", "yesterday"], ["--to", "99"], ["--to", "soon"]])
+def test_i8_reset_bad_target_value_exit_2_nothing_changes(run, events, bad):
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9")
+    before, pointer = run("groups", "describe", "--group", "g"), _groups_table_location(run.catalog)
+    run("groups", "reset", "db.events", "--group", "g", *bad, code=2)
+    assert run("groups", "describe", "--group", "g") == before and _groups_table_location(run.catalog) == pointer
