@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 import click
 
@@ -103,26 +105,181 @@ ROW_FORMATS = {
 }
 
 
-def _read_statements(ctx: Context):
-    """Yield ``(line number, text)`` of each line of the shell's input; prompts only on a terminal."""
+PROMPT, CONTINUE = "duckdb> ", "   ...> "  # the second until a statement ends with ';', as DuckDB's own shell
+HISTORY_FILE = "duckdb_history"  # in $ICELOG_HOME, as DuckDB's shell keeps ~/.duckdb_history
+HISTORY_LENGTH = 1000
+
+DOT_COMMANDS = [
+    [".tables", "the tables to query: every log table is a view named namespace.table"],
+    [".schema [TABLE]", "the columns and types of TABLE (namespace.table, or just table), or of every table"],
+    [".help", "this list"],
+    [".quit, .exit", "leave the shell (Ctrl-D too); Ctrl-C drops the statement being typed"],
+]
+
+# DuckDB's own catalog of the connection: the views connect() made, and whatever the session created.
+_TABLES_SQL = """
+select schema_name || '.' || view_name as name from duckdb_views()
+where database_name = current_database() and not internal
+union all
+select schema_name || '.' || table_name from duckdb_tables()
+where database_name = current_database() and not internal
+order by name
+"""
+_SCHEMA_SQL = """
+select schema_name || '.' || table_name as "table", column_name as "column", data_type as "type"
+from duckdb_columns()
+where database_name = current_database() and not internal
+  and ($name is null or schema_name || '.' || table_name = $name or table_name = $name)
+order by schema_name, table_name, column_index
+"""
+
+
+def _complete(statement: str) -> bool:
+    return statement.strip().endswith(";")
+
+
+class _Shell:
+    """One ``icelog duckdb`` session on ``con``: SQL statements and dot commands.
+
+    Text output shows each result as it comes (errors as one line on stderr); JSON output
+    collects them in ``results`` for one document at the end.
+    """
+
+    def __init__(self, con: Any, ctx: Context, *, interactive: bool) -> None:
+        self.con = con
+        self.ctx = ctx
+        self.interactive = interactive
+        self.results: list[dict[str, Any]] = []
+        self.failed = False
+
+    def run(self, statement: str, sql: str | None = None, params: dict[str, Any] | None = None, empty: str = "") -> None:
+        """Run ``statement`` (or a dot command's ``sql``) and show its result; no rows is the error ``empty`` if given."""
+        import duckdb
+
+        try:
+            cursor = self.con.execute(sql or statement, params)
+            columns = [d[0] for d in cursor.description or []]
+            rows = [list(r) for r in cursor.fetchall()] if columns else []
+        except Exception as e:
+            # A person's shell outlives any DuckDB error; a script stops on one that is not the query's fault (exit 4).
+            if not (_query_failed(e) or (self.interactive and isinstance(e, duckdb.Error))):
+                raise
+            self.error(statement, type(e).__name__, str(e))
+            return
+        if empty and not rows:
+            self.error(statement, "NotFound", empty)
+            return
+        self.show(statement, columns, rows)
+
+    def show(self, statement: str, columns: list[str], rows: list[list[Any]]) -> None:
+        if self.ctx.output == "json":
+            self.results.append({"statement": statement.strip(), "columns": columns, "rows": rows})
+        elif columns:
+            print_table(rows, columns)
+
+    def error(self, statement: str, kind: str, message: str) -> None:
+        self.failed = True
+        if self.ctx.output == "json":
+            self.results.append({"statement": statement.strip(), "error": kind, "message": message})
+        else:
+            click.echo(f"error: {one_line(message)}", err=True)
+
+    def dot(self, line: str) -> bool:
+        """Run a dot command; False for ``.quit`` and ``.exit``."""
+        command, *args = line.split()
+        if command in (".quit", ".exit") and not args:
+            return False
+        if command == ".help" and not args:
+            self.show(line, ["command", "what it shows"], DOT_COMMANDS)
+        elif command == ".tables" and not args:
+            self.run(line, _TABLES_SQL)
+        elif command == ".schema" and len(args) <= 1:
+            name = args[0].replace('"', "") if args else None
+            self.run(line, _SCHEMA_SQL, {"name": name}, empty=f"no table {name!r} (.tables lists them)" if name else "")
+        else:
+            self.error(line, "UnknownCommand", f"unknown command {line!r} (.help lists them)")
+        return True
+
+    def script(self, lines: Iterable[str]) -> None:
+        """Statements from a script or a pipe: no prompt, no history; a last statement may omit its ';'."""
+        buffer = ""
+        for line in lines:
+            if not buffer.strip() and line.lstrip().startswith("."):
+                if not self.dot(line.strip()):
+                    return
+                continue
+            buffer += line if line.endswith("\n") else line + "\n"
+            if _complete(buffer):
+                self.run(buffer)
+                buffer = ""
+        if buffer.strip():
+            self.run(buffer)
+
+    def prompt(self, history: Path | None) -> None:
+        """The interactive shell: readline editing, one history entry per statement, kept in ``history``."""
+        readline = _line_editing(history)
+        lines: list[str] = []
+        try:
+            while True:
+                try:
+                    line = input(CONTINUE if lines else PROMPT)
+                except EOFError:  # Ctrl-D: leave; a statement not ended with ';' is dropped
+                    click.echo()
+                    return
+                except KeyboardInterrupt:  # Ctrl-C: drop the statement being typed, keep the shell
+                    click.echo()
+                    lines = []
+                    continue
+                if not lines and line.lstrip().startswith("."):
+                    if readline is not None:
+                        readline.add_history(line.strip())
+                    if not self.dot(line.strip()):
+                        return
+                    continue
+                if lines or line.strip():
+                    lines.append(line)
+                if not lines or not _complete("\n".join(lines)):
+                    continue
+                statement, lines = "\n".join(lines), []
+                if readline is not None:  # one line, to recall and edit the whole statement
+                    readline.add_history(" ".join(part.strip() for part in statement.splitlines()))
+                try:
+                    self.run(statement)
+                except KeyboardInterrupt:
+                    click.echo("interrupted", err=True)
+        finally:
+            if readline is not None and history is not None:
+                with contextlib.suppress(OSError):
+                    readline.write_history_file(history)
+
+
+def _line_editing(history: Path | None) -> Any:
+    """The ``readline`` module for ``input()`` (editing, history), with ``history`` loaded; None without it."""
+    try:
+        import readline
+    except ImportError:  # a Python built without readline: input() still works, unedited
+        return None
+    readline.set_auto_history(False)  # the shell adds one entry per statement, not one per line typed
+    readline.set_history_length(HISTORY_LENGTH)
+    if history is not None and history.is_file():
+        with contextlib.suppress(OSError):
+            readline.read_history_file(history)
+    return readline
+
+
+def _script_lines(prompt: bool) -> Iterator[str]:
+    """The lines of standard input, read as bytes and decoded strictly (a bad byte is MalformedInput)."""
     stdin = getattr(sys.stdin, "buffer", sys.stdin)
-    interactive = sys.stdin.isatty()
     number = 0
     while True:
         number += 1
-        if interactive and ctx.output == "text":
-            try:
-                yield number, input("duckdb> ")
-            except EOFError:
-                return
-            continue
-        if interactive:
-            click.echo("duckdb> ", err=True, nl=False)
+        if prompt:  # a terminal, but JSON output or no terminal for the results: prompts on stderr
+            click.echo(PROMPT, err=True, nl=False)
         raw = stdin.readline()
         if not raw:
             return
         try:
-            yield number, raw.decode("utf-8")
+            yield raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise MalformedInput(line=number, reason=f"not UTF-8 (byte {e.start} of the line)") from e
 
@@ -133,44 +290,36 @@ def _read_statements(ctx: Context):
 @click.option("--table", "only", default=None, help="Expose only this table.")
 @click.pass_obj
 def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only: str | None) -> None:
-    """A DuckDB prompt with every log table as a view; statements end with ';' (end with Ctrl-D).
+    """A DuckDB shell with every log table as a view; statements end with ';'.
 
-    Reads standard input too (``icelog duckdb < queries.sql``). With ``--output json`` it
-    prints one document at the end: ``{"results": [{"statement", "columns", "rows"} or
+    On a terminal: line editing and history ($ICELOG_HOME/duckdb_history), dot commands
+    (.tables, .schema [TABLE], .help, .quit), Ctrl-C drops the statement being typed and Ctrl-D
+    leaves. Reads standard input too (``icelog duckdb < queries.sql``). With ``--output json``
+    it prints one document at the end: ``{"results": [{"statement", "columns", "rows"} or
     {"statement", "error", "message"}]}``. Exit code 2 if any statement failed.
     """
+    from storage.core.catalog import icelog_home
+
     con = _duckdb(snapshot_id, as_of, only, ctx)
-    if sys.stdin.isatty():
-        click.echo("icelog duckdb: log tables are views (try: show all tables;). End with Ctrl-D.", err=True)
-    results: list[dict[str, Any]] = []
-    buffer = ""
-
-    def run(statement: str) -> None:
-        try:
-            cursor = con.execute(statement)
-            columns = [d[0] for d in cursor.description or []]
-            rows = cursor.fetchall() if columns else []
-        except Exception as e:
-            if not _query_failed(e):
-                raise
-            results.append({"statement": statement.strip(), "error": type(e).__name__, "message": str(e)})
-            if ctx.output == "text":
-                click.echo(f"error: {one_line(str(e))}", err=True)
-            return
-        results.append({"statement": statement.strip(), "columns": columns, "rows": [list(r) for r in rows]})
-        if ctx.output == "text" and columns:
-            print_table([list(r) for r in rows], columns)
-
-    for _, line in _read_statements(ctx):
-        buffer += line if line.endswith("\n") else line + "\n"
-        if buffer.strip().endswith(";"):
-            run(buffer)
-            buffer = ""
-    if buffer.strip():
-        run(buffer)  # the last statement may omit its ';'
+    terminal = sys.stdin.isatty()
+    shell = _Shell(con, ctx, interactive=terminal)
+    if terminal and sys.stdout.isatty() and ctx.output == "text":
+        home = icelog_home()
+        history = home / HISTORY_FILE if home.is_dir() else None  # a read creates no home, not even for this
+        kept = f"history in {history}" if history else f"no history kept ({home} does not exist)"
+        click.echo(
+            f"icelog duckdb on catalog {ctx.catalog.name!r}, {kept}.\n"
+            "Log tables are views: .tables lists them, .help the commands. End statements with ';'; Ctrl-D exits.",
+            err=True,
+        )
+        shell.prompt(history)
+    else:
+        if terminal:
+            click.echo(f"icelog duckdb on catalog {ctx.catalog.name!r}: end statements with ';', Ctrl-D exits.", err=True)
+        shell.script(_script_lines(prompt=terminal))
     if ctx.output == "json":
-        click.echo(dumps({"results": results}))
-    if any("error" in r for r in results):
+        click.echo(dumps({"results": shell.results}))
+    if shell.failed:
         sys.exit(EXIT_BAD_INPUT)
 
 

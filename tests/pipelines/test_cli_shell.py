@@ -1,0 +1,194 @@
+"""``icelog duckdb`` as a shell: the real process on a pseudo-terminal (readline editing, history,
+continuation prompts, dot commands, Ctrl-C and Ctrl-D), and the same dot commands in a script."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import sys
+import termios
+import time
+
+import pytest
+
+from tests.support.cli import ROOT, one_document
+
+pytestmark = pytest.mark.skipif(not hasattr(pty, "fork"), reason="needs a pseudo-terminal")
+
+PROMPT, CONTINUE = "duckdb> ", "   ...> "
+UP = "\x1b[A"  # the up-arrow key: readline's previous-history
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]|\r")
+
+
+def lines(*records: str) -> str:
+    return "".join(f"{r}\n" for r in records)
+
+
+class Terminal:
+    """A process on a pseudo-terminal (its controlling terminal: Ctrl-C is SIGINT), driven like a person."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], timeout: float = 180) -> None:
+        self.timeout = timeout
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: a 200-column terminal, then icelog
+            try:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+                os.chdir(ROOT)
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        self.screen = ""  # everything shown so far, escape sequences and carriage returns removed
+        self.seen = 0  # how far expect() has read
+
+    def _read(self, deadline: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            return False
+        self.screen += ESCAPES.sub("", data.decode("utf-8", "replace"))
+        return bool(data)
+
+    def expect(self, pattern: str) -> str:
+        """Wait for ``pattern`` (a regex) after what was already matched; return the text up to its end."""
+        deadline = time.monotonic() + self.timeout
+        regex = re.compile(pattern)
+        while not (found := regex.search(self.screen, self.seen)):
+            if not self._read(deadline) and time.monotonic() >= deadline:
+                raise AssertionError(f"no {pattern!r} in {self.screen[self.seen :]!r}")
+        text, self.seen = self.screen[self.seen : found.end()], found.end()
+        return text
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def exit_code(self) -> int:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            self._read(time.monotonic() + 0.2)  # drain, so the child never blocks on a full terminal
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, 9)
+        raise AssertionError(f"still running: {self.screen[self.seen :]!r}")
+
+
+@pytest.fixture
+def events(icelog, tmp_path):
+    """db.events with keys a, b in partition 0; the shell's ICELOG_HOME (for its history) exists."""
+    icelog("topics", "create", "db.events", "--partitions", "2")
+    icelog("produce", "db.events", "--partition", "0", input=lines('{"key": "a", "value": "1"}', '{"key": "b", "value": "2"}'))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**icelog.env, "ICELOG_HOME": str(home), "TERM": "xterm", "NO_COLOR": "1"}
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    return env, home
+
+
+def shell(env: dict[str, str]) -> Terminal:
+    terminal = Terminal([sys.executable, "-m", "pipelines.cli", "duckdb"], env)
+    banner = terminal.expect(re.escape(PROMPT))
+    assert "catalog 'testcat'" in banner and "history in" in banner
+    return terminal
+
+
+def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(events):
+    env, home = events
+    term = shell(env)
+    # A statement over three lines: the continuation prompt until it ends with ';'.
+    term.type("select key,\r")
+    term.expect(re.escape(CONTINUE))
+    term.type("  value from db.events\r")
+    term.expect(re.escape(CONTINUE))
+    term.type("  where log_offset = 1;\r")
+    out = term.expect(re.escape(PROMPT))
+    assert re.search(r"│ b +│ 2 +│", out) and "│ a " not in out, out
+
+    term.type(".tables\r")
+    out = term.expect(re.escape(PROMPT))
+    assert re.search(r"│ db\.events +│", out), out
+
+    term.type(".schema db.events\r")
+    out = term.expect(re.escape(PROMPT))
+    assert re.search(r"│ db\.events +│ log_offset +│ BIGINT +│", out), out
+    assert re.search(r"│ db\.events +│ key +│ VARCHAR +│", out), out
+    term.type(".schema nope\r")
+    assert "error: no table 'nope' (.tables lists them)" in term.expect(re.escape(PROMPT))
+
+    # A failed query: one error line, then the next prompt; the shell goes on.
+    term.type("select nope from db.events;\r")
+    out = term.expect(re.escape(PROMPT))
+    after = out.split("select nope from db.events;", 1)[1].strip("\n").split("\n")
+    assert len(after) == 2 and after[0].startswith("error: Binder Error:") and "nope" in after[0], after
+    term.type("select 40 + 2 as answer;\r")
+    assert re.search(r"│ 42 +│", term.expect(re.escape(PROMPT)))
+
+    # readline: the up arrow recalls the last statement, and Enter runs it again.
+    term.type(UP + "\r")
+    out = term.expect(re.escape(PROMPT))
+    assert "select 40 + 2 as answer;" in out and re.search(r"│ 42 +│", out), out
+
+    # Ctrl-C drops the statement being typed, and the shell stays.
+    term.type("select 'dropped' as what\r")
+    term.expect(re.escape(CONTINUE))
+    term.type("\x03")
+    term.expect(re.escape(PROMPT))
+    term.type("select 'kept' as what;\r")
+    out = term.expect(re.escape(PROMPT))
+    assert re.search(r"│ kept +│", out) and "│ dropped" not in out, out
+
+    term.type("\x04")  # Ctrl-D: leave
+    assert term.exit_code() == 2  # a statement failed (as for a script)
+
+    # One history entry per statement (a multi-line one joined), dot commands too, in the icelog home.
+    assert (home / "duckdb_history").read_text().splitlines() == [
+        "select key, value from db.events where log_offset = 1;",
+        ".tables",
+        ".schema db.events",
+        ".schema nope",
+        "select nope from db.events;",
+        "select 40 + 2 as answer;",
+        "select 40 + 2 as answer;",
+        "select 'kept' as what;",
+    ]
+
+    # A new shell recalls the last session's statements.
+    term = shell(env)
+    term.type(UP + "\r")
+    assert re.search(r"│ kept +│", term.expect(re.escape(PROMPT)))
+    term.type(".quit\r")
+    assert term.exit_code() == 0
+
+
+def test_dot_commands_in_a_script(icelog):
+    icelog("topics", "create", "db.events", "--partitions", "1")
+    script = lines(".tables", ".schema events", ".schema nope", ".frobnicate", "select 1 as x;", ".quit", "select 2 as y;")
+    result = icelog.raw("duckdb", input=script)
+    assert result.exit_code == 2, result.stdout
+    out = one_document(result.stdout)["results"]
+    assert [r["statement"] for r in out] == [".tables", ".schema events", ".schema nope", ".frobnicate", "select 1 as x;"]
+    assert out[0]["rows"] == [["db.events"]]
+    assert ["db.events", "log_offset", "BIGINT"] in out[1]["rows"] and ["db.events", "key", "VARCHAR"] in out[1]["rows"]
+    assert out[2]["error"] == "NotFound" and out[3]["error"] == "UnknownCommand"
+    assert out[4]["rows"] == [[1]]  # and nothing after .quit
+
+
+def test_a_shell_without_a_home_keeps_no_history_and_creates_none(icelog, tmp_path):
+    icelog("topics", "create", "db.events", "--partitions", "1")
+    home = tmp_path / "no-home"
+    env = {**icelog.env, "ICELOG_HOME": str(home), "TERM": "xterm", "NO_COLOR": "1"}
+    term = Terminal([sys.executable, "-m", "pipelines.cli", "duckdb"], env)
+    assert f"no history kept ({home} does not exist)" in term.expect(re.escape(PROMPT))
+    term.type("select 1 as x;\r")
+    term.expect(re.escape(PROMPT))
+    term.type("\x04")
+    assert term.exit_code() == 0
+    assert not home.exists()
