@@ -7,7 +7,9 @@ cannot draw a table's history. Two durable sources can:
   commits, 1,000 by default): each commit's id and, for appends, the offset ranges it added;
 * the rows themselves: every row carries its append time (``log_timestamp``). The time of a
   commit is the append time of the first row of its first range, found by a hash join of the
-  commits' first offsets against the planned files (DuckDB, at scan speed).
+  commits' first offsets against the planned files (DuckDB, at scan speed). Rows per day count
+  the rows by their event time where the table has one (:func:`event_time_column`): a backfill
+  of last year loaded today is last year's rows, not today's.
 
 Rows removed by retention take their commits' times with them: those commits keep their place
 and size, without a time, until the registry forgets them.
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.table import Table
+from pyiceberg.types import TimestampType, TimestamptzType
 
 from storage.core.commit import recent_commits
 from storage.log import schema as cols
@@ -94,18 +97,39 @@ def _first_row_times(table: Table, keys: list[tuple[int, int]], paths: list[str]
     return {(int(p), int(o)): int(ms) for p, o, ms in rows}
 
 
-def rows_per_day(table: Table, paths: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rows appended per UTC day (by append time), for the rows the table still holds."""
+def event_time_column(table: Table) -> str | None:
+    """The table's event-time column: its one payload column of a timestamp type (the flights'
+    ``time_hour``). None when it has none, or several (which one is the event's time is then
+    the user's call, not a guess)."""
+    stamps = [
+        f.name
+        for f in table.schema().fields
+        if f.name not in cols.SYSTEM_COLUMNS and isinstance(f.field_type, (TimestampType, TimestamptzType))
+    ]
+    return stamps[0] if len(stamps) == 1 else None
+
+
+def rows_per_day(table: Table, paths: list[str] | None = None, event_time: str | None = None) -> list[dict[str, Any]]:
+    """Rows per UTC day, for the rows the table still holds: by ``event_time``, a payload
+    column of a timestamp type, when given (rows without one are counted under day None,
+    last); else by append time (``log_timestamp``)."""
     import duckdb
 
     paths = planned_paths(table) if paths is None else paths
     if not paths:
         return []
+    if event_time is None:
+        moment = f"{cols.TIMESTAMP} AT TIME ZONE 'UTC'"
+    else:
+        field = table.schema().find_field(event_time)
+        quoted = '"' + event_time.replace('"', '""') + '"'
+        # A timestamp without a zone is taken as written (UTC by Iceberg's convention).
+        moment = f"{quoted} AT TIME ZONE 'UTC'" if isinstance(field.field_type, TimestamptzType) else quoted
     with duckdb.connect() as con:
         rows = con.execute(
-            # By position: a payload column may be called "day" (the flights have one).
-            f"SELECT strftime(date_trunc('day', {cols.TIMESTAMP} AT TIME ZONE 'UTC'), '%Y-%m-%d') AS append_day, count(*) "
-            f"FROM {parquet_from(con, paths, table.io)} GROUP BY 1 ORDER BY 1"
+            # Aliased apart from the payload: a payload column may be called "day" (the flights have one).
+            f"SELECT strftime(date_trunc('day', {moment}), '%Y-%m-%d') AS per_day, count(*) "
+            f"FROM {parquet_from(con, paths, table.io)} GROUP BY 1 ORDER BY 1 NULLS LAST"
         ).fetchall()
     return [{"day": day, "rows": int(n)} for day, n in rows]
 

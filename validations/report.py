@@ -5,9 +5,10 @@
 * **Partitions:** rows and files per partition as a chart (skew shows at once), the small-file
   count per partition, and a note when compaction is due (the same rule ``storage.log.maintenance``
   compacts by: a run of at least ``COMPACT_MIN_FILES`` adjoining small files).
-* **Rows added per day** (by append time) and the **commit history** (cumulative rows by commit
-  time, labelled axes), both from durable sources (``validations.history``), not only the
-  retained snapshots.
+* **Rows per day**, by event time where the table has an event-time column (its one timestamp
+  payload column, e.g. the flights' ``time_hour``), else by append time, the chart saying which;
+  and the **commit history** (cumulative rows by commit time, labelled axes), both from durable
+  sources (``validations.history``), not only the retained snapshots.
 * **Validation** (the registered checks) and **data quality** (Great Expectations, incremental
   by default; ``full=True`` re-validates everything), with a link to the Data Docs site copied
   next to the page; Data Docs load local copies of their assets (``quality.offline_data_docs``).
@@ -36,7 +37,7 @@ from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, 
 from storage.log.scan import planned_paths
 from storage.log.table import list_log_tables
 from validations.checks import run_checks
-from validations.history import commit_log, freshness_ms, human_age, iso, rows_per_day
+from validations.history import commit_log, event_time_column, freshness_ms, human_age, iso, rows_per_day
 
 #: A file with fewer rows than compaction's target counts as small.
 SMALL_FILE_ROWS = Compaction(table="").target_rows
@@ -259,7 +260,8 @@ def build_report(
             shutil.copytree(Path(quality.data_docs).parent, target)
     paths = planned_paths(table)
     commits = commit_log(table, paths)
-    per_day = rows_per_day(table, paths)
+    event_time = event_time_column(table)
+    per_day = rows_per_day(table, paths, event_time)
     ok = checks.ok and (quality is None or quality.success)
     summary = {
         "table": name,
@@ -276,7 +278,7 @@ def build_report(
         "quality_ok": quality.success if quality else None,
         "quality_scope": quality.scope if quality else None,
     }
-    page = _page(name, summary, partitions, per_day, commits, checks, quality, out, now_ms)
+    page = _page(name, summary, partitions, (event_time, per_day), commits, checks, quality, out, now_ms)
     page_path = out / "index.html"
     page_path.write_text(page)
     doc = {
@@ -285,6 +287,7 @@ def build_report(
         "quality": quality.to_dict() if quality else None,
         "partition_files": partitions,
         "rows_per_day": per_day,
+        "rows_per_day_by": event_time or "append time",
         "history": [c.to_dict() for c in commits],
         "seconds": time.perf_counter() - started,
     }
@@ -296,7 +299,7 @@ def _page(
     name: str,
     s: dict[str, Any],
     partitions: list[dict[str, Any]],
-    per_day: list[dict[str, Any]],
+    per_day_by: tuple[str | None, list[dict[str, Any]]],
     commits: list[Any],
     checks: Any,
     quality: Any,
@@ -385,9 +388,7 @@ def _page(
 {bar_chart("partitions-files", labels, [("small files", [p["small_files"] for p in partitions], "small"), ("other files", [p["files"] - p["small_files"] for p in partitions], "large")], x_title="partition", y_title="data files", height=200)}
 {compaction_note}
 <table id="partitions"><tr><th>partition</th><th>log start</th><th>log end</th><th>rows</th><th>files</th><th>small files</th><th>compaction due</th></tr>{rows}</table>
-<h2>Rows added per day</h2>
-<p class="meta">By append time (UTC), for the rows the table still holds.</p>
-{bar_chart("rows-per-day", [d["day"] for d in per_day], [("rows", [d["rows"] for d in per_day], "rows")], x_title="day appended (UTC)", y_title="rows added")}
+{_per_day_section(*per_day_by)}
 <h2>Commit history</h2>
 <p class="meta">Rows appended, cumulative, over the last {len(commits):,} commits the table's commit registry keeps ({len(timed):,} with a time; a commit's time is the append time of its rows).</p>
 {line_chart("commit-history", points, x_title="commit time (UTC)", y_title="rows appended (cumulative)")}
@@ -399,6 +400,29 @@ def _page(
 <script>{SCRIPT}</script>
 </body></html>
 """
+
+
+def _per_day_section(event_time: str | None, per_day: list[dict[str, Any]]) -> str:
+    """Rows per day by event time (``event_time``, a payload column) or, without one, by append time."""
+    esc = html.escape
+    dated = [d for d in per_day if d["day"] is not None]
+    undated = sum(d["rows"] for d in per_day if d["day"] is None)
+    if event_time is None:
+        heading, x_title, y_title = "Rows added per day, by append time", "day appended (UTC)", "rows added"
+        meta = "By the day each row was appended (UTC): the table has no event-time column (one timestamp payload column)."
+    else:
+        heading, x_title, y_title = "Rows per day, by event time", f"day of {event_time} (UTC)", "rows"
+        meta = f"By each row's event time, <code>{esc(event_time)}</code> (UTC), not by when it was loaded."
+        if undated:
+            meta += f" {undated:,} rows without a {esc(event_time)} are not shown."
+    chart = bar_chart(
+        "rows-per-day",
+        [d["day"] for d in dated],
+        [("rows", [d["rows"] for d in dated], "rows")],
+        x_title=x_title,
+        y_title=y_title,
+    )
+    return f'<h2 id="rows-per-day-title">{heading}</h2>\n<p class="meta" id="rows-per-day-by">{meta} For the rows the table still holds.</p>\n{chart}'
 
 
 def _covered(scope: dict[str, Any], engine: str) -> str:

@@ -281,3 +281,78 @@ def test_rows_per_day_with_a_payload_column_named_day(sqlite_catalog):
     t.append({0: [{"day": d, "key": "k"} for d in (1, 2, 3)]})
     per_day = rows_per_day(t.table())
     assert len(per_day) == 1 and per_day[0]["rows"] == 3
+
+
+def events_with_event_time(catalog, name: str = "db.flights"):
+    """Rows appended today whose event times fall on three days of 2013, one without a time."""
+    from datetime import UTC, datetime
+
+    t = LogTable.create(
+        catalog, name, 2, payload=[{"name": "key", "type": "string"}, {"name": "time_hour", "type": "timestamptz"}]
+    )
+    at = [datetime(2013, 1, d, h, tzinfo=UTC) for d, h in ((1, 5), (1, 23), (2, 0), (31, 12), (31, 13), (31, 14))]
+    t.append({0: [{"key": "a", "time_hour": w} for w in at[:3]], 1: [{"key": "b", "time_hour": w} for w in at[3:]]})
+    t.append({1: [{"key": "c", "time_hour": None}]})
+    return t
+
+
+def test_rows_per_day_by_event_time_where_the_table_has_one(sqlite_catalog):
+    from validations.history import event_time_column, rows_per_day
+
+    t = events_with_event_time(sqlite_catalog)
+    assert event_time_column(t.table()) == "time_hour"
+    assert rows_per_day(t.table(), event_time="time_hour") == [
+        {"day": "2013-01-01", "rows": 2},
+        {"day": "2013-01-02", "rows": 1},
+        {"day": "2013-01-31", "rows": 3},
+        {"day": None, "rows": 1},
+    ]
+    (by_append,) = rows_per_day(t.table())  # all appended today
+    assert by_append["rows"] == 7 and by_append["day"] > "2013-01-31"
+
+    two = LogTable.create(
+        sqlite_catalog,
+        "db.two",
+        1,
+        payload=[
+            {"name": "key", "type": "string"},
+            {"name": "sent", "type": "timestamp"},
+            {"name": "seen", "type": "timestamptz"},
+        ],
+    )
+    assert event_time_column(two.table()) is None  # which one is the event's time is not guessed
+    assert event_time_column(LogTable.create(sqlite_catalog, "db.plain", 1).table()) is None
+
+
+@pytest.mark.integration
+def test_report_counts_rows_per_day_by_event_time_and_says_so(sqlite_catalog, tmp_path, browser):
+    t = events_with_event_time(sqlite_catalog)
+    page = build_report(t.table(), tmp_path / "report", gx=False)
+    plain = LogTable.create(sqlite_catalog, "db.plain", partitions=1)
+    plain.append({0: [{"key": "a"}] * 2})
+    plain_page = build_report(plain.table(), tmp_path / "plain", gx=False)
+    facts = """() => ({
+        title: document.querySelector('#rows-per-day-title').innerText,
+        by: document.querySelector('#rows-per-day-by').innerText,
+        bars: [...document.querySelectorAll('#rows-per-day rect title')].map(t => t.textContent),
+        labels: [...document.querySelectorAll('#rows-per-day text.tick')].map(t => t.textContent),
+        axes: [...document.querySelectorAll('#rows-per-day .axis-title')].map(t => t.textContent),
+    })"""
+    browser.open(page, "document.body.dataset.rendered !== undefined")
+    seen = browser.page.evaluate(facts)
+    browser.shot("report-rows-per-day-event-time.png")
+    browser.open(plain_page, "document.body.dataset.rendered !== undefined")
+    plain_seen = browser.page.evaluate(facts)
+    assert browser.failed == [] and browser.errors == []
+    assert seen["title"] == "Rows per day, by event time"
+    assert "time_hour (UTC), not by when it was loaded" in seen["by"] and "1 rows without a time_hour" in seen["by"]
+    assert seen["bars"] == ["2013-01-01: 2 rows", "2013-01-02: 1 rows", "2013-01-31: 3 rows"]
+    assert {"2013-01-01", "2013-01-31"} <= set(seen["labels"])
+    assert seen["axes"] == ["day of time_hour (UTC)", "rows"]
+    assert plain_seen["title"] == "Rows added per day, by append time" and plain_seen["axes"] == [
+        "day appended (UTC)",
+        "rows added",
+    ]
+    assert len(plain_seen["bars"]) == 1 and not plain_seen["bars"][0].startswith("2013")
+    doc = json.loads((page.parent / "report.json").read_text())
+    assert doc["rows_per_day_by"] == "time_hour" and doc["rows_per_day"][-1] == {"day": None, "rows": 1}
