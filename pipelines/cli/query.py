@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import click
 
@@ -156,10 +157,13 @@ class _Shell:
         """Run ``statement`` (or a dot command's ``sql``) and show its result; no rows is the error ``empty`` if given."""
         import duckdb
 
-        try:
+        def query() -> tuple[list[str], list[list[Any]]]:
             cursor = self.con.execute(sql or statement, params)
             columns = [d[0] for d in cursor.description or []]
-            rows = [list(r) for r in cursor.fetchall()] if columns else []
+            return columns, [list(r) for r in cursor.fetchall()] if columns else []
+
+        try:
+            columns, rows = self._interruptible(query) if self.interactive else query()
         except Exception as e:
             # A person's shell outlives any DuckDB error; a script stops on one that is not the query's fault (exit 4).
             if not (_query_failed(e) or (self.interactive and isinstance(e, duckdb.Error))):
@@ -170,6 +174,30 @@ class _Shell:
             self.error(statement, "NotFound", empty)
             return
         self.show(statement, columns, rows)
+
+    def _interruptible(self, work: Callable[[], Any]) -> Any:
+        """``work()`` in a thread, so that Ctrl-C interrupts DuckDB: Python handles the signal
+        only in this main thread, and never while DuckDB's C++ code runs here."""
+        outcome: dict[str, Any] = {}
+        done = threading.Event()  # not Thread.join: a join that Ctrl-C interrupts can lose track of the thread
+
+        def target() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as e:  # noqa: BLE001 - handed to the main thread as it is
+                outcome["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="icelog-duckdb-query", daemon=True).start()
+        while not done.is_set():
+            try:
+                done.wait(0.1)
+            except KeyboardInterrupt:  # the query ends with DuckDB's InterruptException: one error line
+                self.con.interrupt()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
 
     def show(self, statement: str, columns: list[str], rows: list[list[Any]]) -> None:
         if self.ctx.output == "json":
@@ -244,9 +272,9 @@ class _Shell:
                 if readline is not None:  # one line, to recall and edit the whole statement
                     readline.add_history(" ".join(part.strip() for part in statement.splitlines()))
                 try:
-                    self.run(statement)
-                except KeyboardInterrupt:
-                    click.echo("interrupted", err=True)
+                    self.run(statement)  # Ctrl-C while it runs: DuckDB's one error line
+                except KeyboardInterrupt:  # Ctrl-C while its result prints: cut short
+                    click.echo()
         finally:
             if readline is not None and history is not None:
                 with contextlib.suppress(OSError):

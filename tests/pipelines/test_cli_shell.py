@@ -145,6 +145,13 @@ def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(even
     out = term.expect(re.escape(PROMPT))
     assert re.search(r"│ kept +│", out) and "│ dropped" not in out, out
 
+    # Ctrl-C while a query runs interrupts it: one error line, and the shell stays.
+    term.type("select count(*) from range(1000000000000) t(a) where a % 7 = 3;\r")
+    time.sleep(2)  # the query is running
+    term.type("\x03")
+    out = term.expect(re.escape(PROMPT))
+    assert out.split("= 3;", 1)[1].strip("\n").split("\n") == ["^Cerror: INTERRUPT Error: Interrupted!", PROMPT], out
+
     term.type("\x04")  # Ctrl-D: leave
     assert term.exit_code() == 2  # a statement failed (as for a script)
 
@@ -158,11 +165,12 @@ def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(even
         "select 40 + 2 as answer;",
         "select 40 + 2 as answer;",
         "select 'kept' as what;",
+        "select count(*) from range(1000000000000) t(a) where a % 7 = 3;",
     ]
 
     # A new shell recalls the last session's statements.
     term = shell(env)
-    term.type(UP + "\r")
+    term.type(UP + UP + "\r")
     assert re.search(r"│ kept +│", term.expect(re.escape(PROMPT)))
     term.type(".quit\r")
     assert term.exit_code() == 0
