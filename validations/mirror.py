@@ -15,14 +15,15 @@ both hold, and a target that holds offsets its source never had is a violation.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.catalog import open_catalog
+from storage.core.catalog import CatalogNotConfigured, open_catalog
 from storage.core.commit import load
 from storage.core.state import LogState
+from storage.errors import IcelogError, UnknownTable
 from storage.log.scan import parquet_from
 from storage.properties import VERSION
 from storage.replication.mirror import mirror_record
@@ -31,6 +32,15 @@ from validations.violations import CheckReport, Violation
 
 CHECK = "mirror-parity"
 CHUNK = 100_000
+
+E = TypeVar("E", bound=IcelogError)
+
+
+def with_hint(error: E, hint: str) -> E:
+    """``error``, its message followed by ``hint`` (what to pass or set to fix it). The type,
+    fields and exit code stay; the hint is for people, so a pickled copy goes without it."""
+    error.args = (f"{error}; {hint}",)
+    return error
 
 
 def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Table | None = None) -> CheckReport:
@@ -45,12 +55,22 @@ def check_mirror_parity(table: Table, snapshot_id: int | None = None, source: Ta
     name = ".".join(table.name()[-2:])
     record = mirror_record(table.metadata)
     if record is None:
-        violation = Violation(CHECK, name, "not_a_mirror", f"{name} records no mirror source (icelog.mirror)")
+        violation = Violation(
+            CHECK,
+            name,
+            "not_a_mirror",
+            f"{name} records no mirror source (icelog.mirror); the check runs on the copy, in its catalog (--catalog NAME)",
+        )
         return CheckReport(
             name, snapshot_id or table.metadata.current_snapshot_id, [CHECK], [violation], 0, time.perf_counter() - started
         )
     if source is None:
-        source = load(open_catalog(record["catalog"]), record["table"])
+        try:
+            source = load(open_catalog(record["catalog"]), record["table"])
+        except (CatalogNotConfigured, UnknownTable) as e:
+            raise with_hint(
+                e, f"it is the source of mirror {name}, recorded in its icelog.mirror: configure that catalog here by that name"
+            ) from None
     up_to_date = record.get("snapshot") == source.metadata.current_snapshot_id and record.get(
         "version"
     ) == source.metadata.properties.get(VERSION)

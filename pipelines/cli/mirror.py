@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Callable, Iterator
+
 import click
 
 from pipelines.cli.app import Context
+from storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable
+
+
+@contextlib.contextmanager
+def _hint(hint_for: Callable[[IcelogError], str | None]) -> Iterator[None]:
+    """Add to an icelog error's message the option that fixes it: a mirror names two
+    catalogs, and the error alone does not say which one was meant."""
+    try:
+        yield
+    except IcelogError as e:
+        from validations.mirror import with_hint
+
+        hint = hint_for(e)
+        if hint:
+            with_hint(e, hint)
+        raise
+
+
+def _catalog_hint(option: str, what: str) -> Callable[[IcelogError], str | None]:
+    from storage.core.catalog import CatalogNotConfigured
+
+    def hint(e: IcelogError) -> str | None:
+        if isinstance(e, CatalogNotConfigured):
+            return f"it is {what}, named by {option}"
+        return None
+
+    return hint
 
 
 class _MirrorGroup(click.Group):
@@ -42,7 +72,30 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
     from storage.core.catalog import open_catalog
     from storage.replication.mirror import mirror as run
 
-    result = run(ctx.catalog, source, open_catalog(target_catalog), target_table, principal=principal)
+    with _hint(_catalog_hint("--catalog (or $ICELOG_CATALOG)", f"the catalog {source} is read from")):
+        source_catalog = ctx.catalog
+    with _hint(_catalog_hint("--target-catalog", "the catalog of the copy")):
+        copy_catalog = open_catalog(target_catalog)
+
+    def hint(e: IcelogError) -> str | None:
+        if isinstance(e, AuthorizationFailed):
+            if not (principal or "").strip():
+                return "name the mirror's principal with --principal P (or $ICELOG_PRINCIPAL)"
+            return (
+                f"grant it in the target catalog: icelog --catalog {copy_catalog.name} acls add "
+                f"--principal {principal} --table {e.table}"
+            )
+        if isinstance(e, (UnknownTable, NotALogTable)) and e.table in (source, _qualified(source)):
+            return f"the source is read from --catalog (or $ICELOG_CATALOG): pass --catalog NAME for the catalog {source} is in"
+        if isinstance(e, MirrorPromoted):
+            return "mirror into another --target-table or --target-catalog"
+        itself = source_catalog.name == copy_catalog.name and _qualified(target_table or source) == _qualified(source)
+        if type(e) is InvalidInput and itself:
+            return f"--target-catalog names the source's catalog {source_catalog.name!r} (--catalog): name another"
+        return None
+
+    with _hint(hint):
+        result = run(source_catalog, source, copy_catalog, target_table, principal=principal)
 
     def text(d: dict) -> None:
         if d["up_to_date"]:
@@ -66,7 +119,26 @@ def mirror_promote(ctx: Context, table: str) -> None:
     """Make the mirror target TABLE (in --catalog) writable; mirroring into it stops."""
     from storage.replication.mirror import promote
 
-    ctx.emit(promote(ctx.catalog, table), lambda d: click.echo(f"{d['table']} is promoted: writable, no longer mirrored"))
+    with _hint(_catalog_hint("--catalog (or $ICELOG_CATALOG)", "the mirror's catalog")):
+        catalog = ctx.catalog
+
+    def hint(e: IcelogError) -> str | None:
+        if isinstance(e, (UnknownTable, NotALogTable)) or type(e) is InvalidInput:
+            return f"promote runs in the mirror's own catalog, not {catalog.name!r}: icelog --catalog NAME mirror promote {table}"
+        return None
+
+    with _hint(hint):
+        result = promote(catalog, table)
+    ctx.emit(result, lambda d: click.echo(f"{d['table']} is promoted: writable, no longer mirrored"))
+
+
+def _qualified(table: str) -> str:
+    from storage.log.schema import qualified
+
+    try:
+        return qualified(table)
+    except IcelogError:
+        return table
 
 
 @click.group()
