@@ -214,8 +214,36 @@ class UnknownSnapshot(InvalidInput):
         oldest = f"; the oldest retained is {self.retained[0]}" if self.retained else ""
         return (
             f"{self.table} has no snapshot {self.snapshot_id} (never existed, or expired: "
-            f"{len(self.retained)} snapshots are retained{oldest})"
+            f"{len(self.retained)} snapshots are retained{oldest}); `icelog snapshots {self.table}` lists them"
         )
+
+
+class UnknownProperty(InvalidProperty):
+    """A table property icelog does not let a user set (``storage.properties.SETTABLE``)."""
+
+    def describe(self) -> str:
+        where = f"{self.table}: " if self.table else ""
+        return f"{where}cannot set table property {self.key}: {self.reason}; nothing was written"
+
+
+class ConfirmationRequired(InvalidInput):
+    """A destructive command was not confirmed: no ``--yes``, and no terminal to ask on."""
+
+    action: str
+    message = "{action} needs confirmation: {reason}; nothing was changed"
+
+
+class TableInUse(TerminalError):
+    """A table that transactions or consumer groups still use; deleting it needs ``--force``."""
+
+    table: str
+    users: list[str]
+    hint: str
+    message = "{table} is in use ({users_text}); nothing was changed: {hint}"
+
+    @property
+    def users_text(self) -> str:
+        return "; ".join(self.users)
 
 
 class HistoryExpired(InvalidInput):
@@ -227,7 +255,8 @@ class HistoryExpired(InvalidInput):
     reason = "history expired"
     message = (
         "{table}: history before {oldest} has expired, so the table as of {requested} "
-        "cannot be answered (raise icelog.snapshots.keep to keep more)"
+        "cannot be answered; `icelog snapshots {table}` lists what is retained "
+        "(raise icelog.snapshots.keep with `icelog topics alter {table}` to keep more)"
     )
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
-from storage.errors import InvalidProperty
+from storage.errors import InvalidProperty, UnknownProperty
 
 INT64_MAX = 2**63 - 1
 
@@ -30,14 +30,14 @@ class IntProperty:
     def parse(self, raw: str, table: str | None = None) -> int:
         """The value of ``raw``, or :class:`InvalidProperty` (``60s``, ``1e3``, ``-5``, ``0`` where 1 is the least)."""
         if not isinstance(raw, str) or not re.fullmatch(r"-?[0-9]{1,19}", raw.strip()):
-            raise InvalidProperty(table=table, key=self.key, value=str(raw), reason=f"must be a whole number in {self.bounds()}")
+            raise InvalidProperty(table=table, key=self.key, value=str(raw), reason=f"must be a whole number, {self.bounds()}")
         value = int(raw)
         if not self.minimum <= value <= self.maximum:
-            raise InvalidProperty(table=table, key=self.key, value=str(raw), reason=f"must be in {self.bounds()}")
+            raise InvalidProperty(table=table, key=self.key, value=str(raw), reason=f"must be {self.bounds()}")
         return value
 
     def bounds(self) -> str:
-        return f"{self.minimum}..{self.maximum}" if self.maximum != INT64_MAX else f"{self.minimum} or more"
+        return f"in {self.minimum}..{self.maximum}" if self.maximum != INT64_MAX else f"{self.minimum} or more"
 
 
 SNAPSHOTS_KEEP = IntProperty("icelog.snapshots.keep", 20, minimum=1)
@@ -135,3 +135,61 @@ def validate(properties: Mapping[str, str], table: str | None = None) -> None:
             KNOWN[key].parse(raw, table)
         elif key == CHECK_EXPECTED_OFFSETS and raw.strip().lower() not in ("true", "false"):
             raise InvalidProperty(table=table, key=key, value=raw, reason="must be true or false")
+
+
+# What ``icelog topics alter`` may set or unset: the knobs above. ``icelog.key-column`` is fixed at
+# create (rows were routed and hashed by it); every other ``icelog.*`` key is icelog's own state.
+SETTABLE: tuple[str, ...] = (*KNOWN, CHECK_EXPECTED_OFFSETS)
+
+
+def _refusal(key: str) -> str:
+    if key == KEY_COLUMN:
+        return "it is fixed when the table is created (rows were routed and hashed by it)"
+    return f"it is not a property icelog lets you set; those are {', '.join(SETTABLE)}"
+
+
+def alteration(updates: Mapping[str, str], removals: Sequence[str], table: str | None = None) -> dict[str, str]:
+    """Check a change of a table's knobs; returns ``updates`` in canonical form (``0060`` -> ``60``).
+
+    Every key must be in :data:`SETTABLE`, every value valid for its key (an empty value is not:
+    remove the key instead). Nothing is written here.
+
+    Raises:
+        UnknownProperty: a key that is not a knob.
+        InvalidProperty: the first value refused, naming the key and what it allows.
+    """
+    for key in [*updates, *removals]:
+        if key not in SETTABLE:
+            raise UnknownProperty(table=table, key=key, value=updates.get(key, ""), reason=_refusal(key))
+    both = sorted(set(updates) & set(removals))
+    if both:
+        raise InvalidProperty(table=table, key=both[0], value=updates[both[0]], reason="both set and unset: give one")
+    canonical = {}
+    for key, raw in updates.items():
+        if key == CHECK_EXPECTED_OFFSETS:
+            if not isinstance(raw, str) or raw.strip().lower() not in ("true", "false"):
+                raise InvalidProperty(table=table, key=key, value=str(raw), reason="must be true or false")
+            canonical[key] = raw.strip().lower()
+        else:
+            canonical[key] = str(KNOWN[key].parse(raw, table))
+    return canonical
+
+
+def effective(properties: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Each settable knob of a table: its value (the default when unset; None: no limit), its
+    default, whether it is set, and, for a malformed value set by another tool, why it is refused."""
+    shown: dict[str, dict[str, Any]] = {}
+    for key in SETTABLE:
+        default: Any = KNOWN[key].default if key in KNOWN else "false"
+        raw = properties.get(key)
+        if raw == "" and key in KNOWN and KNOWN[key].default is None:
+            raw = None  # read() takes an empty value of an unbounded knob as unset
+        entry: dict[str, Any] = {"value": default, "default": default, "set": raw is not None}
+        if raw is not None:
+            try:
+                entry["value"] = alteration({key: raw}, ())[key]
+                entry["value"] = int(entry["value"]) if key in KNOWN else entry["value"]
+            except InvalidProperty as e:
+                entry.update(value=raw, invalid=e.reason)
+        shown[key] = entry
+    return shown

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
+from typing import Any
 
 import click
 
-from pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, print_table
-from storage.errors import InvalidInput, MalformedInput
+from pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, print_table
+from storage.errors import ConfirmationRequired, InvalidInput, MalformedInput
 
 
 @click.group()
@@ -67,12 +69,22 @@ def topics_list(ctx: Context, system: bool) -> None:
 
 @topics.command("describe")
 @click.argument("table")
+@click.option(
+    "--all-properties", is_flag=True, help="Also every other table property (Iceberg's, and icelog's own state), as stored."
+)
 @click.pass_obj
-def topics_describe(ctx: Context, table: str) -> None:
-    """TABLE's partitions, payload columns, location, current snapshot and offsets per partition."""
+def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
+    """TABLE's partitions, payload columns, location, current snapshot, offsets per partition and
+    icelog's table properties (value, default, whether set; change them with 'topics alter')."""
+    from storage import properties
     from storage.log.table import LogTable
 
-    doc = LogTable.open(ctx.catalog, table).describe()
+    log_table = LogTable.open(ctx.catalog, table)
+    doc = log_table.describe()
+    stored = log_table.table().metadata.properties
+    doc["properties"] = properties.effective(stored)
+    if all_properties:
+        doc["all_properties"] = dict(sorted(stored.items()))
 
     def text(d: dict) -> None:
         click.echo(f"{d['table']}  partitions={d['partitions']}  snapshot={d['snapshot_id']}  location={d['location']}")
@@ -81,8 +93,60 @@ def topics_describe(ctx: Context, table: str) -> None:
             [[p, o["start"], o["end"], o["end"] - o["start"]] for p, o in d["offsets"].items()],
             ["partition", "start", "end", "rows"],
         )
+        print_table(
+            [
+                [key, "-" if e["value"] is None else e["value"], "set" if e["set"] else "default", e.get("invalid", "")]
+                for key, e in d["properties"].items()
+            ],
+            ["property", "value", "", "invalid"]
+            if any("invalid" in e for e in d["properties"].values())
+            else ["property", "value", ""],
+        )
+        if "all_properties" in d:
+            print_table([[k, clip(v, 100)] for k, v in d["all_properties"].items()], ["table property", "stored value"])
 
     ctx.emit(doc, text)
+
+
+def _key_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
+        if key.strip() in pairs:
+            raise click.BadParameter(f"{key.strip()} is given twice", ctx, param)
+        pairs[key.strip()] = value
+    return pairs
+
+
+@topics.command("alter")
+@click.argument("table")
+@click.option(
+    "--set",
+    "updates",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_key_value,
+    help="Set an icelog table property (e.g. icelog.retention.ms=86400000); repeatable.",
+)
+@click.option("--unset", "removals", multiple=True, metavar="KEY", help="Remove a property: back to its default; repeatable.")
+@click.pass_obj
+def topics_alter(ctx: Context, table: str, updates: dict[str, str], removals: tuple[str, ...]) -> None:
+    """Change TABLE's icelog properties in one commit (kafka-configs --alter). Only icelog's knobs
+    are accepted, each value checked against its bounds; on any error nothing changes.
+    'topics describe' lists them with their values and defaults."""
+    from storage.log.maintenance import alter_properties
+
+    if not updates and not removals:
+        raise click.UsageError("nothing to change: give --set KEY=VALUE or --unset KEY")
+    result = alter_properties(ctx.catalog, table, updates, [k.strip() for k in removals])
+
+    def text(d: dict) -> None:
+        changes = [f"{k}={v}" for k, v in d["set"].items()] + [f"-{k}" for k in d["unset"]]
+        click.echo(f"{d['table']}: " + (", ".join(changes) if changes else "unchanged (already so)"))
+
+    ctx.emit(result, text)
 
 
 @topics.command("add-partitions")
@@ -141,3 +205,97 @@ def offsets(ctx: Context, table: str, at_us: int | None) -> None:
             [[p, o["start"], o["end"]] for p, o in d["partitions"].items()], ["partition", "start", "end"], d["table"]
         ),
     )
+
+
+def _interactive() -> bool:
+    """Whether a person can be asked: stdin is a terminal (never in CI, cron or a pipe)."""
+    return sys.stdin.isatty()
+
+
+def _transactions_on(catalog: Any, table: str) -> tuple[list[str], list[str]]:
+    """The transactional ids whose open transaction writes ``table`` (or commits offsets of it):
+    (prepared ones, still ongoing ones)."""
+    from storage.producers.journal import transactional_ids
+
+    prepared, ongoing = [], []
+    for tid, entry in sorted(transactional_ids(catalog).items()):
+        txn = entry.txn
+        if txn is None:
+            continue
+        tables = set(txn.partitions)
+        if txn.prepared is not None:
+            tables |= set(txn.prepared.sends)
+            if txn.prepared.offsets is not None:
+                tables |= {t for t, _, _ in txn.prepared.offsets.offsets}
+        if table in tables:
+            (prepared if txn.prepared is not None else ongoing).append(tid)
+    return prepared, ongoing
+
+
+@topics.command("delete")
+@click.argument("table")
+@click.option("--yes", "-y", "confirmed", is_flag=True, help="Do not ask: needed where no terminal can answer (scripts, CI).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Delete even while ongoing transactions or consumer groups use TABLE (its group offsets go too).",
+)
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also delete the files its retained snapshots reference; without it every file stays and can be re-registered.",
+)
+@click.pass_obj
+def topics_delete(ctx: Context, table: str, confirmed: bool, force: bool, purge: bool) -> None:
+    """Delete TABLE from the catalog (kafka-topics --delete), after a confirmation or --yes.
+
+    Refused, changing nothing: icelog's system tables (icelog_system.*), always; a table a
+    prepared transaction commits to, always (run 'transactions recover' first); a table an
+    ongoing transaction writes or a consumer group has offsets, ranges or members on, unless
+    --force. With --force, those groups' offsets and ranges on TABLE are dropped first, so a
+    table created again under the name starts clean; an ongoing transaction then fails at
+    commit. Without --purge the data and metadata files stay (the output names the metadata
+    file to re-register); with it they are deleted."""
+    from storage.core.commit import is_system_table
+    from storage.errors import InvalidIdentifier, TableInUse
+    from storage.groups.offsets import forget_table, groups_on
+    from storage.log.table import LogTable
+
+    log_table = LogTable(ctx.catalog, table)
+    name = log_table.identifier
+    if is_system_table(name):
+        raise InvalidIdentifier(identifier=name, reason="icelog_system.* holds icelog's own state and is never deleted")
+    log_table.table()  # UnknownTable, NotALogTable
+    prepared, ongoing = _transactions_on(ctx.catalog, name)
+    if prepared:
+        raise TableInUse(
+            table=name,
+            users=[f"prepared transactions of {', '.join(prepared)}"],
+            hint="a prepared transaction is decided and must land: run 'icelog transactions recover' first (--force does not skip this)",
+        )
+    groups = groups_on(ctx.catalog, name)
+    users = []
+    if ongoing:
+        users.append(f"ongoing transactions of {', '.join(ongoing)}")
+    if groups:
+        users.append(f"consumer groups {', '.join(groups)}")
+    if users and not force:
+        raise TableInUse(table=name, users=users, hint="give --force to delete it anyway (the groups' offsets on it go too)")
+    if not confirmed:
+        what = f"topics delete {name}"
+        if not _interactive():
+            raise ConfirmationRequired(action=what, reason="no terminal to ask on: give --yes")
+        files = "and delete its files" if purge else "(its files stay)"
+        if not click.confirm(f"Delete {name} from the catalog {files}?", err=True):
+            raise ConfirmationRequired(action=what, reason="not confirmed")
+    forgotten = forget_table(ctx.catalog, name) if groups else []
+    metadata_location = log_table.drop(purge=purge)
+    doc = {"table": name, "deleted": True, "purged": purge, "metadata_location": metadata_location, "groups_forgotten": forgotten}
+
+    def text(d: dict) -> None:
+        kept = "its files deleted" if d["purged"] else f"files kept; re-register with metadata {d['metadata_location']}"
+        click.echo(f"deleted {d['table']} ({kept})")
+        if d["groups_forgotten"]:
+            click.echo(f"dropped the offsets of groups {', '.join(d['groups_forgotten'])} on it")
+
+    ctx.emit(doc, text)

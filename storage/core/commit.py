@@ -62,6 +62,7 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
+    RemovePropertiesUpdate,
     RemoveSnapshotsUpdate,
     SetPropertiesUpdate,
     SetSnapshotRefUpdate,
@@ -135,6 +136,7 @@ class Decision:
         lineage: Extra snapshot-summary entries.
         expire: Snapshot ids to expire in the same commit.
         properties: Further table properties to set in the same commit.
+        remove_properties: Table properties to remove in the same commit.
         set_main: Point ``main`` at this snapshot (a rollback), instead of adding one.
         write: False when nothing needs committing (e.g. a re-sent batch already landed).
     """
@@ -148,6 +150,7 @@ class Decision:
     lineage: Mapping[str, str] = field(default_factory=dict)
     expire: tuple[int, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    remove_properties: tuple[str, ...] = ()
     set_main: int | None = None
     write: bool = True
 
@@ -570,7 +573,10 @@ def _decide(parts: Sequence[tuple[str, CommitRequest]], tables: Mapping[str, Tab
             check_head(ident, table.metadata)
         check_writable(ident, table.metadata, request)
         state = request.state_type.from_metadata(table.metadata)
-        settings = props.CommitSettings.of(table.metadata.properties, ident)  # before anything is written
+        # Read before anything is written; a request that changes these knobs runs under its new
+        # values, so that a malformed one (set by another tool) can be fixed by a commit.
+        after = getattr(request, "properties_after", None)
+        settings = props.CommitSettings.of(after(table.metadata.properties) if after else table.metadata.properties, ident)
         # A decision may write files itself (compaction's merged files): the caller handles OSError.
         plans.append(_Plan(ident, request, table, state, settings, request.decide(state, table)))
     return plans
@@ -788,6 +794,8 @@ def _stage(
         known = (forgotten_ms, decision.properties.get(FORGOTTEN), metadata.properties.get(FORGOTTEN))
         properties[FORGOTTEN] = str(max(int(v or 0) for v in known))
     updates.append(SetPropertiesUpdate(updates=properties))
+    if decision.remove_properties:
+        updates.append(RemovePropertiesUpdate(removals=[k for k in decision.remove_properties if k not in properties]))
     adding = 1 if files or decision.drop_files else 0
     expired = set(decision.expire) | set(
         _snapshots_to_expire(metadata, adding, settings.snapshots_keep, protect=decision.set_main)

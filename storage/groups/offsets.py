@@ -555,3 +555,53 @@ def reset_group(
         return {**request.decide(group_state(catalog), None).result, "dry_run": True}
     ensure_system_table(catalog, GROUPS_TABLE)
     return {**commit(catalog, GROUPS_TABLE, request).result, "dry_run": False}
+
+
+def groups_on(catalog: Catalog, table: str) -> list[str]:
+    """The groups with committed offsets, IC ranges or an assignment on ``table`` (reads only)."""
+    source = qualified(table)
+    state = group_state(catalog)
+    return sorted(
+        g
+        for g in set(state.offsets) | set(state.ranges) | set(state.members)
+        if source in state.offsets.get(g, {})
+        or source in state.ranges.get(g, {})
+        or source in (state.members.get(g) or {}).get("assignment", {})
+    )
+
+
+@dataclass
+class ForgetTable(Request):
+    """Drop a table's committed offsets and IC ranges from every group (Kafka drops a deleted
+    topic's offsets too): a table created again under the name starts with no stale positions,
+    which could pass its new log end (I10). Members and their assignments are left as they are."""
+
+    table: str
+    state_type = GroupOffsetsState
+    writes_system = True
+
+    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        def without(by_group: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+            kept = {g: {t: v for t, v in ts.items() if t != self.table} for g, ts in by_group.items()}
+            return {g: ts for g, ts in kept.items() if ts}
+
+        groups = sorted({g for g, ts in [*state.offsets.items(), *state.ranges.items()] if self.table in ts})
+        offsets, ranges = without(state.offsets), without(state.ranges)
+        # A group left with nothing (no offsets, ranges, members or assignment) is gone, as in Kafka.
+        members = {
+            g: record
+            for g, record in state.members.items()
+            if g not in groups or g in offsets or g in ranges or any(record.get(k) for k in ("members", "assignment", "draining"))
+        }
+        new = replace(state, offsets=offsets, ranges=ranges, members=members)
+        return Decision(state=new, result={"table": self.table, "groups": groups}, write=bool(groups))
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+def forget_table(catalog: Catalog, table: str) -> list[str]:
+    """Drop ``table``'s committed offsets and IC ranges from every group; returns those groups."""
+    if not catalog.table_exists(GROUPS_TABLE):
+        return []  # no group ever committed: nothing to forget, and nothing created
+    return commit(catalog, GROUPS_TABLE, ForgetTable(qualified(table))).result["groups"]

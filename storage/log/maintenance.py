@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,10 +21,10 @@ from pyiceberg.types import TimestamptzType
 
 from storage import properties
 from storage.core import metadata_files
-from storage.core.commit import Decision, Request, commit, load, refuse_read_only
+from storage.core.commit import Decision, Request, commit, is_system_table, load, refuse_read_only
 from storage.core.staging import pending_files
-from storage.core.state import LogState
-from storage.errors import InvalidInput
+from storage.core.state import LogState, SystemState
+from storage.errors import InvalidInput, NotALogTable
 from storage.log import schema as cols
 from storage.log.files import file_offset_range, file_partition, write_log_files
 from storage.properties import READ_ONLY
@@ -46,6 +46,59 @@ class PartitionGrowth(Request):
             raise InvalidInput(reason=f"at most {MAX_PARTITIONS} partitions per table, not {self.count}")
         new_state = state.with_partitions(self.count)
         return Decision(state=new_state, result={"partitions": self.count}, write=self.count != state.partitions)
+
+
+@dataclass
+class AlterProperties(Request):
+    """Set and remove a table's knobs (``storage.properties.SETTABLE``), checked by
+    :func:`storage.properties.alteration` before it is built. It touches no state, so it runs
+    on any table icelog commits to, its system tables included (``icelog.transaction.timeout-ms``
+    lives on the journal, ``icelog.groups.max-ranges`` on the group offsets)."""
+
+    state_type = SystemState
+    writes_system = True
+    table: str
+    updates: Mapping[str, str]
+    removals: tuple[str, ...] = ()
+    commit_id: str = ""
+
+    def properties_after(self, properties: Mapping[str, str]) -> dict[str, str]:
+        """The properties this commit leaves: the commit core reads its own knobs from them."""
+        return {**{k: v for k, v in properties.items() if k not in self.removals}, **self.updates}
+
+    def decide(self, state: SystemState, table: Table) -> Decision:
+        before = table.metadata.properties
+        changed = {k: v for k, v in self.updates.items() if before.get(k) != v}
+        removed = tuple(k for k in self.removals if k in before)
+        result = {"table": self.table, "set": changed, "unset": list(removed)}
+        return Decision(state=state, result=result, properties=changed, remove_properties=removed, write=bool(changed or removed))
+
+    def receipt(self, result: Any) -> Any:
+        return result  # small: after an unknown outcome, the registry answers with it
+
+
+def alter_properties(
+    catalog: Catalog, identifier: str, updates: Mapping[str, str], removals: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Set ``updates`` and remove ``removals`` among a table's knobs in one commit (kafka-configs
+    ``--alter --add-config`` / ``--delete-config``).
+
+    Returns:
+        ``{"table", "set": {key: value}, "unset": [key]}``: what the commit changed (a value
+        already set, or a key already absent, changes nothing, and then nothing is committed).
+
+    Raises:
+        InvalidProperty: a key that is not a knob, or a value out of its bounds; nothing written.
+        NotALogTable, UnknownTable: no such log table (or icelog system table).
+        ReadOnlyTable: a mirror target (promote it first).
+    """
+    ident = cols.qualified(identifier)
+    canonical = properties.alteration(updates, removals, ident)
+    table = load(catalog, ident)
+    if properties.FORMAT not in table.metadata.properties and not is_system_table(ident):
+        raise NotALogTable(table=ident)
+    request = AlterProperties(ident, canonical, tuple(dict.fromkeys(removals)))
+    return commit(catalog, ident, request, loaded=table).result
 
 
 def live_files(table: Table) -> list[DataFile]:

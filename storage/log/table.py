@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import (
     And,
     EqualTo,
@@ -278,6 +278,32 @@ class LogTable:
 
     def watermarks(self) -> dict[int, Watermark]:
         return dict(self.state().watermarks)
+
+    def drop(self, *, purge: bool = False) -> str:
+        """Remove the table from the catalog; returns the metadata file it last pointed at.
+
+        Without ``purge`` every file stays where it is, and ``catalog.register_table(name,
+        <that file>)`` brings the table back. With ``purge``, pyiceberg's ``purge_table`` also
+        deletes the data, manifest and metadata files its retained snapshots and metadata log
+        reference (files nothing references, e.g. of expired snapshots, stay).
+
+        Guards (transactions, consumer groups) belong to the caller: this only refuses
+        icelog's system tables, which hold state the coordinator and the groups believe.
+
+        Raises:
+            InvalidIdentifier: an ``icelog_system.*`` table.
+            UnknownTable, NotALogTable: nothing to drop.
+        """
+        refuse_system_table(self.identifier)
+        location = self.table().metadata_location
+        try:
+            if purge:
+                self.catalog.purge_table(self.identifier)
+            else:
+                self.catalog.drop_table(self.identifier)
+        except NoSuchTableError as e:  # dropped meanwhile
+            raise UnknownTable(table=self.identifier, catalog=self.catalog.name) from e
+        return location
 
     def payload_schema(self, table: Table | None = None) -> pa.Schema:
         return cols.payload_arrow_schema((table or self.table()).schema())

@@ -210,3 +210,15 @@ def test_i8_reset_bad_target_value_exit_2_nothing_changes(run, events, bad):
     before, pointer = run("groups", "describe", "--group", "g"), _groups_table_location(run.catalog)
     run("groups", "reset", "db.events", "--group", "g", *bad, code=2)
     assert run("groups", "describe", "--group", "g") == before and _groups_table_location(run.catalog) == pointer
+
+
+def test_i10_reset_dry_run_is_refused_like_the_reset_while_members_are_live(run, events):
+    from storage.groups.offsets import GroupAction, group_action
+
+    run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9")
+    group_action(run.catalog, GroupAction("g", "a", "join", {"db.events": [0]}, 60_000))
+    before = run("groups", "describe", "--group", "g")
+    for dry in ([], ["--dry-run"]):
+        err = run("groups", "reset", "db.events", "--group", "g", "--shift-by", "-2", *dry, code=3)
+        assert err["error"] == "StaleGeneration"
+    assert run("groups", "describe", "--group", "g")["partitions"] == before["partitions"]
