@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -359,12 +360,33 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
         df = spark.read.parquet(str(landing)).withColumn("log_partition", F.pmod(F.hash("key"), F.lit(8)))
         df.write.mode("overwrite").partitionBy("log_partition").parquet(str(root / f"partitioned{i}"))
 
-    times, refs, partitioned = [], [], []
+    def handoff() -> None:
+        """The floor of a Python-numbered write: the same rows read and handed to Python workers
+        as Arrow batches (what pass 2 receives), with nothing done to them."""
+        df = spark.read.parquet(str(landing)).withColumn("log_partition", F.pmod(F.hash("key"), F.lit(8)))
+        df.mapInArrow(_count_batches, "rows long").collect()
+
+    times, refs, partitioned, handoffs, stages = [], [], [], [], []
     for i in range(3):
         LogTable.create(cat, f"bench.spark{i}", partitions=8)
-        times.append(timed(lambda i=i: ingest(spark, f"bench.spark{i}", str(landing), f"run{i}", catalog_name="sparkbench")))
+        marks = [(time.perf_counter(), "start")]
+        times.append(
+            timed(
+                lambda i=i, marks=marks: ingest(
+                    spark,
+                    f"bench.spark{i}",
+                    str(landing),
+                    f"run{i}",
+                    catalog_name="sparkbench",
+                    progress=lambda line: marks.append((time.perf_counter(), line)),
+                )
+            )
+        )
+        marks.append((time.perf_counter(), "done"))
+        stages.append(_ingest_stages(marks))
         refs.append(timed(lambda i=i: spark.read.parquet(str(landing)).write.mode("overwrite").parquet(str(root / f"plain{i}"))))
         partitioned.append(timed(lambda i=i: by_partition(i)))
+        handoffs.append(timed(handoff))
     assert LogTable(cat, "bench.spark0").state().watermarks[0].end > 0
     record(
         f"Spark ingest of {rows:,} narrow rows (median of 3)",
@@ -381,7 +403,43 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
         "plain df.write.parquet of the same DataFrame (one file per task)",
         rows / statistics.median(refs) / 1e6,
     )
+    record(
+        "Spark: the Arrow hand-off to Python workers alone",
+        rows / statistics.median(handoffs) / 1e6,
+        "Mrows/s",
+        "df.write.partitionBy(log partition), same run",
+        rows / statistics.median(partitioned) / 1e6,
+    )
+    for stage in stages[0]:
+        record(
+            f"Spark ingest stage: {stage} (median of 3)",
+            statistics.median(s[stage] for s in stages),
+            "s",
+            "the whole ingest",
+            statistics.median(times),
+        )
     spark.stop()
+
+
+def _count_batches(batches: Any) -> Any:
+    """A mapInArrow function that only receives its task's batches (module level: picklable)."""
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pylist([{"rows": n}], schema=pa.schema([("rows", pa.int64())]))
+
+
+def _ingest_stages(marks: list[tuple[float, str]]) -> dict[str, float]:
+    """Seconds per stage of one ingest, from its progress lines (``pass 1: ...`` starts pass 1)."""
+    names = {
+        "loading": "read schemas and set up",
+        "pass 1": "pass 1 (count)",
+        "pass 2": "pass 2 (number and write)",
+        "committing": "commit",
+    }
+    stages: dict[str, float] = {}
+    for (start, line), (end, _) in itertools.pairwise(marks):
+        name = next((v for k, v in names.items() if line.startswith(k)), "list, plan and the rest")
+        stages[name] = stages.get(name, 0.0) + end - start
+    return stages
 
 
 def bench_spark_scale(root: Path, rows: int) -> None:
