@@ -46,7 +46,9 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": os.environ.get("AIRFLOW__CORE__UNIT_TEST_MODE", "False"),
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
+        # INFO: a task log shows what icelog did (pipelines.tasks logs it at INFO); the
+        # components' own INFO goes to their log files, not to make airflow's console.
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get(
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{airflow_home / 'airflow.db'}"
         ),

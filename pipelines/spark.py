@@ -7,16 +7,29 @@ snapshot, and write Parquet; the driver only commits (through ``storage``).
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
-from typing import Any, Mapping
+import threading
+from pathlib import Path
+from typing import IO, Any, Mapping
 from urllib.parse import urlparse
 
 from storage.errors import InvalidInput
 from storage.log import schema as cols
 from storage.log.files import arrow_location
+from storage.logs import get_logger
+
+log = get_logger("spark")
+# The driver JVM's Log4j 2 settings: "LEVEL logger: message" lines on stderr (see the file).
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
+_JVM_LINE = re.compile(r"^(TRACE|DEBUG|INFO|WARN|ERROR|FATAL) (\S+): (.*)$")
+_JVM_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING}
+# Printed by the JVM itself (not Log4j) because Spark's launcher adds jdk.incubator.vector.
+_JVM_BANNERS = ("WARNING: Using incubator modules",)
 
 
 class SparkUnavailable(InvalidInput):
@@ -90,28 +103,82 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("ICELOG_SPARK_MASTER", "local[*]")
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.session.timeZone", "UTC")
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.sql.session.timeZone": "UTC",
         # Iceberg and DuckDB read microsecond timestamps; Spark's default INT96 is legacy.
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.sql.parquet.compression.codec", "zstd")
-        .config("spark.sql.shuffle.partitions", os.environ.get("ICELOG_SPARK_SHUFFLE_PARTITIONS", "8"))
-        .config("spark.ui.showConsoleProgress", "false")
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.shuffle.partitions": os.environ.get("ICELOG_SPARK_SHUFFLE_PARTITIONS", "8"),
+        "spark.ui.showConsoleProgress": "false",
         # One input split never packs two files, so ingest can number rows in file order
         # without a shuffle (pipelines.ingest.slice_bases).
-        .config("spark.sql.files.maxPartitionBytes", "134217728")
-        .config("spark.sql.files.openCostInBytes", "134217728")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        .config("spark.driver.memory", os.environ.get("ICELOG_SPARK_DRIVER_MEMORY", "2g"))
-    )
-    for key, value in (conf or {}).items():
+        "spark.sql.files.maxPartitionBytes": "134217728",
+        "spark.sql.files.openCostInBytes": "134217728",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.driver.memory": os.environ.get("ICELOG_SPARK_DRIVER_MEMORY", "2g"),
+        # Read when the JVM starts: setLogLevel below would come after the startup warnings.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
+        **(conf or {}),
+    }
+    _launch_driver_jvm(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("ICELOG_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def _launch_driver_jvm(settings: Mapping[str, str]) -> None:
+    """Start the driver JVM (once per process) with its stderr read into Python's logging.
+
+    An Airflow task's stderr is logged as ERROR, line by line: Spark's warnings, and the
+    JVM's own start-up banner, showed red in every successful task. Through this pipe each
+    Log4j line is logged by ``icelog.spark`` at its own level (the banner at DEBUG), so the
+    task log, ``dags test`` and the CLI all filter it like any other log.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    # The class attribute is PySpark's own "JVM already started" check (SparkContext._ensure_initialized);
+    # an outer launcher (PYSPARK_GATEWAY_PORT, e.g. spark-submit) owns its JVM's stderr.
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    # Read from the start: a JVM that fails to start says why only there.
+    read_end, write_end = os.pipe()
+    threading.Thread(target=forward_jvm_log, args=(os.fdopen(read_end, "rb"),), name="spark-jvm-log", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; the reader ends when the JVM does
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def forward_jvm_log(stream: IO[bytes]) -> None:
+    """Log each line the driver JVM writes to ``stream`` (its stderr) until it closes.
+
+    A Log4j line (``LEVEL logger: message``, :data:`LOG4J2_PROPERTIES`) is logged at its level
+    with the JVM logger's name; a stack trace's lines follow their event at its level; anything
+    else the JVM prints (a crash, a fatal start-up error) is a warning, its known banners debug.
+    """
+    level = logging.WARNING
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        if not line:
+            continue
+        found = _JVM_LINE.match(line)
+        if found:
+            level = _JVM_LEVELS.get(found[1], logging.ERROR)
+            log.log(level, found[3], jvm_logger=found[2])
+        elif line.startswith(_JVM_BANNERS):
+            log.debug(line)
+        else:
+            log.log(level, line)
+    stream.close()
 
 
 def read_log(

@@ -1,5 +1,10 @@
 """What the Airflow DAGs run: plain functions with typed parameters (testable without Airflow).
 
+Each function logs what it did at INFO on the ``icelog.tasks`` logger (key=value context:
+table, day, partition): the files it loaded and the offsets their rows got, the checks it ran
+and their outcome, "nothing to do" when a re-run writes nothing. Airflow's task log shows
+these lines; the return value (XCom) holds the same facts for downstream tasks.
+
 Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl). Each source
 file is loaded once, whatever run loads it (the ingest ledger, ``storage.ingest.ledger``): scheduled
 ingests, backfills and Airflow's own backfills of days already ingested write nothing twice,
@@ -21,8 +26,11 @@ from storage.core.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
 from storage.log.maintenance import maintain as run_maintenance
 from storage.log.table import LogTable
+from storage.logs import get_logger
 from validations.checks import run_checks
 from validations.report import build_report
+
+log = get_logger("tasks")
 
 
 class ValidationFailed(IcelogError):
@@ -71,7 +79,31 @@ def ingest_day(
         only_partitions=partitions,
         reload_changed=reload_changed,
     )
+    log_ingest(result.to_dict(), day)
     return result.to_dict()
+
+
+def log_ingest(result: dict[str, Any], day: str) -> None:
+    """One line per file loaded, per log partition written, and the outcome of one day."""
+    context = {"table": result["table"], "day": day}
+    for f in result["loaded"]:
+        spans = {p: " ".join(f"[{a},{b})" for a, b in s) for p, s in f["ranges"].items()}
+        log.info("loaded file", **context, file=f["path"], rows=f["rows"], offsets=spans)
+    for p, (first, end) in sorted(result["ranges"].items()):
+        log.info("committed offsets", **context, partition=p, first=first, end=end, rows=end - first)
+    if result["loaded"]:
+        log.info(
+            "day loaded",
+            **context,
+            files=len(result["loaded"]),
+            rows=result["rows"],
+            skipped=len(result["skipped"]),
+            snapshot_id=result["snapshot_id"],
+        )
+    elif result["skipped"]:
+        log.info("nothing to do: every landing file was loaded before", **context, skipped=len(result["skipped"]))
+    else:
+        log.info("nothing to do: no landing files", **context)
 
 
 def backfill(
@@ -115,6 +147,7 @@ def backfill(
         loaded += len(outcome["loaded"])
         skipped += len(outcome["skipped"])
         day += dt.timedelta(days=1)
+    log.info("backfill done", table=table, start=start, end=end, days=len(days), rows=rows, files=loaded, skipped=skipped)
     return {"table": table, "days": days, "rows_written": rows, "files_loaded": loaded, "files_skipped": skipped}
 
 
@@ -130,6 +163,18 @@ def validate(
     iceberg = log_table.table()
     checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers", "transactions"))
     summary = checks.to_dict()
+    for name in checks.checks:
+        found = [v for v in checks.violations if v.check == name]
+        log.info(
+            "check passed" if not found else "check failed",
+            table=table,
+            check=name,
+            snapshot_id=checks.snapshot_id,
+            rows=checks.rows,
+            violations=len(found),
+        )
+    for v in checks.violations[:20]:  # the rest are in the report
+        log.warning("violation", table=table, check=v.check, kind=v.kind, partition=v.partition, detail=v.detail)
     if report:
         page = build_report(
             iceberg,
@@ -141,6 +186,13 @@ def validate(
         quality = json.loads((page.parent / "report.json").read_text())["quality"]
         summary["quality_ok"] = quality["success"] if quality else None
         summary["quality_scope"] = quality["scope"] if quality else None
+        log.info(
+            "report published",
+            table=table,
+            report=str(page),
+            quality_ok=summary["quality_ok"],
+            quality_scope=summary["quality_scope"],
+        )
     if checks.violations:
         raise ValidationFailed(table=table, count=len(checks.violations), first=checks.violations[0].detail)
     return summary
@@ -148,7 +200,9 @@ def validate(
 
 def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
     cat = open_catalog(catalog)
-    return run_maintenance(cat, LogTable.open(cat, table).identifier)
+    report = run_maintenance(cat, LogTable.open(cat, table).identifier)
+    log.info("maintained", **{"table": table, **{k: v for k, v in report.items() if k not in ("table", "started")}})
+    return report
 
 
 def fanout(
@@ -176,4 +230,10 @@ def fanout(
         key_column=key_column,
         catalog_name=catalog,
     )
+    for target, spans in sorted(result.written.items()):
+        log.info("fanned out", source=source, group=group, target=target, offsets=spans)
+    if result.rows:
+        log.info("fanout committed", source=source, group=group, rows=result.rows, read=result.read)
+    else:
+        log.info("nothing to do: no new records", source=source, group=group)
     return result.to_dict()

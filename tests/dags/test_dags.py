@@ -174,22 +174,59 @@ def ingested(airflow):
     whichever of them runs first, or alone.
     """
     env, table = airflow
-    dags_test(env, "icelog_ingest", "2013-01-02")
-    return env, table, state_of(table)
+    done = dags_test(env, "icelog_ingest", "2013-01-02")
+    return env, table, state_of(table), done
+
+
+# What Spark's driver JVM printed on stderr before its lines went through Python's logging
+# (pipelines.spark): an Airflow task logged each of them as a red ERROR.
+SPARK_NOISE = ("Using incubator modules", "log4j", "setLogLevel", "NativeCodeLoader", "could not bind on port")
+
+
+def task_log_lines(done: subprocess.CompletedProcess, logger: str) -> list[str]:
+    """The lines ``airflow dags test`` printed for one logger (the task log, in-process)."""
+    return [line for line in done.stdout.splitlines() if f"[{logger}]" in line]
+
+
+def assert_no_spark_noise(done: subprocess.CompletedProcess) -> None:
+    output = done.stdout + done.stderr
+    assert not [n for n in SPARK_NOISE if n in output], output[-3000:]
+    assert not re.search(r"\[error\s*\]", done.stdout), done.stdout[-3000:]
 
 
 @pytest.mark.integration
 def test_ingest_dag_run_and_its_rerun_leave_identical_tables(ingested):
-    env, table, after_first = ingested
+    env, table, after_first, _ = ingested
     assert sum(e - s for s, e in after_first[1].values()) == day_rows("2013-01-02")
     before_rerun = state_of(table)  # after_first, unless another test built on the table meanwhile
-    dags_test(env, "icelog_ingest", "2013-01-02")
+    done = dags_test(env, "icelog_ingest", "2013-01-02")
     assert state_of(table) == before_rerun
+    (line,) = task_log_lines(done, "icelog.tasks")
+    assert "nothing to do: every landing file was loaded before" in line
+    assert "table=demo.flights" in line and "day=2013-01-02" in line and "skipped=1" in line
+
+
+@pytest.mark.integration
+def test_ingest_task_log_says_what_it_loaded_and_committed_without_spark_noise(ingested):
+    env, table, (_, marks), done = ingested
+    lines = task_log_lines(done, "icelog.tasks")
+    (loaded,) = [line for line in lines if "loaded file" in line]
+    assert (
+        "day=2013-01-02" in loaded and "date=2013-01-02/flights.parquet" in loaded and f"rows={day_rows('2013-01-02')}" in loaded
+    )
+    committed = [line for line in lines if "committed offsets" in line]
+    assert len(committed) == len(marks)  # one line per log partition written, with its range
+    for p, (first, end) in marks.items():
+        wanted = (f"partition={p} ", f"first={first} ", f"end={end} ", "table=demo.flights", "day=2013-01-02")
+        assert any(all(w in line for w in wanted) for line in committed), (p, committed)
+    assert any("day loaded" in line and f"rows={day_rows('2013-01-02')}" in line and "files=1" in line for line in lines)
+    assert all("[info" in line for line in lines)
+    assert_no_spark_noise(done)
 
 
 @pytest.mark.integration
 def test_backfill_dag_is_idempotent_per_day(ingested):
-    env, table, _ = ingested
+    env, table, _, _ = ingested
     conf = {"table": "demo.flights", "start": "2013-01-02", "end": "2013-01-03"}  # a day ingested before, and a new one
     dags_test(env, "icelog_backfill", conf=conf)
     first = state_of(table)
@@ -203,8 +240,13 @@ def test_backfill_dag_is_idempotent_per_day(ingested):
 def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested):
     from validations.checks import run_checks
 
-    env, table, _ = ingested
-    dags_test(env, "icelog_validate")
+    env, table, _, _ = ingested
+    passed = dags_test(env, "icelog_validate")
+    lines = task_log_lines(passed, "icelog.tasks")
+    for check in run_checks(table.table(), ("contiguity-deep", "producers", "transactions")).checks:
+        assert any("check passed" in line and f"check={check} " in line and "violations=0" in line for line in lines), lines
+    assert any("report published" in line and "table=demo.flights" in line for line in lines), lines
+    assert_no_spark_noise(passed)
     iceberg = table.table()
     schema = iceberg.schema().as_arrow()
     end = table.watermarks()[0].end
@@ -306,6 +348,14 @@ class Api:
             time.sleep(every)
 
 
+def task_log_events(home: Path, dag_id: str, run_id: str, attempt: int = 1) -> list[dict]:
+    """The events of a DAG run's task logs (the JSON lines the UI shows), in order."""
+    folder = home / "airflow" / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    files = sorted(folder.glob(f"task_id=*/attempt={attempt}.log"))
+    assert files, f"no task log under {folder}"
+    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+
+
 def tails(*folders: Path, chars: int = 3000) -> str:
     files = sorted(f for folder in folders for f in folder.rglob("*.log") if f.is_file())
     return "\n".join(f"--- {f}\n{f.read_text(errors='replace')[-chars:]}" for f in files)
@@ -341,7 +391,6 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         },
     )
     migrate(env)
@@ -376,6 +425,12 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             assert len(list(table.table().scan().plan_files())) < files_before
             assert table.read(0).column("log_offset").to_pylist() == list(range(12))
             assert {p: (w.start, w.end) for p, w in table.watermarks().items()} == {0: (0, 12)}
+            # The task log (as the UI shows it) says what maintenance did, and nothing is an error.
+            events = task_log_events(home, "icelog_maintenance", "scheduler-test")
+            (maintained,) = [e for e in events if e["event"].startswith("maintained")]
+            assert maintained["level"] == "info" and "table=demo.sched" in maintained["event"], maintained
+            assert "compaction=" in maintained["event"] and "orphans_removed=" in maintained["event"]
+            assert [e for e in events if e["level"] == "error"] == [], events
 
             if not airflow_backfills:
                 return
@@ -445,6 +500,12 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
                 ]
                 assert len(tries) == 2 and min(tries) >= attempt + 1, tries
                 snapshots.append((table.table().metadata.current_snapshot_id, table.read(0).column("value").to_pylist()))
+                # Spark ran in these tasks: its JVM's lines are not stderr "errors" in their logs.
+                for r in runs:
+                    events = task_log_events(home, "icelog_ingest", r["dag_run_id"], attempt + 1)
+                    assert [e for e in events if e["level"] == "error"] == [], events
+                    wanted = "day loaded" if attempt == 0 else "nothing to do: every landing file was loaded before"
+                    assert any(e["event"].startswith(wanted) for e in events), events
                 marks[f"backfill {attempt + 1}"] = time.monotonic()
         except BaseException as failure:
             failure.add_note(tails(logs, home / "airflow" / "logs"))
