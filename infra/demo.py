@@ -130,9 +130,9 @@ def catalog_environment(name: str, properties: dict[str, str]) -> dict[str, str]
 
 def run(console: Console, env: dict[str, str]) -> int:
     """The demo's job through Airflow on the catalog the environment names (default: the embedded one)."""
-    from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, print_summary, stage_landing
+    from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, stage_landing
     from pipelines.tasks import landing_root
-    from storage.core.catalog import icelog_home, open_catalog
+    from storage.core.catalog import open_catalog
 
     staged = stage_landing(landing_root())
     console.print(f"landing: {staged} new daily files under {landing_root() / TABLE}")
@@ -171,13 +171,24 @@ def run(console: Console, env: dict[str, str]) -> int:
         loaded = _ledger_rows(log_table)[before.num_rows :] if before is not None else _ledger_rows(log_table)
         what = "" if dag_id == "icelog_validate" else f": loaded {_files(loaded)}"
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
-    ok = print_summary(console, log_table)
-    complete = check_january(console, log_table)
-    validated = print_validation(console, log_table, icelog_home() / "reports" / TABLE)
+    ok = summarize(console, log_table)
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
     console.print(f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"')
-    return 0 if ok and complete and validated else 1
+    return 0 if ok else 1
+
+
+def summarize(console: Console, log_table) -> bool:
+    """The demo's verdict: offsets per partition and contiguity, every January 2013 flight
+    there once, and what ``icelog_validate`` found on the current snapshot. Holds for whatever
+    the user loaded since (a backfill of February from the UI)."""
+    from pipelines.flights import print_summary
+    from storage.core.catalog import icelog_home
+
+    ok = print_summary(console, log_table)
+    complete = check_january(console, log_table)
+    validated = print_validation(console, log_table, icelog_home() / "reports" / log_table.identifier)
+    return ok and complete and validated
 
 
 @dataclass
