@@ -255,7 +255,8 @@ def topics_delete(ctx: Context, table: str, confirmed: bool, force: bool, purge:
     --force. With --force, those groups' offsets and ranges on TABLE are dropped first, so a
     table created again under the name starts clean; an ongoing transaction then fails at
     commit. Without --purge the data and metadata files stay (the output names the metadata
-    file to re-register); with it they are deleted."""
+    file to re-register); with it they are deleted. The ingest ledger keeps its entries under
+    the name: 'ingest' into a table created again under it skips the files it loaded before."""
     from storage.core.commit import is_system_table
     from storage.errors import InvalidIdentifier, TableInUse
     from storage.groups.offsets import forget_table, groups_on

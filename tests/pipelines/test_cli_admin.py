@@ -348,3 +348,31 @@ def test_time_travel_errors_point_to_icelog_snapshots(icelog: Cli, events):
     # and that command lists what is there: the first snapshot no longer
     listed = [r["snapshot_id"] for r in icelog("snapshots", "db.events")]
     assert first not in listed and events.table().metadata.current_snapshot_id in listed
+
+
+def test_two_concurrent_alters_of_different_knobs_both_land(icelog: Cli, events):
+    """Property-only commits are conditional (DESIGN §3): neither overwrites the other's change."""
+    import threading
+
+    from storage.log.maintenance import alter_properties
+
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def alter(key: str, value: str) -> None:
+        catalog = icelog.spec.open()
+        barrier.wait()
+        try:
+            for i in range(5):
+                alter_properties(catalog, "db.events", {key: str(int(value) + i)})
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=alter, args=a) for a in (("icelog.retention.ms", "1000"), ("icelog.snapshots.keep", "40"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    props = _properties(events)
+    assert (props["icelog.retention.ms"], props["icelog.snapshots.keep"]) == ("1004", "44")
