@@ -30,14 +30,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from rich.console import Console
 
 from infra.airflow import REPO, airflow_env, dags_test, migrate
-from storage.core.commit import Decision, Request, commit
+from storage.log.maintenance import alter_properties
 from storage.properties import SNAPSHOTS_KEEP
 
 LAKEHOUSE_CATALOG = "lakehouse"
@@ -191,22 +190,12 @@ def summarize(console: Console, log_table) -> bool:
     return ok and complete and validated
 
 
-@dataclass
-class _KeepSnapshots(Request):
-    """Set the table's snapshot-retention knob (a property-only commit through the commit core)."""
-
-    keep: int
-
-    def decide(self, state: Any, table: Any) -> Decision:
-        return Decision(state=state, result=None, properties={SNAPSHOTS_KEEP.key: str(self.keep)})
-
-
 def keep_demo_history(log_table) -> bool:
     """Keep :data:`DEMO_SNAPSHOTS_KEEP` snapshots of the demo table, unless its
     ``icelog.snapshots.keep`` is set already (a value the user chose stays). True if set now."""
     if SNAPSHOTS_KEEP.key in log_table.table().metadata.properties:
         return False
-    commit(log_table.catalog, log_table.identifier, _KeepSnapshots(DEMO_SNAPSHOTS_KEEP))
+    alter_properties(log_table.catalog, log_table.identifier, {SNAPSHOTS_KEEP.key: str(DEMO_SNAPSHOTS_KEEP)})
     return True
 
 
