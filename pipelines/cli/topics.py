@@ -93,14 +93,14 @@ def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
             [[p, o["start"], o["end"], o["end"] - o["start"]] for p, o in d["offsets"].items()],
             ["partition", "start", "end", "rows"],
         )
+        invalid = any("invalid" in e for e in d["properties"].values())
         print_table(
             [
-                [key, "-" if e["value"] is None else e["value"], "set" if e["set"] else "default", e.get("invalid", "")]
+                [key, "no limit" if e["value"] is None else e["value"], "set" if e["set"] else "default"]
+                + ([e.get("invalid", "")] if invalid else [])
                 for key, e in d["properties"].items()
             ],
-            ["property", "value", "", "invalid"]
-            if any("invalid" in e for e in d["properties"].values())
-            else ["property", "value", ""],
+            ["property", "value", "from"] + (["invalid"] if invalid else []),
         )
         if "all_properties" in d:
             print_table([[k, clip(v, 100)] for k, v in d["all_properties"].items()], ["table property", "stored value"])

@@ -293,6 +293,8 @@ def test_alter_fixes_a_malformed_value_another_tool_set(icelog: Cli, events):
         txn.set_properties({"icelog.snapshots.keep": "0"})
     shown = icelog("topics", "describe", "db.events")["properties"]["icelog.snapshots.keep"]
     assert shown["value"] == "0" and "1 or more" in shown["invalid"]
+    text = icelog.raw("topics", "describe", "db.events", json_output=False).stdout
+    assert "invalid" in text and "must be 1 or more" in text
     err = icelog("produce", "db.events", "--partition", "0", input='{"key": "a", "value": "b"}\n', code=2)
     assert err["error"] == "InvalidProperty"
     icelog("topics", "alter", "db.events", "--set", "icelog.snapshots.keep=5")
