@@ -114,7 +114,7 @@ DOT_COMMANDS = [
     [".tables", "the tables to query: every log table is a view named namespace.table"],
     [".schema [TABLE]", "the columns and types of TABLE (namespace.table, or just table), or of every table"],
     [".help", "this list"],
-    [".quit, .exit", "leave the shell (Ctrl-D too); Ctrl-C drops the statement being typed"],
+    [".quit, .exit", "leave the shell (Ctrl-D too); Ctrl-C drops the statement being typed or stops a running query"],
 ]
 
 # DuckDB's own catalog of the connection: the views connect() made, and whatever the session created.
@@ -251,11 +251,16 @@ class _Shell:
             while True:
                 try:
                     line = input(CONTINUE if lines else PROMPT)
+                    line.encode("utf-8")  # bytes that are not UTF-8 arrive as lone surrogates
                 except EOFError:  # Ctrl-D: leave; a statement not ended with ';' is dropped
                     click.echo()
                     return
                 except KeyboardInterrupt:  # Ctrl-C: drop the statement being typed, keep the shell
                     click.echo()
+                    lines = []
+                    continue
+                except UnicodeError as e:  # not decodable, or decoded to surrogates: DuckDB takes neither
+                    self.error("", "MalformedInput", f"not UTF-8 (at {e.start} in the line); the statement is dropped")
                     lines = []
                     continue
                 if not lines and line.lstrip().startswith("."):
@@ -321,10 +326,11 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
     """A DuckDB shell with every log table as a view; statements end with ';'.
 
     On a terminal: line editing and history ($ICELOG_HOME/duckdb_history), dot commands
-    (.tables, .schema [TABLE], .help, .quit), Ctrl-C drops the statement being typed and Ctrl-D
-    leaves. Reads standard input too (``icelog duckdb < queries.sql``). With ``--output json``
-    it prints one document at the end: ``{"results": [{"statement", "columns", "rows"} or
-    {"statement", "error", "message"}]}``. Exit code 2 if any statement failed.
+    (.tables, .schema [TABLE], .help, .quit); Ctrl-C drops the statement being typed or
+    interrupts the running one, Ctrl-D leaves. Reads standard input too (``icelog duckdb <
+    queries.sql``). With ``--output json`` it prints one document at the end: ``{"results":
+    [{"statement", "columns", "rows"} or {"statement", "error", "message"}]}``. Exit code 2 if
+    any statement failed.
     """
     from storage.core.catalog import icelog_home
 

@@ -131,6 +131,10 @@ def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(even
     term.type("select 40 + 2 as answer;\r")
     assert re.search(r"│ 42 +│", term.expect(re.escape(PROMPT)))
 
+    # Bytes that are not UTF-8: one error line, the statement dropped, the shell stays.
+    os.write(term.fd, b"select '\xff' as x;\r")
+    assert "error: not UTF-8 (at 8 in the line); the statement is dropped" in term.expect(re.escape(PROMPT))
+
     # readline: the up arrow recalls the last statement, and Enter runs it again.
     term.type(UP + "\r")
     out = term.expect(re.escape(PROMPT))
