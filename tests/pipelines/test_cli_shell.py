@@ -68,6 +68,11 @@ class Terminal:
     def type(self, text: str) -> None:
         os.write(self.fd, text.encode())
 
+    def enter(self, line: str, until: str = PROMPT) -> str:
+        """Type ``line`` and Enter; return what shows up to the next ``until`` prompt."""
+        self.type(line + "\r")
+        return self.expect(re.escape(until))
+
     def exit_code(self) -> int:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
@@ -104,49 +109,35 @@ def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(even
     env, home = events
     term = shell(env)
     # A statement over three lines: the continuation prompt until it ends with ';'.
-    term.type("select key,\r")
-    term.expect(re.escape(CONTINUE))
-    term.type("  value from db.events\r")
-    term.expect(re.escape(CONTINUE))
-    term.type("  where log_offset = 1;\r")
-    out = term.expect(re.escape(PROMPT))
+    term.enter("select key,", until=CONTINUE)
+    term.enter("  value from db.events", until=CONTINUE)
+    out = term.enter("  where log_offset = 1;")
     assert re.search(r"│ b +│ 2 +│", out) and "│ a " not in out, out
 
-    term.type(".tables\r")
-    out = term.expect(re.escape(PROMPT))
-    assert re.search(r"│ db\.events +│", out), out
-
-    term.type(".schema db.events\r")
-    out = term.expect(re.escape(PROMPT))
+    assert re.search(r"│ db\.events +│", out := term.enter(".tables")), out
+    out = term.enter(".schema db.events")
     assert re.search(r"│ db\.events +│ log_offset +│ BIGINT +│", out), out
     assert re.search(r"│ db\.events +│ key +│ VARCHAR +│", out), out
-    term.type(".schema nope\r")
-    assert "error: no table 'nope' (.tables lists them)" in term.expect(re.escape(PROMPT))
+    assert "error: no table 'nope' (.tables lists them)" in term.enter(".schema nope")
 
     # A failed query: one error line, then the next prompt; the shell goes on.
-    term.type("select nope from db.events;\r")
-    out = term.expect(re.escape(PROMPT))
-    after = out.split("select nope from db.events;", 1)[1].strip("\n").split("\n")
+    after = term.enter("select nope from db.events;").split("select nope from db.events;", 1)[1].strip("\n").split("\n")
     assert len(after) == 2 and after[0].startswith("error: Binder Error:") and "nope" in after[0], after
-    term.type("select 40 + 2 as answer;\r")
-    assert re.search(r"│ 42 +│", term.expect(re.escape(PROMPT)))
+    assert re.search(r"│ 42 +│", term.enter("select 40 + 2 as answer;"))
 
     # Bytes that are not UTF-8: one error line, the statement dropped, the shell stays.
     os.write(term.fd, b"select '\xff' as x;\r")
     assert "error: not UTF-8 (at 8 in the line); the statement is dropped" in term.expect(re.escape(PROMPT))
 
     # readline: the up arrow recalls the last statement, and Enter runs it again.
-    term.type(UP + "\r")
-    out = term.expect(re.escape(PROMPT))
+    out = term.enter(UP)
     assert "select 40 + 2 as answer;" in out and re.search(r"│ 42 +│", out), out
 
     # Ctrl-C drops the statement being typed, and the shell stays.
-    term.type("select 'dropped' as what\r")
-    term.expect(re.escape(CONTINUE))
+    term.enter("select 'dropped' as what", until=CONTINUE)
     term.type("\x03")
     term.expect(re.escape(PROMPT))
-    term.type("select 'kept' as what;\r")
-    out = term.expect(re.escape(PROMPT))
+    out = term.enter("select 'kept' as what;")
     assert re.search(r"│ kept +│", out) and "│ dropped" not in out, out
 
     # Ctrl-C while a query runs interrupts it: one error line, and the shell stays.
@@ -174,8 +165,7 @@ def test_the_shell_on_a_terminal_edits_continues_recovers_and_keeps_history(even
 
     # A new shell recalls the last session's statements.
     term = shell(env)
-    term.type(UP + UP + "\r")
-    assert re.search(r"│ kept +│", term.expect(re.escape(PROMPT)))
+    assert re.search(r"│ kept +│", term.enter(UP + UP))
     term.type(".quit\r")
     assert term.exit_code() == 0
 
@@ -199,8 +189,7 @@ def test_a_shell_without_a_home_keeps_no_history_and_creates_none(icelog, tmp_pa
     env = {**icelog.env, "ICELOG_HOME": str(home), "TERM": "xterm", "NO_COLOR": "1"}
     term = Terminal([sys.executable, "-m", "pipelines.cli", "duckdb"], env)
     assert f"no history kept ({home} does not exist)" in term.expect(re.escape(PROMPT))
-    term.type("select 1 as x;\r")
-    term.expect(re.escape(PROMPT))
+    term.enter("select 1 as x;")
     term.type("\x04")
     assert term.exit_code() == 0
     assert not home.exists()
