@@ -414,7 +414,7 @@ def _per_day_section(event_time: str | None, per_day: list[dict[str, Any]]) -> s
         heading, x_title, y_title = "Rows per day, by event time", f"day of {event_time} (UTC)", "rows"
         meta = f"By each row's event time, <code>{esc(event_time)}</code> (UTC), not by when it was loaded."
         if undated:
-            meta += f" {undated:,} rows without a {esc(event_time)} are not shown."
+            meta += f" {undated:,} {'row' if undated == 1 else 'rows'} without a {esc(event_time)} not shown."
     chart = bar_chart(
         "rows-per-day",
         [d["day"] for d in dated],

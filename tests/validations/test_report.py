@@ -345,7 +345,7 @@ def test_report_counts_rows_per_day_by_event_time_and_says_so(sqlite_catalog, tm
     plain_seen = browser.page.evaluate(facts)
     assert browser.failed == [] and browser.errors == []
     assert seen["title"] == "Rows per day, by event time"
-    assert "time_hour (UTC), not by when it was loaded" in seen["by"] and "1 rows without a time_hour" in seen["by"]
+    assert "time_hour (UTC), not by when it was loaded" in seen["by"] and "1 row without a time_hour not shown" in seen["by"]
     assert seen["bars"] == ["2013-01-01: 2 rows", "2013-01-02: 1 rows", "2013-01-31: 3 rows"]
     assert {"2013-01-01", "2013-01-31"} <= set(seen["labels"])
     assert seen["axes"] == ["day of time_hour (UTC)", "rows"]
