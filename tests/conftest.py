@@ -162,19 +162,35 @@ def unchanged():
     return check
 
 
-@pytest.fixture(scope="session")
-def seaweedfs_server():
-    """One throwaway SeaweedFS server for the session: its pyiceberg ``rest`` catalog configuration
-    (``load_catalog(name, **seaweedfs_server)``), an Iceberg REST catalog over its S3 store."""
+@contextlib.contextmanager
+def _throwaway_seaweedfs():
+    """A SeaweedFS server in a new directory: ``(directory, configuration)``; stopped and removed after."""
     import shutil
 
     from infra import seaweedfs
 
     directory = Path(tempfile.mkdtemp(prefix="icelog-sw-"))
-    config = seaweedfs.start(directory)
-    yield config
-    seaweedfs.stop(directory)
-    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        yield directory, seaweedfs.start(directory)
+    finally:
+        seaweedfs.stop(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server():
+    """One throwaway SeaweedFS server for the session: its pyiceberg ``rest`` catalog configuration
+    (``load_catalog(name, **seaweedfs_server)``), an Iceberg REST catalog over its S3 store."""
+    with _throwaway_seaweedfs() as (_, config):
+        yield config
+
+
+@pytest.fixture
+def own_seaweedfs():
+    """A SeaweedFS server of the test's own, for tests that kill it (the session's is shared): its
+    directory (``infra.seaweedfs.catalog_config``, ``stop``, ``start``)."""
+    with _throwaway_seaweedfs() as (directory, _):
+        yield directory
 
 
 @pytest.fixture

@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import requests
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import ServerError, ServiceUnavailableError
 from pyiceberg.utils.config import Config
 
 from storage.core import faults
@@ -49,14 +52,27 @@ class CatalogNotFound(TerminalError):
     )
 
 
+READ_ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting catalog
+
+
+def read_retrying(read: Callable[[], Any], unreachable: tuple[type[BaseException], ...], table: str) -> Any:
+    """``read()``, again with back-off while it raises ``unreachable``; then :class:`CatalogUnavailable`."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return read()
+        except unreachable as e:
+            if attempt == READ_ATTEMPTS - 1:
+                raise CatalogUnavailable(table=table, reason=repr(e)) from e
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
 class LogSqlCatalog(SqlCatalog):
     """pyiceberg's SQL catalog with a fault point between metadata write and pointer swap.
 
     Connections are tested on checkout (``pool_pre_ping``): a pooled connection may predate a
     restart of the database server, and the first read after an outage must not fail on it.
     """
-
-    READ_ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting database
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **{"pool_pre_ping": "true", **properties})
@@ -65,18 +81,29 @@ class LogSqlCatalog(SqlCatalog):
         """pyiceberg's ``load_table``; a database that stays unreachable is :class:`CatalogUnavailable`."""
         from sqlalchemy.exc import InterfaceError, OperationalError
 
-        for attempt in range(self.READ_ATTEMPTS):
-            try:
-                return super().load_table(identifier)
-            except (OperationalError, InterfaceError) as e:
-                if attempt == self.READ_ATTEMPTS - 1:
-                    raise CatalogUnavailable(table=str(identifier), reason=repr(e)) from e
-                time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
+        return read_retrying(
+            lambda: super(LogSqlCatalog, self).load_table(identifier), (OperationalError, InterfaceError), str(identifier)
+        )
 
     def _write_metadata(self, *args: Any, **kwargs: Any) -> None:
         super()._write_metadata(*args, **kwargs)
         faults.checkpoint(faults.AFTER_METADATA_WRITE)
+
+
+# What a REST catalog's client raises while its server is down or restarting.
+REST_UNREACHABLE = (requests.ConnectionError, ServerError, ServiceUnavailableError)
+
+
+class LogRestCatalog(RestCatalog):
+    """pyiceberg's REST catalog; a server that stays unreachable is :class:`CatalogUnavailable`,
+    as for :class:`LogSqlCatalog` (a commit's swap that fails so is an unknown outcome in the core)."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        # The constructor fetches the server's /v1/config.
+        read_retrying(lambda: super(LogRestCatalog, self).__init__(name, **properties), REST_UNREACHABLE, f"(catalog {name})")
+
+    def load_table(self, identifier: Any) -> Any:
+        return read_retrying(lambda: super(LogRestCatalog, self).load_table(identifier), REST_UNREACHABLE, str(identifier))
 
 
 def ensure_namespace(catalog: Catalog, namespace: str) -> None:
@@ -147,6 +174,8 @@ def open_catalog(name: str | None = None, *, create: bool = True, **properties: 
     uri = str(conf.get("uri", ""))
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
         return LogSqlCatalog(name, **{k: str(v) for k, v in conf.items() if k != "type"})
+    if conf.get("type") == "rest" and "py-catalog-impl" not in conf:
+        return LogRestCatalog(name, **{k: str(v) for k, v in conf.items()})
     return load_catalog(name, **conf)  # conf: the environment as it is now (pyiceberg reads it once, at import)
 
 
