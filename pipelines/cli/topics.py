@@ -287,7 +287,11 @@ def topics_delete(ctx: Context, table: str, confirmed: bool, force: bool, purge:
         if not _interactive():
             raise ConfirmationRequired(action=what, reason="no terminal to ask on: give --yes")
         files = "and delete its files" if purge else "(its files stay)"
-        if not click.confirm(f"Delete {name} from the catalog {files}?", err=True):
+        try:
+            agreed = click.confirm(f"Delete {name} from the catalog {files}?", err=True)
+        except click.Abort:  # Ctrl-C or end of input at the prompt: a "no", with its exit code
+            agreed = False
+        if not agreed:
             raise ConfirmationRequired(action=what, reason="not confirmed")
     forgotten = forget_table(ctx.catalog, name) if groups else []
     metadata_location = log_table.drop(purge=purge)

@@ -105,6 +105,8 @@ def test_delete_on_a_terminal_asks_and_a_no_changes_nothing(icelog: Cli, events,
         result = icelog.raw("topics", "delete", "db.events", input="n\n")
     assert result.exit_code == 2 and one_document(result.stdout)["error"] == "ConfirmationRequired"
     assert "Delete db.events from the catalog" in result.stderr  # asked on stderr: stdout stays one JSON document
+    result = icelog.raw("topics", "delete", "db.events", input="")  # end of input at the prompt
+    assert result.exit_code == 2 and one_document(result.stdout)["error"] == "ConfirmationRequired"
     result = icelog.raw("topics", "delete", "db.events", input="y\n")
     assert result.exit_code == 0 and one_document(result.stdout)["deleted"] is True
     assert not icelog.spec.open().table_exists("db.events")
