@@ -17,6 +17,7 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
     dag_id="icelog_backfill",
     schedule=None,
     doc_md=__doc__,
+    is_paused_upon_creation=False,  # the demo's DAGs: unpaused in the UI from the start
     **DAG_DEFAULTS,
     params={
         "table": Param(TABLES[0], type="string", pattern=NAME_PATTERN, description="Log table, namespace.table"),

@@ -12,6 +12,7 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset, task_
     schedule="@daily",
     max_active_runs=1,
     doc_md=__doc__,
+    is_paused_upon_creation=False,  # the demo's DAGs: unpaused in the UI from the start
     **DAG_DEFAULTS,
 )
 def icelog_ingest():

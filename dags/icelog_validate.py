@@ -11,6 +11,7 @@ from dags.icelog_common import DAG_DEFAULTS, DEFAULT_ARGS, TABLES, table_asset, 
     dag_id="icelog_validate",
     schedule=AssetAny(*[table_asset(t) for t in TABLES]),
     doc_md=__doc__,
+    is_paused_upon_creation=False,  # the demo's DAGs: unpaused in the UI from the start
     **{**DAG_DEFAULTS, "default_args": {**DEFAULT_ARGS, "retries": 0}},
 )
 def icelog_validate():

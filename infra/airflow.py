@@ -2,7 +2,12 @@
 
     python -m infra.airflow migrate            # create/upgrade the metadata database (idempotent)
     python -m infra.airflow test DAG_ID [DATE] [CONF_JSON]
-    python -m infra.airflow standalone         # the UI on http://localhost:8080 (make airflow)
+    python -m infra.airflow standalone         # the UI on http://127.0.0.1:8080 (make airflow)
+
+``standalone`` runs ``airflow standalone`` with its output in ``$AIRFLOW_HOME/standalone.log``,
+waits until every component reports healthy, and prints the URL, the user and the password
+last. It binds ``$ICELOG_AIRFLOW_HOST`` (default 127.0.0.1: only this machine) on
+``$ICELOG_AIRFLOW_PORT`` (default 8080); ``ICELOG_AIRFLOW_HOST=0.0.0.0`` serves every interface.
 
 The components (scheduler, DAG processor, API server, triggerer) run as separate ``airflow``
 processes with the LocalExecutor, which works on SQLite; task processes reach the API server's
@@ -69,6 +74,109 @@ def api_env(port: int, host: str = "127.0.0.1") -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
     }
+
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def standalone_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the API server on ``$ICELOG_AIRFLOW_HOST:$ICELOG_AIRFLOW_PORT`` (default 127.0.0.1:8080)."""
+    host = env.get("ICELOG_AIRFLOW_HOST", "127.0.0.1").strip()
+    port = int(env.get("ICELOG_AIRFLOW_PORT", "8080"))
+    if host in WILDCARDS:
+        # Every interface: task processes still reach the execution API on loopback, and the
+        # UI builds its links from the address the browser used (no fixed base URL).
+        settings = {k: v for k, v in api_env(port).items() if k != "AIRFLOW__API__BASE_URL"}
+        return {**{k: v for k, v in env.items() if k != "AIRFLOW__API__BASE_URL"}, **settings, "AIRFLOW__API__HOST": host}
+    return {**env, **api_env(port, host)}
+
+
+def ui_url(env: dict[str, str]) -> str:
+    host, port = env["AIRFLOW__API__HOST"], env["AIRFLOW__API__PORT"]
+    return f"http://{socket.gethostname() if host in WILDCARDS else host}:{port}"
+
+
+def login_banner(url: str, passwords: dict[str, str], log: Path) -> str:
+    """What ``make airflow`` prints last: where the UI is and how to log in."""
+    lines = ["", f"Airflow is ready: {url}"]
+    if passwords:
+        lines += [f"  user: {user}\n  password: {password}" for user, password in passwords.items()]
+    else:
+        lines.append("  no login: every user is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS)")
+    lines += [f"Airflow's output: {log}", "Ctrl-C stops it."]
+    return "\n".join(lines)
+
+
+def generated_passwords(env: dict[str, str]) -> dict[str, str]:
+    """The simple auth manager's users and the passwords the API server generated for them."""
+    if env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "").lower() == "true":
+        return {}
+    path = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE") or str(
+        Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+    )
+    return json.loads(Path(path).read_text())
+
+
+def wait_healthy(env: dict[str, str], proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Until the API server answers and reports the scheduler, DAG processor and triggerer healthy."""
+    import urllib.request
+
+    host = env["AIRFLOW__API__HOST"]
+    url = f"http://{'127.0.0.1' if host in WILDCARDS else host}:{env['AIRFLOW__API__PORT']}/api/v2/monitor/health"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        try:
+            with opener.open(url, timeout=5) as response:
+                health = json.loads(response.read())
+            if all((health.get(c) or {}).get("status") == "healthy" for c in ("scheduler", "dag_processor", "triggerer")):
+                return
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Airflow was not healthy after {timeout:.0f} s ({url})")
+        time.sleep(1)
+    raise RuntimeError(f"airflow standalone exited with code {proc.returncode}")
+
+
+def settle(log: Path, quiet: float = 2.0, limit: float = 30.0) -> None:
+    """Until ``log`` stops growing for ``quiet`` seconds (at most ``limit``): start-up output done."""
+    deadline, size, since = time.monotonic() + limit, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = log.stat().st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.2)
+
+
+def standalone(env: dict[str, str]) -> int:
+    """``airflow standalone`` in the background, then the login banner; runs until Ctrl-C."""
+    env = standalone_env(env)
+    log = Path(env["AIRFLOW_HOME"]) / "standalone.log"
+    print(f"starting Airflow (scheduler, DAG processor, API server, triggerer); its output: {log}", flush=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [airflow_bin(), "standalone"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_healthy(env, proc)
+        settle(log)
+        print(login_banner(ui_url(env), generated_passwords(env), log), flush=True)
+        return proc.wait()
+    except (RuntimeError, TimeoutError) as failure:
+        print(f"{failure}; the end of {log}:\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop([proc])
 
 
 def free_port() -> int:
@@ -197,6 +305,7 @@ if __name__ == "__main__":
         )
     elif command == "standalone":
         migrate(env)
-        os.execve(airflow_bin(), [airflow_bin(), "standalone"], env)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: Airflow too
+        sys.exit(standalone(env))
     else:
         sys.exit(__doc__)

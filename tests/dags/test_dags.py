@@ -54,6 +54,14 @@ def test_dagbag_imports_cleanly_with_every_dag(dagbag):
         assert all(t.retry_policy is not None for t in dag.tasks)
 
 
+def test_the_demo_dags_start_unpaused_and_the_others_paused(dagbag, home):
+    # make airflow: the DAGs make demo runs are usable in the UI at once (issue 23).
+    demo = {"icelog_ingest", "icelog_backfill", "icelog_validate"}
+    assert {d for d in DAG_IDS if dagbag.get_dag(d).is_paused_upon_creation is False} == demo
+    # The others (maintenance, mirror, fan-out) keep Airflow's default: paused until asked for.
+    assert all(dagbag.get_dag(d).is_paused_upon_creation in (None, True) for d in DAG_IDS - demo)
+
+
 def test_retry_policy_retries_transient_and_abortable_errors_and_fails_the_rest(dagbag):
     from airflow.sdk import RetryAction
 
@@ -222,6 +230,16 @@ def test_ingest_task_log_says_what_it_loaded_and_committed_without_spark_noise(i
     assert any("day loaded" in line and f"rows={day_rows('2013-01-02')}" in line and "files=1" in line for line in lines)
     assert all("[info" in line for line in lines)
     assert_no_spark_noise(done)
+
+
+@pytest.mark.integration
+def test_the_demo_dags_are_unpaused_in_airflows_database(ingested):
+    import sqlite3
+
+    env = ingested[0]
+    with contextlib.closing(sqlite3.connect(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))) as con:
+        paused = dict(con.execute("SELECT dag_id, is_paused FROM dag"))
+    assert {d for d in DAG_IDS if not paused[d]} == {"icelog_ingest", "icelog_backfill", "icelog_validate"}, paused
 
 
 @pytest.mark.integration
@@ -431,6 +449,20 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             assert maintained["level"] == "info" and "table=demo.sched" in maintained["event"], maintained
             assert "compaction=" in maintained["event"] and "orphans_removed=" in maintained["event"]
             assert [e for e in events if e["level"] == "error"] == [], events
+
+            # icelog_ingest starts unpaused: the scheduler ran its latest day at once. That day has
+            # no landing folder: the task started Spark, loaded nothing and says so, and none of
+            # its lines (Spark's JVM output included) is an error.
+            def scheduled_ingest():
+                runs = api("GET", "/api/v2/dags/icelog_ingest/dagRuns?run_type=scheduled")["dag_runs"]
+                return runs if runs and all(r["state"] in ("success", "failed") for r in runs) else None
+
+            (run,) = api.until("the scheduled ingest run", scheduled_ingest, procs, 480, every=5)
+            assert run["state"] == "success", tails(home / "airflow" / "logs" / "dag_id=icelog_ingest")
+            events = task_log_events(home, "icelog_ingest", run["dag_run_id"])
+            assert any(e["event"].startswith("nothing to do: no landing files") for e in events), events
+            assert [e for e in events if e["level"] == "error"] == [], events
+            marks["scheduled ingest"] = time.monotonic()
 
             if not airflow_backfills:
                 return

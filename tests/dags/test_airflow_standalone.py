@@ -1,0 +1,99 @@
+"""make airflow (infra.airflow standalone): loopback by default, the login printed last, the demo's DAGs unpaused."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from infra.airflow import REPO, airflow_env, free_port, generated_passwords, login_banner, standalone_env, ui_url
+
+
+def test_standalone_binds_loopback_unless_told_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("ICELOG_AIRFLOW_HOST", raising=False)
+    monkeypatch.delenv("ICELOG_AIRFLOW_PORT", raising=False)
+    env = standalone_env(airflow_env(tmp_path / "airflow", {"ICELOG_HOME": str(tmp_path)}))
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1" and env["AIRFLOW__API__PORT"] == "8080"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:8080/execution/"
+    assert ui_url(env) == "http://127.0.0.1:8080"
+
+    everywhere = standalone_env(
+        airflow_env(
+            tmp_path / "airflow", {"ICELOG_HOME": str(tmp_path), "ICELOG_AIRFLOW_HOST": "0.0.0.0", "ICELOG_AIRFLOW_PORT": "8793"}
+        )
+    )
+    assert everywhere["AIRFLOW__API__HOST"] == "0.0.0.0" and everywhere["AIRFLOW__API__PORT"] == "8793"
+    # Tasks still reach the execution API on loopback; the UI link names this machine.
+    assert everywhere["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:8793/execution/"
+    assert "AIRFLOW__API__BASE_URL" not in everywhere
+    assert ui_url(everywhere).endswith(":8793") and "0.0.0.0" not in ui_url(everywhere)
+
+
+def test_login_banner_ends_with_url_user_and_password(tmp_path):
+    (tmp_path / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": "s3cret"}))
+    env = {"AIRFLOW_HOME": str(tmp_path)}
+    banner = login_banner("http://127.0.0.1:8080", generated_passwords(env), tmp_path / "standalone.log")
+    lines = banner.strip().splitlines()
+    assert lines[0] == "Airflow is ready: http://127.0.0.1:8080"
+    assert lines[1:3] == ["  user: admin", "  password: s3cret"]
+    assert generated_passwords({**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}) == {}
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # airflow standalone's four components start in about 60-150 s on 2 cores
+@pytest.mark.timeout(600)
+def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ICELOG_AIRFLOW"))} | {
+        "ICELOG_HOME": str(tmp_path),
+        "ICELOG_AIRFLOW_PORT": str(port),
+    }
+    out = tmp_path / "console.txt"
+    with open(out, "wb") as console:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "infra.airflow", "standalone"],
+            cwd=REPO,
+            env=env,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 480
+        while "Ctrl-C stops it." not in out.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(2)
+        printed = out.read_text()
+        assert "Ctrl-C stops it." in printed, printed[-3000:]
+        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+        addresses = {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines() if line.strip()}
+        assert addresses == {"127.0.0.1"}, listening
+        time.sleep(3)  # nothing may follow the banner on the console
+        lines = out.read_text().strip().splitlines()
+        assert lines[-1] == "Ctrl-C stops it." and lines[-5] == f"Airflow is ready: http://127.0.0.1:{port}", lines
+        user, password = (re.match(r"\s+(user|password): (\S+)$", line)[2] for line in lines[-4:-2])
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/auth/token",
+            data=json.dumps({"username": user, "password": password}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=30) as response:  # the printed password logs in
+            assert json.loads(response.read())["access_token"]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout.strip()
+    assert Path(tmp_path / "airflow" / "standalone.log").stat().st_size > 0
