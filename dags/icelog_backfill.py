@@ -25,7 +25,7 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
         "source": Param(
             LANDING or None,
             type=["null", "string"],
-            description="Landing root (empty: $ICELOG_LANDING, else $ICELOG_HOME/landing)",
+            description="Landing root, a folder or s3://bucket/prefix (empty: $ICELOG_LANDING, else $ICELOG_HOME/landing)",
         ),
         "start": Param("2013-01-01", type="string", format="date", description="First day (inclusive)"),
         "end": Param("2013-01-31", type="string", format="date", description="Last day (inclusive)"),

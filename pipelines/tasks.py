@@ -5,7 +5,9 @@ table, day, partition): the files it loaded and the offsets their rows got, the 
 and their outcome, "nothing to do" when a re-run writes nothing. Airflow's task log shows
 these lines; the return value (XCom) holds the same facts for downstream tasks.
 
-Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl). Each source
+Landing layout: ``<landing>/<table>/date=YYYY-MM-DD/*.parquet`` (or csv / jsonl), the landing
+root a local folder or an object store's URI (``s3://bucket/prefix``, read with the table's
+FileIO settings: the lakehouse profile keeps landing files in its bucket). Each source
 file is loaded once, whatever run loads it (the ingest ledger, ``storage.ingest.ledger``): scheduled
 ingests, backfills and Airflow's own backfills of days already ingested write nothing twice,
 however long ago the day was loaded, and load a late file that landed since.
@@ -18,10 +20,11 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pipelines.fanout import fanout as run_fanout
 from pipelines.ingest import ingest
-from pipelines.spark import spark_session
+from pipelines.spark import is_local, spark_session
 from storage.core.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
 from storage.log.maintenance import maintain as run_maintenance
@@ -42,12 +45,21 @@ class ValidationFailed(IcelogError):
     message = "{table}: {count} violations, first: {first}"
 
 
-def landing_root(landing: str | None = None) -> Path:
-    return Path(landing or os.environ.get("ICELOG_LANDING", icelog_home() / "landing"))
+def landing_root(landing: str | None = None) -> Path | str:
+    """The landing root: ``landing``, else ``$ICELOG_LANDING``, else ``$ICELOG_HOME/landing``.
+
+    A local folder is a :class:`~pathlib.Path` (``file:`` URIs too); an object store's URI
+    (``s3://bucket/prefix``) stays a string, listed and read through the table's FileIO.
+    """
+    root = str(landing or os.environ.get("ICELOG_LANDING") or icelog_home() / "landing")
+    if not is_local(root):
+        return root.rstrip("/")
+    return Path(unquote(urlparse(root).path) if root.startswith("file:") else root)
 
 
-def day_folder(landing: str | None, table: str, day: str) -> Path:
-    return landing_root(landing) / table / f"date={day}"
+def day_folder(landing: str | None, table: str, day: str) -> Path | str:
+    root = landing_root(landing)
+    return root / table / f"date={day}" if isinstance(root, Path) else f"{root}/{table}/date={day}"
 
 
 def run_key(table: str, day: str) -> str:
