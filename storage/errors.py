@@ -384,6 +384,15 @@ class StorageUnavailable(TransientError):
     message = "{table}: the warehouse could not be written ({reason}); nothing was committed"
 
 
+class StorageUnreachable(TransientError):
+    """The warehouse's store could not be reached outside a commit (e.g. an S3 server restarting
+    while files are read, listed or copied): run the same call again once it can be."""
+
+    table: str
+    reason: str
+    message = "{table}: the warehouse could not be reached ({reason}); run again"
+
+
 class AtomicCommitUnsupported(TerminalError):
     """The catalog cannot swap several tables' metadata pointers in one step (I5)."""
 

@@ -19,6 +19,7 @@ a thread while the row group before is written (issue 20 measured the stages).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -44,7 +45,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.concurrent import ExecutorFactory
 from pyiceberg.utils.properties import property_as_int
 
-from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, UnknownPartition
+from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, StorageUnreachable, UnknownPartition
 from storage.log import schema as cols
 from storage.log.keys import HASH_SPACE, encoded_key_hashes
 
@@ -490,3 +491,16 @@ def file_offset_range(data_file: DataFile, offset_field_id: int) -> tuple[int, i
 
 def file_partition(data_file: DataFile) -> int:
     return data_file.partition[0]
+
+
+@contextlib.contextmanager
+def store_reachable(table: str) -> Iterator[None]:
+    """Reads, listings and copies of ``table``'s files outside a commit: an error of the store
+    itself (a network error, an S3 server restarting) becomes :class:`StorageUnreachable`, typed
+    and retriable. A missing file or a refused permission is an answer, not an outage: it stays."""
+    try:
+        yield
+    except (FileNotFoundError, PermissionError):
+        raise
+    except OSError as e:
+        raise StorageUnreachable(table=table, reason=repr(e)) from e

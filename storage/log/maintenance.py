@@ -26,7 +26,7 @@ from storage.core.staging import pending_files
 from storage.core.state import LogState, SystemState
 from storage.errors import InvalidInput, NotALogTable
 from storage.log import schema as cols
-from storage.log.files import file_offset_range, file_partition, write_log_files
+from storage.log.files import file_offset_range, file_partition, store_reachable, write_log_files
 from storage.properties import READ_ONLY
 
 MAX_PARTITIONS = 100_000
@@ -363,9 +363,10 @@ def maintain(
         report["retention"] = commit(catalog, identifier, Retention(identifier, retention_ms, retention_bytes)).result
     if compact:
         report["compaction"] = commit(catalog, identifier, Compaction(identifier)).result
-    report["expired_snapshots"] = expire_snapshots(catalog, identifier, keep=keep_snapshots)
-    report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
-    report["metadata_files_removed"] = len(remove_superseded_metadata(catalog, identifier))
+    with store_reachable(identifier):  # listings and deletes; the commits above type their own errors
+        report["expired_snapshots"] = expire_snapshots(catalog, identifier, keep=keep_snapshots)
+        report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
+        report["metadata_files_removed"] = len(remove_superseded_metadata(catalog, identifier))
     return report
 
 

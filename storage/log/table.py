@@ -45,7 +45,7 @@ from storage.errors import (
 )
 from storage.log import schema as cols
 from storage.log import sequences
-from storage.log.files import prewritten_files, write_log_files
+from storage.log.files import prewritten_files, store_reachable, write_log_files
 from storage.log.maintenance import PartitionGrowth
 from storage.log.scan import check_snapshot
 from storage.log.sequences import ProducerBatch
@@ -475,7 +475,8 @@ class LogTable:
         if key_ranges and cols.KEY_HASH in table.schema().column_names:
             inside = [And(GreaterThanOrEqual(cols.KEY_HASH, lo), LessThanOrEqual(cols.KEY_HASH, hi)) for lo, hi in key_ranges]
             condition = And(condition, functools.reduce(Or, inside, IsNull(cols.KEY_HASH)))
-        return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
+        with store_reachable(self.identifier):
+            return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
 
     def offsets_for_time(self, at_us: int, partitions: Sequence[int] | None = None) -> dict[int, OffsetAndTimestamp]:
         """Kafka's ``offsetsForTimes``: per partition, the earliest offset in ``[log_start, log_end)``

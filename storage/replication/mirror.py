@@ -83,6 +83,7 @@ from storage.log.files import (
     file_offset_range,
     file_partition,
     local_path,
+    store_reachable,
 )
 from storage.log.maintenance import _read_file, live_files
 from storage.logs import get_logger
@@ -178,7 +179,7 @@ def mirror(
         MirrorSchemaChanged: the source gained columns the target lacks.
         InvalidProduceOffset, PlanOutdated: concurrent steps into the same target kept
             committing before this one (``max_attempts`` times).
-        CommitConflict, CommitOutcomeUnknown: transient; run again (it resumes).
+        CommitConflict, CommitOutcomeUnknown, StorageUnreachable: transient; run again (it resumes).
     """
     source_id = cols.qualified(source_table)
     target_id = cols.qualified(target_table or source_id)
@@ -190,7 +191,8 @@ def mirror(
     goal = {p: w.end for p, w in LogState.from_metadata(load(source_catalog, source_id).metadata).watermarks.items()}
     for attempt in range(1, max_attempts + 1):
         try:
-            return _step(source_catalog, source_id, target_catalog, target_id, copier)
+            with store_reachable(source_id):  # the copies, outside the target's commit
+                return _step(source_catalog, source_id, target_catalog, target_id, copier)
         except (InvalidProduceOffset, PlanOutdated):
             # Another step into the same target committed since this one planned: plan again
             # from what the target holds now (with nothing left to copy, that is quick). The

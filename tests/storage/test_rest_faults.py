@@ -16,8 +16,10 @@ be lifted for it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -29,8 +31,11 @@ from pyiceberg.catalog import load_catalog
 
 from infra import seaweedfs
 from storage.core.commit import commit_tables
-from storage.errors import AtomicCommitUnsupported, CatalogUnavailable
+from storage.errors import AtomicCommitUnsupported, CatalogUnavailable, StorageUnreachable
+from storage.log.maintenance import maintain
 from storage.log.table import AppendRequest, LogTable
+from storage.replication.acls import add_acl
+from storage.replication.mirror import mirror
 from tests.support.catalogs import CatalogSpec
 
 TABLES = 20
@@ -161,3 +166,26 @@ def test_a_killed_rest_server_is_catalog_unavailable_and_a_restart_is_ridden_out
     seaweedfs.start(own_seaweedfs)
     assert t.append({0: [{"key": "k", "value": "w"}]}).ranges == {0: (1, 2)}
     assert [r["value"] for r in t.read(0).to_pylist()] == ["v", "w"]
+
+
+def test_an_unreachable_store_is_storage_unreachable_for_reads_maintenance_and_the_mirror(rest_spec, sqlite_catalog):
+    """The catalog answers but its S3 store does not (as while a SeaweedFS server restarts): a read,
+    maintenance's cleanup and a mirror step raise the typed, retriable ``StorageUnreachable``."""
+    t = LogTable.create(rest_spec.open(), "db.events", 1)
+    t.append({0: [{"key": "k", "value": "v"}]})
+    dead = dict(rest_spec.rest) | {"s3.endpoint": f"http://127.0.0.1:{_closed_port()}", "s3.connect-timeout": "1"}
+    cut_off = dataclasses.replace(rest_spec, rest=tuple(sorted(dead.items()))).open()
+    with pytest.raises(StorageUnreachable):
+        LogTable(cut_off, "db.events").read(0)
+    with pytest.raises(StorageUnreachable):
+        maintain(cut_off, "db.events", compact=False)
+    add_acl(sqlite_catalog, "dr", "db.*")
+    with pytest.raises(StorageUnreachable):
+        mirror(cut_off, "db.events", sqlite_catalog, principal="dr")
+    assert [r["value"] for r in t.read(0).to_pylist()] == ["v"]  # through the store that answers
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
