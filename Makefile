@@ -50,7 +50,7 @@ BENCH_ARGS ?=
 bench: setup
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
-CHAOS_ARGS ?= --duration 600 --catalog both
+CHAOS_ARGS ?= --duration 600 --catalog all
 chaos: setup
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 

@@ -10,10 +10,18 @@ picks among ``--faults`` (:data:`FAULT_KINDS`):
   (``storage.core.faults``): its commits sleep between writing the new metadata file and the pointer
   swap, so the others commit meanwhile and its swap races a moved base. It stays slow until
   its next fault;
-* ``catalog-down`` (PostgreSQL only): stop the catalog's server (``pg_ctl stop -m fast``) for
-  a few seconds, start it again on the same port;
+* ``catalog-down``: on PostgreSQL, stop the catalog's server (``pg_ctl stop -m fast``) for a
+  few seconds and start it again on the same port; on REST, ``kill -9`` the SeaweedFS server
+  (its catalog and its S3 store, one process group) and start it again on the same directory
+  and ports a few seconds later;
 * ``disk-full`` (with ``--warehouse-tmpfs``): the source warehouse lives on a tmpfs of that
   size; fill it with a ballast file for a few seconds, then delete the ballast.
+
+On a REST catalog (SeaweedFS, ``--catalog rest``) the workload is what a REST catalog runs:
+multi-table commits are refused there (``AtomicCommitUnsupported``), so there is no copier, the
+group's members commit their offsets alone (no output table), and the mirror carries the log
+to a SQLite catalog (the disaster-recovery direction); ``slow`` delays a commit after its data
+files (the REST server writes the metadata file itself).
 
 The soak worker is never picked for a worker fault (its latencies are the measurement); the
 catalog and disk faults hit it like everyone. Then stop everything, drain (one maintenance
@@ -24,7 +32,8 @@ pass, the soak to its ``--soak-commits``, then copier, group and mirror to the l
 * ``acked``: every acknowledged row is stored, at its acknowledged offset; no row twice;
 * ``copy``: the copier's output is the transformed input, exactly once;
 * ``group``: each source record processed once, each key's records in offset order, and
-  every member's acknowledged offsets stored;
+  every member's acknowledged offsets stored (on REST, with no output table:
+  :func:`check_group_commits`);
 * ``soak-acked``: the same on the soak table, where retention runs: an acknowledged row below
   the partition's ``log_start`` was dropped by retention, which is allowed only if its append
   began before ``check time - retention.ms`` (no row of it is younger, so no retention run
@@ -65,6 +74,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PRINCIPAL = "chaos-mirror"
 EVENTS, COPIED, CONSUMED, SOAK = "chaos.events", "chaos.copied", "chaos.consumed", "chaos.soak"
 FAULT_KINDS = ("kill", "sigterm", "slow", "catalog-down", "disk-full")
+CATALOG_KINDS = ("sqlite", "postgres", "rest")
+CATALOG_CHOICES = {**{k: (k,) for k in CATALOG_KINDS}, "both": ("sqlite", "postgres"), "all": CATALOG_KINDS}
 WORKER_FAULTS = ("kill", "sigterm", "slow")
 GROUP = "chaos-group"
 MAX_SHOWN = 20  # details per failed check
@@ -230,6 +241,47 @@ def check_group(
     return failures
 
 
+def check_group_commits(
+    source: list[tuple[int, int, str]], acked: list[tuple[str, int, int, str]], committed: dict[int, int]
+) -> list[str]:
+    """A group that commits its offsets alone (a REST catalog), against the source.
+
+    With no output table, what a member processed is known from its acknowledgements only,
+    written after its commit returned (a commit cut by a kill is not acknowledged).
+
+    Args:
+        source: ``(partition, offset, key)`` of every source record.
+        acked: ``(member, partition, offset, key)`` the members acknowledged as committed, each
+            member's in the order of its commits.
+        committed: The group's committed offset per partition after the drain: every record
+            below it is committed (nothing skipped), and it must be the log end.
+    """
+    failures: list[str] = []
+    want = {(p, o): k for p, o, k in source}
+    by: dict[tuple[int, int], list[str]] = defaultdict(list)
+    last: dict[tuple[str, int, str], int] = {}
+    for m, p, o, k in acked:
+        by[(p, o)].append(m)
+        if (p, o) not in want:
+            failures.append(f"{m} acknowledged {p}:{o}, which has no source record")
+        elif want[(p, o)] != k:
+            failures.append(f"{m} acknowledged {p}:{o} with key {k!r}, {want[(p, o)]!r} in the source")
+        prior = last.get((m, p, k))
+        if prior is not None and o <= prior:
+            failures.append(f"{m}: key {k!r} of partition {p}: offset {o} committed after offset {prior}")
+        last[(m, p, k)] = o if prior is None else max(prior, o)
+    failures += [f"source record {p}:{o} committed {len(ms)} times, by {ms}" for (p, o), ms in sorted(by.items()) if len(ms) > 1]
+    ends: dict[int, int] = defaultdict(int)
+    for p, o, _ in source:
+        ends[p] = max(ends[p], o + 1)
+    failures += [
+        f"partition {p}: the group's committed offset is {committed.get(p, 0)}, the log ends at {end}"
+        for p, end in sorted(ends.items())
+        if committed.get(p, 0) != end
+    ]
+    return failures
+
+
 SOAK_LATENCY_FACTOR = 3.0
 SOAK_GROWTH_FACTOR = 1.5
 SOAK_SLACK = {"metadata_bytes": 4096, "snapshots": 2, "manifests": 2, "commit_ids": 2}
@@ -321,6 +373,22 @@ def start_catalog_server(directory: Path) -> None:
         raise RuntimeError(f"pg_ctl start failed: {done.stderr or done.stdout}")
 
 
+def kill_rest_server(directory: Path) -> None:
+    """``kill -9`` the SeaweedFS server of ``infra.seaweedfs`` (catalog and S3 store together)."""
+    from infra import seaweedfs
+
+    seaweedfs.stop(directory, grace=0)
+
+
+def start_rest_server(directory: Path, uri: str) -> None:
+    """Start it again on its directory; it must come back on the same ports (clients reconnect)."""
+    from infra import seaweedfs
+
+    config = seaweedfs.start(directory)
+    if config["uri"] != uri:
+        raise RuntimeError(f"the SeaweedFS server came back at {config['uri']}, not {uri} (a port was taken meanwhile)")
+
+
 def mount_tmpfs(path: Path, size_mb: int) -> str | None:
     """Mount a tmpfs of ``size_mb`` at ``path``; return why not (None: mounted)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
@@ -363,7 +431,19 @@ def free_disk(directory: Path) -> None:
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _specs(workdir: Path, kind: str, pg_uri: str | None) -> tuple[CatalogSpec, CatalogSpec]:
+def _specs(workdir: Path, kind: str, pg_uri: str | None, rest_dir: Path | None = None) -> tuple[CatalogSpec, CatalogSpec]:
+    if kind == "rest":
+        from infra import seaweedfs
+
+        assert rest_dir is not None, "a REST run needs its SeaweedFS server's directory"
+        config = seaweedfs.catalog_config(rest_dir)
+        source = CatalogSpec("rest", "chaos_source", config.pop("uri"), config.pop("warehouse"), tuple(sorted(config.items())))
+        # The mirror's target: a SQL catalog beside it (the disaster-recovery direction).
+        (workdir / "target-warehouse").mkdir(parents=True, exist_ok=True)
+        target = CatalogSpec(
+            "sqlite", "chaos_target", f"sqlite:///{workdir / 'target'}.db", f"file://{workdir / 'target-warehouse'}"
+        )
+        return source, target
     specs = []
     for role in ("source", "target"):
         warehouse = workdir / f"{role}-warehouse"
@@ -378,21 +458,29 @@ def _specs(workdir: Path, kind: str, pg_uri: str | None) -> tuple[CatalogSpec, C
 def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: CatalogSpec) -> dict[str, tuple[str, dict]]:
     base = {"spec": asdict(source), "batch": config.batch}
     workers: dict[str, tuple[str, dict]] = {}
+    rest = source.kind == "rest"  # no multi-table commit: no copier, members commit offsets alone
     for i in range(config.producers):
         workers[f"producer{i}"] = ("producer", {"table": EVENTS, "partition": i % config.partitions})
     for i in range(config.appenders):
         workers[f"appender{i}"] = ("appender", {"table": EVENTS, "partition": i % config.partitions})
-    workers["copier"] = (
-        "copier",
-        {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch},
-    )
+    if not rest:
+        workers["copier"] = (
+            "copier",
+            {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch},
+        )
     workers["mirror"] = ("mirror", {"table": EVENTS, "target_spec": asdict(target), "principal": PRINCIPAL})
     for i in range(config.members):
         workers[f"member{i}"] = (
             "member",
-            {"src": EVENTS, "out": CONSUMED, "group": GROUP, "session_ms": config.session_ms, "batch": 5 * config.batch},
+            {
+                "src": EVENTS,
+                "out": None if rest else CONSUMED,
+                "group": GROUP,
+                "session_ms": config.session_ms,
+                "batch": 5 * config.batch,
+            },
         )
-    maintained = [EVENTS, COPIED, CONSUMED] + ([SOAK] if config.soak_commits else [])
+    maintained = [EVENTS] + ([] if rest else [COPIED, CONSUMED]) + ([SOAK] if config.soak_commits else [])
     workers["maintainer"] = ("maintainer", {"tables": maintained, "pause_s": 1.0})
     if config.soak_commits:
         workers["soak"] = ("soak", {"table": SOAK, "commits": config.soak_commits, "window": config.soak_window})
@@ -413,9 +501,13 @@ class Controller:
         echo: bool,
         pg_dir: Path | None = None,
         full_disk: Path | None = None,
+        rest: tuple[Path, str] | None = None,
     ) -> None:
         self.workdir, self.workers, self.report, self.echo = workdir, workers, report, echo
         self.pg_dir, self.full_disk = pg_dir, full_disk  # what catalog-down stops, what disk-full fills
+        self.rest = rest  # the SeaweedFS server's directory and catalog URI, what catalog-down kills on REST
+        # Where a slow worker sleeps: the SQL catalog writes the metadata file, a REST server writes its own.
+        self.delay_point = "after_data_files" if rest else "after_metadata_write"
         self.procs: dict[str, subprocess.Popen] = {}
         self.started = time.monotonic()
         self.expected_exit: set[str] = set()
@@ -501,7 +593,7 @@ class Controller:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL if hard else signal.SIGTERM)
         if kind == "slow":
-            self.delays[name] = f"after_metadata_write:{rng.uniform(*config.slow):.2f}"
+            self.delays[name] = f"{self.delay_point}:{rng.uniform(*config.slow):.2f}"
             self.event("slow", name, f"kill -9, restarted with ICELOG_DELAY_AT={self.delays[name]}")
         else:
             self.event("kill -9" if hard else "sigterm", name)
@@ -524,13 +616,20 @@ class Controller:
         self.event("restart", name)
 
     def catalog_down(self, rng: random.Random, config: Config) -> None:
-        """Stop the catalog's PostgreSQL server for a few seconds, with every worker running."""
+        """Stop the catalog's server for a few seconds, with every worker running: PostgreSQL
+        cleanly, SeaweedFS (REST catalog and S3 store) by ``kill -9``."""
         seconds = rng.uniform(*config.outage)
-        assert self.pg_dir is not None
-        stop_catalog_server(self.pg_dir)
-        self.event("catalog-down", "all", f"pg_ctl stop -m fast for {seconds:.1f} s")
-        self.watch(seconds)
-        start_catalog_server(self.pg_dir)
+        if self.rest is not None:
+            kill_rest_server(self.rest[0])
+            self.event("catalog-down", "all", f"kill -9 of the SeaweedFS server for {seconds:.1f} s")
+            self.watch(seconds)
+            start_rest_server(*self.rest)
+        else:
+            assert self.pg_dir is not None
+            stop_catalog_server(self.pg_dir)
+            self.event("catalog-down", "all", f"pg_ctl stop -m fast for {seconds:.1f} s")
+            self.watch(seconds)
+            start_catalog_server(self.pg_dir)
         self.event("catalog-up", "all")
 
     def disk_full(self, rng: random.Random, config: Config) -> None:
@@ -596,8 +695,9 @@ def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
 
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)
-    LogTable.create(catalog, COPIED, config.partitions)
-    LogTable.create(catalog, CONSUMED, 1)
+    if source.kind != "rest":  # the copier's and the group's outputs (see _worker_args)
+        LogTable.create(catalog, COPIED, config.partitions)
+        LogTable.create(catalog, CONSUMED, 1)
     if config.soak_commits:
         keep_ids = str(max(config.soak_window, config.soak_commits // 4))  # see check_soak
         LogTable.create(
@@ -664,13 +764,18 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     stored = _rows(catalog, EVENTS, ["value", "log_partition", "log_offset"])
     acks = _acks(workdir, "producer") + _acks(workdir, "appender")
     report.failures["acked"] = check_acked(stored, acks, writers)
-    source_rows = [(p, o, v) for v, p, o in stored]
-    report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
     keys = {(p, o): k for k, p, o in _rows(catalog, EVENTS, ["key", "log_partition", "log_offset"])}
-    member_acks = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
-    report.failures["group"] = check_group(
-        [(p, o, k) for (p, o), k in keys.items()], _rows(catalog, CONSUMED, ["key", "value"]), member_acks
-    )
+    source_keys = [(p, o, k) for (p, o), k in keys.items()]
+    if source.kind == "rest":
+        from storage.groups.offsets import committed_offsets
+
+        member_acks = [(a["worker"], p, o, k) for a in _acks(workdir, "member") for p, o, k in a["processed"]]
+        report.failures["group"] = check_group_commits(source_keys, member_acks, committed_offsets(catalog, GROUP, EVENTS))
+    else:
+        source_rows = [(p, o, v) for v, p, o in stored]
+        report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
+        member_acks3 = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
+        report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_acks3)
     report.failures["validators"] = run_validators(source, target)
     report.counts.update(
         rows=len(stored),
@@ -702,15 +807,20 @@ def check_soak_run(workdir: Path, catalog: Any, config: Config, report: Report) 
     )
 
 
-def applicable_faults(config: Config, kind: str, pg_dir: Path | None, full_disk: Path | None, report: Report) -> tuple[str, ...]:
+def applicable_faults(
+    config: Config, kind: str, pg_dir: Path | None, full_disk: Path | None, report: Report, rest_dir: Path | None = None
+) -> tuple[str, ...]:
     """The run's fault kinds: ``config.faults`` less those that cannot apply here (noted)."""
     unknown = set(config.faults) - set(FAULT_KINDS)
     if unknown:
         raise ValueError(f"unknown fault kinds {sorted(unknown)}; choose from {FAULT_KINDS}")
     kinds = []
     for fault in config.faults:
-        if fault == "catalog-down" and (kind != "postgres" or pg_dir is None):
-            report.notes.append("catalog-down left out: it needs the PostgreSQL catalog and its server directory")
+        server = {"postgres": pg_dir, "rest": rest_dir}.get(kind)
+        if fault == "catalog-down" and server is None:
+            report.notes.append("catalog-down left out: it needs a catalog server (PostgreSQL or REST) and its directory")
+        elif fault == "disk-full" and kind == "rest":
+            report.notes.append("disk-full left out: a REST catalog's tables live in the SeaweedFS server's store")
         elif fault == "disk-full" and full_disk is None:
             report.notes.append(f"disk-full left out: {report.counts.get('tmpfs_reason') or 'no --warehouse-tmpfs'}")
         else:
@@ -721,12 +831,21 @@ def applicable_faults(config: Config, kind: str, pg_dir: Path | None, full_disk:
 
 
 def run_chaos(
-    config: Config, workdir: Path, kind: str = "sqlite", pg_uri: str | None = None, echo: bool = True, pg_dir: Path | None = None
+    config: Config,
+    workdir: Path,
+    kind: str = "sqlite",
+    pg_uri: str | None = None,
+    echo: bool = True,
+    pg_dir: Path | None = None,
+    rest_dir: Path | None = None,
 ) -> Report:
     """One chaos run on one catalog kind; returns the report (``report.ok``).
 
     Args:
         pg_dir: The PostgreSQL server's directory (``infra.postgres``), for ``catalog-down``.
+        rest_dir: With ``kind="rest"``, the running SeaweedFS server's directory
+            (``infra.seaweedfs``): the catalog, and what ``catalog-down`` kills. The server is
+            the run's own (it is killed); its tables must not exist yet.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     report = Report(kind, config.seed)
@@ -738,7 +857,7 @@ def run_chaos(
     )
     started = time.monotonic()
     full_disk: Path | None = None
-    if config.warehouse_tmpfs_mb and "disk-full" in config.faults:
+    if config.warehouse_tmpfs_mb and "disk-full" in config.faults and kind != "rest":
         warehouse = workdir / "source-warehouse"
         reason = mount_tmpfs(warehouse, config.warehouse_tmpfs_mb)
         if reason is None:
@@ -746,11 +865,12 @@ def run_chaos(
         else:
             report.notes.append(f"disk-full left out: {reason}")
     try:
-        kinds = applicable_faults(config, kind, pg_dir, full_disk, report)
-        source, target = _specs(workdir, kind, pg_uri)
+        kinds = applicable_faults(config, kind, pg_dir, full_disk, report, rest_dir)
+        source, target = _specs(workdir, kind, pg_uri, rest_dir)
         _setup(config, source, target)
         workers = _worker_args(config, workdir, source, target)
-        controller = Controller(workdir, workers, report, echo, pg_dir=pg_dir, full_disk=full_disk)
+        rest = (rest_dir, source.uri) if kind == "rest" and rest_dir is not None else None
+        controller = Controller(workdir, workers, report, echo, pg_dir=pg_dir, full_disk=full_disk, rest=rest)
         _run_workers(controller, config, kinds)
         if not report.failures.get("drain"):
             check_run(workdir, source, target, report, config)
@@ -808,7 +928,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults per catalog")
     parser.add_argument("--seed", type=int, default=None, help="default: random (printed)")
-    parser.add_argument("--catalog", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--catalog",
+        choices=list(CATALOG_CHOICES),
+        default="both",
+        help="both: sqlite then postgres; all: sqlite, postgres, then rest (a SeaweedFS server)",
+    )
     parser.add_argument("--producers", type=int, default=Config.producers)
     parser.add_argument("--appenders", type=int, default=Config.appenders)
     parser.add_argument("--members", type=int, default=Config.members)
@@ -853,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     root = a.workdir or Path(tempfile.mkdtemp(prefix="icelog-chaos-"))
     failed = False
-    for kind in ["sqlite", "postgres"] if a.catalog == "both" else [a.catalog]:
+    for kind in CATALOG_CHOICES[a.catalog]:
         print(f"chaos on {kind}: seed {seed}, {a.duration:.0f} s, workdir {root / kind}", flush=True)
         if kind == "postgres":
             from infra import postgres
@@ -863,6 +988,15 @@ def main(argv: list[str] | None = None) -> int:
                 report = run_chaos(config, root / kind, kind, postgres.start(server), pg_dir=server)
             finally:
                 postgres.stop(server)
+        elif kind == "rest":
+            from infra import seaweedfs
+
+            server = root / "seaweedfs"
+            seaweedfs.start(server)
+            try:
+                report = run_chaos(config, root / kind, kind, rest_dir=server)
+            finally:
+                seaweedfs.stop(server)
         else:
             report = run_chaos(config, root / kind, kind)
         print(report.describe(), flush=True)

@@ -238,13 +238,16 @@ def mirror_loop(args: dict) -> None:
 def member(args: dict) -> None:
     """A consumer-group member: each polled batch becomes output rows (source key, value
     ``"p:o"``) committed with the batch's offsets in one atomic commit (``commit(also=...)``).
-    The ack lists the processed ``[p, o, key]`` only after the commit returned."""
+    With ``args["out"]`` None (a REST catalog: no atomic multi-table commit), it commits the
+    batch's offsets alone. The ack lists the processed ``[p, o, key]`` only after the commit
+    returned."""
     from storage.groups.consumer import Consumer
     from storage.groups.offsets import committed_offsets
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
-    out, src = LogTable(catalog, args["out"]), LogTable(catalog, args["src"])
+    out = LogTable(catalog, args["out"]) if args.get("out") else None
+    src = LogTable(catalog, args["src"])
     consumer = Consumer(catalog, args["group"], member_id=args["name"], session_timeout_ms=args["session_ms"])
     try:
         consumer.subscribe(src.identifier)
@@ -276,10 +279,12 @@ def member(args: dict) -> None:
                 strict=False,
             )
         ]
-        rows = [{"key": k, "value": f"{p}:{o}"} for p, o, k in processed]
-        append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)
+        also = []
+        if out is not None:
+            rows = [{"key": k, "value": f"{p}:{o}"} for p, o, k in processed]
+            also.append((out.identifier, AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)))
         try:
-            consumer.commit(also=[(out.identifier, append)])
+            consumer.commit(also=also)
         except StaleGeneration:
             return False  # rebalanced: the new owner fetches these again
         except TransientError:
@@ -387,12 +392,11 @@ def _latency_summary(latencies: list[float]) -> dict[str, float]:
 def table_shape(log_table: LogTable) -> dict[str, int]:
     """What commit cost grows with: the metadata JSON's size and what it lists."""
     from storage.core.commit import recent_commits
-    from storage.log.files import local_path
 
     table = log_table.table()
     snapshot = table.current_snapshot()
     return {
-        "metadata_bytes": os.path.getsize(local_path(table.metadata_location)),
+        "metadata_bytes": len(table.io.new_input(table.metadata_location)),  # a local file or an S3 object
         "snapshots": len(table.metadata.snapshots),
         "manifests": len(snapshot.manifests(table.io)) if snapshot else 0,
         "commit_ids": len(recent_commits(table.metadata)),
