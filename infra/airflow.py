@@ -154,6 +154,13 @@ def settle(log: Path, quiet: float = 2.0, limit: float = 30.0) -> None:
 def standalone(env: dict[str, str]) -> int:
     """``airflow standalone`` in the background, then the login banner; runs until Ctrl-C."""
     env = standalone_env(env)
+    host, port = env["AIRFLOW__API__HOST"], int(env["AIRFLOW__API__PORT"])
+    try:  # the API server would fail on a taken port while the other components run on
+        with socket.create_server((host, port)):
+            pass
+    except OSError as taken:
+        print(f"cannot serve the Airflow UI on {host}:{port} ({taken.strerror}): set ICELOG_AIRFLOW_PORT", file=sys.stderr)
+        return 2
     log = Path(env["AIRFLOW_HOME"]) / "standalone.log"
     print(f"starting Airflow (scheduler, DAG processor, API server, triggerer); its output: {log}", flush=True)
     with open(log, "ab") as out:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +46,18 @@ def test_login_banner_ends_with_url_user_and_password(tmp_path):
     assert lines[0] == "Airflow is ready: http://127.0.0.1:8080"
     assert lines[1:3] == ["  user: admin", "  password: s3cret"]
     assert generated_passwords({**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}) == {}
+
+
+def test_standalone_refuses_a_taken_port_before_starting_anything(tmp_path, capsys):
+    from infra.airflow import standalone
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = airflow_env(tmp_path / "airflow", {"ICELOG_HOME": str(tmp_path), "ICELOG_AIRFLOW_PORT": str(port)})
+        assert standalone(env) == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "ICELOG_AIRFLOW_PORT" in err, err
+    assert not (tmp_path / "airflow" / "standalone.log").exists()  # airflow standalone never started
 
 
 @pytest.mark.integration
