@@ -774,8 +774,8 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     else:
         source_rows = [(p, o, v) for v, p, o in stored]
         report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
-        member_acks3 = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
-        report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_acks3)
+        member_processed = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
+        report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_processed)
     report.failures["validators"] = run_validators(source, target)
     report.counts.update(
         rows=len(stored),
