@@ -214,6 +214,7 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.timeout(3600)  # three full demos; one takes 5-15 min on a loaded 2-core machine
 def test_make_demo_three_times_with_a_backfill_from_the_ui_between(tmp_path, monkeypatch):
     """Issue 23: `make demo` three times in a row, with the UI's backfill of 2013-02-01..02 (a
     run of icelog_backfill with that conf, as the Trigger form sends it) between runs."""
