@@ -384,7 +384,7 @@ def tails(*folders: Path, chars: int = 3000) -> str:
 @pytest.mark.integration
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("airflow_backfills", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once(tmp_path, airflow_backfills):
+def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once(tmp_path, airflow_backfills, monkeypatch):
     """The real scheduler, DAG processor and API server (LocalExecutor, SQLite):
 
     * a triggered icelog_maintenance compacts a table's small files, every offset stays;
@@ -399,6 +399,10 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
     from storage.core.catalog import LogSqlCatalog, embedded_properties
     from storage.log.table import LogTable
 
+    # Nothing of the module's Airflow (the dagbag fixture's environment: its database above
+    # all) may reach this one: its scheduler would run that database's DAGs.
+    for key in [k for k in os.environ if k.startswith("AIRFLOW")]:
+        monkeypatch.delenv(key)
     home = tmp_path / "home"
     port = free_port()
     env = airflow_env(
