@@ -65,11 +65,18 @@ def main(argv: list[str] | None = None) -> int:
 
         console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
         return run(console, env)
-    home = demo_home(Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve(), lakehouse=True)
+    base = Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve()
+    home = demo_home(base, lakehouse=True)
     os.environ["ICELOG_HOME"] = str(home)
     started = time.perf_counter()
     with lakehouse_servers(console, home) as properties:
         os.environ.update(catalog_environment(LAKEHOUSE_CATALOG, properties))
+        shared = earlier_landing(base / "landing")
+        if shared is not None and "ICELOG_LANDING" not in os.environ:
+            # Loaded before the lakehouse demo had a home of its own: the ledger knows those
+            # files by path, so the same files stay its source (new paths would load them twice).
+            os.environ["ICELOG_LANDING"] = str(shared)
+            console.print(f"landing: {shared}, where this catalog's demo table was first loaded from")
         env = airflow_env(home / "airflow")
         console.print(
             f"[bold]icelog demo, lakehouse profile[/]: PostgreSQL catalog {LAKEHOUSE_CATALOG!r}, "
@@ -97,6 +104,23 @@ def lakehouse_servers(console: Console, directory: Path) -> Iterator[dict[str, s
     finally:
         postgres.stop(directory / "postgres")
         seaweedfs.stop(directory / "seaweedfs")
+
+
+def earlier_landing(shared: Path) -> Path | None:
+    """``shared`` if the current catalog's demo table was loaded from files under it (a
+    lakehouse demo run before it had a home of its own), else None."""
+    from pipelines.flights import TABLE
+    from storage.core.catalog import open_catalog
+    from storage.errors import UnknownTable
+    from storage.log.table import LogTable
+
+    try:
+        log_table = LogTable.open(open_catalog(), TABLE)
+    except UnknownTable:
+        return None
+    loaded = _ledger_rows(log_table)
+    inside = str(shared) + os.sep
+    return shared if loaded is not None and any(p.startswith(inside) for p in loaded["path"].to_pylist()) else None
 
 
 def create_bucket(s3: dict[str, str], bucket: str) -> None:

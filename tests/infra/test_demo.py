@@ -201,6 +201,9 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
 
     loaded = backfill()
     assert loaded["rows_written"] == FEBRUARY_1_2 and loaded["files_loaded"] == 2
+    # A lakehouse catalog loaded from the shared landing folder (before the lakehouse demo had a
+    # home of its own) keeps it as its source: the ledger knows the files by path.
+    assert demo.earlier_landing(landing) == landing and demo.earlier_landing(tmp_path / "lakehouse" / "landing") is None
     tasks.validate(log_table.identifier, catalog=sqlite_spec.name)  # raises on a violation
     second = demo_again()
     total = 27_004 + FEBRUARY_1_2
