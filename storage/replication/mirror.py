@@ -191,8 +191,7 @@ def mirror(
     goal = {p: w.end for p, w in LogState.from_metadata(load(source_catalog, source_id).metadata).watermarks.items()}
     for attempt in range(1, max_attempts + 1):
         try:
-            with store_reachable(source_id):  # the copies, outside the target's commit
-                return _step(source_catalog, source_id, target_catalog, target_id, copier)
+            return _step(source_catalog, source_id, target_catalog, target_id, copier)
         except (InvalidProduceOffset, PlanOutdated):
             # Another step into the same target committed since this one planned: plan again
             # from what the target holds now (with nothing left to copy, that is quick). The
@@ -243,7 +242,8 @@ def _step(
         return result
     token = uuid.uuid4().hex  # this step's commit id and copy names: never shared with another step
     try:
-        request = _plan(source, target, record, progress, result, copier, token)
+        with store_reachable(f"{source_id} to {target_id}"):  # its reads and copies, before the commit
+            request = _plan(source, target, record, progress, result, copier, token)
     except (MirrorGap, MirrorSourceChanged) as e:
         # Judged against the target as read: if a concurrent step moved it on since (and the
         # source's retention followed), the verdict is stale, not the source.
