@@ -96,10 +96,13 @@ def ui_url(env: dict[str, str]) -> str:
     return f"http://{socket.gethostname() if host in WILDCARDS else host}:{port}"
 
 
-def login_banner(url: str, passwords: dict[str, str], log: Path) -> str:
-    """What ``make airflow`` prints last: where the UI is and how to log in."""
+def login_banner(url: str, passwords: dict[str, str] | None, log: Path) -> str:
+    """What ``make airflow`` prints last: where the UI is and how to log in (``passwords``
+    None: not found, ``{}``: no login)."""
     lines = ["", f"Airflow is ready: {url}"]
-    if passwords:
+    if passwords is None:
+        lines.append(f"  user and password: in {log}")
+    elif passwords:
         lines += [f"  user: {user}\n  password: {password}" for user, password in passwords.items()]
     else:
         lines.append("  no login: every user is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS)")
@@ -107,14 +110,18 @@ def login_banner(url: str, passwords: dict[str, str], log: Path) -> str:
     return "\n".join(lines)
 
 
-def generated_passwords(env: dict[str, str]) -> dict[str, str]:
-    """The simple auth manager's users and the passwords the API server generated for them."""
+def generated_passwords(env: dict[str, str]) -> dict[str, str] | None:
+    """The simple auth manager's users and the passwords the API server generated for them
+    (None: no such file, e.g. another auth manager's users)."""
     if env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "").lower() == "true":
         return {}
     path = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE") or str(
         Path(env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
     )
-    return json.loads(Path(path).read_text())
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def wait_healthy(env: dict[str, str], proc: subprocess.Popen, timeout: float = 600) -> None:
@@ -156,7 +163,7 @@ def standalone(env: dict[str, str]) -> int:
     env = standalone_env(env)
     host, port = env["AIRFLOW__API__HOST"], int(env["AIRFLOW__API__PORT"])
     try:  # the API server would fail on a taken port while the other components run on
-        with socket.create_server((host, port)):
+        with socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET):
             pass
     except OSError as taken:
         print(f"cannot serve the Airflow UI on {host}:{port} ({taken.strerror}): set ICELOG_AIRFLOW_PORT", file=sys.stderr)

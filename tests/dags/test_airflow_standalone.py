@@ -46,6 +46,8 @@ def test_login_banner_ends_with_url_user_and_password(tmp_path):
     assert lines[0] == "Airflow is ready: http://127.0.0.1:8080"
     assert lines[1:3] == ["  user: admin", "  password: s3cret"]
     assert generated_passwords({**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}) == {}
+    assert generated_passwords({"AIRFLOW_HOME": str(tmp_path / "elsewhere")}) is None
+    assert f"user and password: in {tmp_path}" in login_banner("http://127.0.0.1:8080", None, tmp_path / "standalone.log")
 
 
 def test_standalone_refuses_a_taken_port_before_starting_anything(tmp_path, capsys):
