@@ -8,6 +8,7 @@ table, acknowledged rows against stored rows, the copy and the group output agai
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -216,32 +217,31 @@ def test_chaos_short_sqlite(tmp_path: Path):
     assert any(e["action"] == "slow" for e in report.events), report.describe()
     # Retention ran, and the checks allowed for it: rows below log_start gone, rows above stored.
     assert report.counts["soak_log_start"] > 0 and report.counts["soak_rows_stored"] > 0, report.describe()
-    # The same checks on the real tables fail once an acknowledged row is stored twice.
+    _assert_a_planted_duplicate_fails(tmp_path, "sqlite")
+
+
+def _assert_a_planted_duplicate_fails(workdir: Path, kind: str, rest_dir: Path | None = None) -> None:
+    """The same checks on the run's real tables fail once an acknowledged row is stored twice."""
     from storage.log.table import LogTable
     from tests.chaos.run import EVENTS, Report, _specs
 
-    source, target = _specs(tmp_path, "sqlite", None)
+    source, target = _specs(workdir, kind, None, rest_dir)
     events = LogTable(source.open(), EVENTS)
-    planted = events.read(0, 0, 1).select(["key", "value"])
-    events.append({0: planted})
-    again = Report("sqlite", SHORT.seed)
-    check_run(tmp_path, source, target, again)
+    events.append({0: events.read(0, 0, 1).select(["key", "value"])})
+    again = Report(kind, 0)
+    check_run(workdir, source, target, again)
     assert any("stored 2 times" in f for f in again.failures["acked"]), again.describe()
 
 
 # On REST (a SeaweedFS server of the test's own): worker faults and kill -9 of the server.
-SHORT_REST = Config(
+SHORT_REST = dataclasses.replace(
+    SHORT,
     duration=45,
     seed=2126,
-    producers=1,
-    appenders=1,
-    members=2,
     interval=(3.0, 6.0),
     faults=("kill", "sigterm", "slow", "catalog-down"),
     outage=(1.0, 3.0),
     soak_commits=100,
-    soak_window=50,
-    retention_ms=10_000,
 )
 
 
@@ -250,16 +250,7 @@ def test_chaos_short_rest(tmp_path: Path, own_seaweedfs):
     _assert_ok(report, SHORT_REST)
     # The group committed its offsets alone, and the mirror carried the log to SQLite.
     assert report.counts["mirror_steps"] > 0 and "copy" not in report.failures, report.describe()
-    # The same checks on the REST tables fail once an acknowledged row is stored twice.
-    from storage.log.table import LogTable
-    from tests.chaos.run import EVENTS, Report, _specs
-
-    source, target = _specs(tmp_path, "rest", None, own_seaweedfs)
-    events = LogTable(source.open(), EVENTS)
-    events.append({0: events.read(0, 0, 1).select(["key", "value"])})
-    again = Report("rest", SHORT_REST.seed)
-    check_run(tmp_path, source, target, again)
-    assert any("stored 2 times" in f for f in again.failures["acked"]), again.describe()
+    _assert_a_planted_duplicate_fails(tmp_path, "rest", own_seaweedfs)
 
 
 @pytest.mark.slow
