@@ -8,6 +8,7 @@ Local landing roots: tests/pipelines/test_ingest_ledger.py.
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -62,3 +63,24 @@ def test_ingest_and_backfill_tasks_read_an_s3_landing_root_exactly_once(spark, l
     assert check_contiguity(table.table(), deep=True).ok
     again = tasks.backfill("db.events", "2024-01-01", "2024-01-03", catalog=lakehouse.name)
     assert again["rows_written"] == 0 and again["files_skipped"] == 3
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # a whole Airflow DAG run beside SeaweedFS and PostgreSQL: minutes on 2 cores
+def test_backfill_dag_run_reads_its_source_param_from_s3(lakehouse, s3_landing, tmp_path, monkeypatch):  # noqa: F811
+    from infra.airflow import airflow_env, dags_test, migrate
+
+    for key in [k for k in os.environ if k.startswith("AIRFLOW")]:  # an Airflow of its own
+        monkeypatch.delenv(key)
+
+    table = LogTable.create(lakehouse.open(), "db.events", partitions=2)
+    land(lakehouse, f"{s3_landing}/db.events/date=2024-01-01", files=2, rows=20)
+    # The lakehouse catalog reaches the task through the environment (ICELOG_CATALOG, PYICEBERG_CATALOG__*).
+    env = airflow_env(tmp_path / "airflow", {"ICELOG_HOME": str(tmp_path), "ICELOG_SPARK_MASTER": "local[2]"})
+    migrate(env)
+    conf = {"table": "db.events", "source": s3_landing, "start": "2024-01-01", "end": "2024-01-01"}
+    done = dags_test(env, "icelog_backfill", conf=conf)
+    assert sum(w.end for w in table.watermarks().values()) == 40
+    assert f"{s3_landing}/db.events/date=2024-01-01/part-1.parquet" in done.stdout  # the task log's "loaded file"
+    dags_test(env, "icelog_backfill", conf=conf)
+    assert sum(w.end for w in table.watermarks().values()) == 40
