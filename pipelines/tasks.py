@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ from validations.checks import run_checks
 from validations.report import build_report
 
 log = get_logger("tasks")
+# Airflow shows INFO in task logs: Great Expectations' internals would bury icelog's lines there
+# (some 150 per validation). Its warnings stay; a level configured elsewhere is kept.
+if logging.getLogger("great_expectations").level == logging.NOTSET:
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 
 class ValidationFailed(IcelogError):

@@ -266,6 +266,7 @@ def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested
     for check in run_checks(table.table(), ("contiguity-deep", "producers", "transactions")).checks:
         assert check in checked, (check, checked)
     assert any("report published" in line and "table=demo.flights" in line for line in lines), lines
+    assert task_log_lines(passed, "great_expectations._docs_decorators") == []  # GX's internals stay out
     assert_no_spark_noise(passed)
     iceberg = table.table()
     schema = iceberg.schema().as_arrow()
