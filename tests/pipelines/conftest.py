@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.catalogs import CatalogSpec
 from tests.support.cli import Cli
 
 
@@ -20,3 +21,16 @@ def env_catalog(sqlite_spec, monkeypatch):
 @pytest.fixture
 def icelog(sqlite_spec) -> Cli:
     return Cli(sqlite_spec)
+
+
+@pytest.fixture
+def target_spec(tmp_path) -> CatalogSpec:
+    """A second SQLite catalog, ``drcat``: a mirror's target."""
+    (tmp_path / "tw").mkdir()
+    return CatalogSpec("sqlite", "drcat", f"sqlite:///{tmp_path / 'dr.db'}", f"file://{tmp_path / 'tw'}")
+
+
+@pytest.fixture
+def mirror_cli(sqlite_spec, target_spec) -> Cli:
+    """The CLI on the SQLite catalog, with the target catalog ``drcat`` configured too."""
+    return Cli(sqlite_spec, **{k: v for k, v in target_spec.env().items() if k.startswith("PYICEBERG_CATALOG__DRCAT")})

@@ -5,21 +5,13 @@ from __future__ import annotations
 import pytest
 
 from storage.log.table import LogTable
-from tests.support.catalogs import CatalogSpec
 from tests.support.cli import Cli
 from tests.support.mirror import assert_parity
 
 
 @pytest.fixture
-def target_spec(tmp_path) -> CatalogSpec:
-    (tmp_path / "tw").mkdir()
-    return CatalogSpec("sqlite", "drcat", f"sqlite:///{tmp_path / 'dr.db'}", f"file://{tmp_path / 'tw'}")
-
-
-@pytest.fixture
-def icelog(sqlite_spec, target_spec) -> Cli:
-    extra = {k: v for k, v in target_spec.env().items() if k.startswith("PYICEBERG_CATALOG__DRCAT")}
-    return Cli(sqlite_spec, **extra)
+def icelog(mirror_cli) -> Cli:
+    return mirror_cli
 
 
 def test_i6_mirror_cli_acls_mirror_validate_promote(icelog, sqlite_spec, target_spec):

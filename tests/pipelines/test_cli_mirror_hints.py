@@ -7,20 +7,13 @@ from __future__ import annotations
 import pytest
 
 from storage.log.table import LogTable
-from tests.support.catalogs import CatalogSpec
 from tests.support.cli import Cli
 
 
 @pytest.fixture
-def target_spec(tmp_path) -> CatalogSpec:
-    (tmp_path / "tw").mkdir()
-    return CatalogSpec("sqlite", "drcat", f"sqlite:///{tmp_path / 'dr.db'}", f"file://{tmp_path / 'tw'}")
-
-
-@pytest.fixture
-def icelog(sqlite_spec, target_spec) -> Cli:
+def icelog(sqlite_spec, mirror_cli) -> Cli:
     LogTable.create(sqlite_spec.open(), "orders", 1).append({0: [{"key": "a"}]})
-    return Cli(sqlite_spec, **{k: v for k, v in target_spec.env().items() if k.startswith("PYICEBERG_CATALOG__DRCAT")})
+    return mirror_cli
 
 
 def error(icelog: Cli, *args: str, code: int) -> tuple[str, str]:
