@@ -196,7 +196,9 @@ def run(console: Console, env: dict[str, str]) -> int:
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
     ok = summarize(console, log_table)
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
-    console.print("next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://localhost:8080);")
+    console.print(
+        "next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://127.0.0.1:8080; it prints the login last);"
+    )
     console.print(f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"')
     return 0 if ok else 1
 
