@@ -153,7 +153,7 @@ def catalog_settings(name: str | None) -> dict[str, Any]:
     """
     from pyiceberg.utils.config import Config
 
-    from storage.core.catalog import EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
+    from storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
 
     home = icelog_home()
     name = name or os.environ.get("ICELOG_CATALOG") or None
@@ -161,7 +161,10 @@ def catalog_settings(name: str | None) -> dict[str, Any]:
     if name is None or (name == EMBEDDED_NAME and not conf):
         layout = embedded_layout(home)
         uri, warehouse, kind = layout["uri"], layout["warehouse"], "sql"
-        return _settings(EMBEDDED_NAME, kind, uri, warehouse, home, embedded=True)
+        doc = _settings(EMBEDDED_NAME, kind, uri, warehouse, home, embedded=True)
+        # Reads never create the embedded catalog: say whether a write has created it yet.
+        doc["exists"] = (home / EMBEDDED_DATABASE).is_file()
+        return doc
     if not conf:
         raise CatalogNotConfigured(catalog=name)
     uri = str(conf.get("uri", ""))
@@ -194,7 +197,8 @@ def catalog(ctx: Context) -> None:
     doc = catalog_settings(ctx.catalog_name)
 
     def text(d: dict[str, Any]) -> None:
-        for key in ("name", "type", "uri", "warehouse", "icelog_home"):
-            click.echo(f"{key:<12} {d[key] if d[key] is not None else ''}")
+        for key in ("name", "type", "uri", "warehouse", "icelog_home", "exists"):
+            if key in d:
+                click.echo(f"{key:<12} {d[key] if d[key] is not None else ''}")
 
     ctx.emit(doc, text)

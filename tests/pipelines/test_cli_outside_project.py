@@ -95,6 +95,7 @@ def test_reads_outside_a_project_create_nothing_and_name_the_home_they_looked_fo
     # icelog catalog names what a read would open, and opens nothing.
     doc = json.loads(runner.invoke(cli, ["--output", "json", "catalog"]).stdout)
     assert doc["name"] == "icelog" and doc["embedded"] is True and doc["icelog_home"] == str(home)
+    assert doc["exists"] is False
     assert list(cwd.iterdir()) == []
 
 
@@ -104,6 +105,7 @@ def test_a_write_creates_the_home_and_reads_then_find_it(outside):
     done = icelog(outside, "topics", "create", "t", "--partitions", "1")
     assert done.returncode == 0, done.stderr
     assert (home / "catalog.db").is_file() and (home / "warehouse").is_dir()
+    assert json.loads(CliRunner().invoke(cli, ["--output", "json", "catalog"]).stdout)["exists"] is True
     produced = icelog(outside, "--output", "json", "produce", "t", "--partition", "0", input='{"key": "a"}\n')
     assert produced.returncode == 0, produced.stdout
     runner = CliRunner()
