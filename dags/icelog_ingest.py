@@ -20,9 +20,16 @@ def icelog_ingest():
 
         @task(task_id=task_id("ingest", table), outlets=[table_asset(table)])
         def ingest(table: str = table, ds: str | None = None) -> dict:
+            from airflow.sdk.exceptions import AirflowSkipException
+
             from pipelines.tasks import ingest_day
 
-            return ingest_day(table, ds, landing=LANDING or None)
+            result = ingest_day(table, ds, landing=LANDING or None)
+            if not result["loaded"] and not result["skipped"]:
+                # No landing files that day: skipped, so the table's Asset is not updated and
+                # icelog_validate does not run for a day that changed nothing.
+                raise AirflowSkipException(f"nothing to do: no landing files for {table} on {ds}")
+            return result
 
         ingest()
 

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pipelines.fanout import fanout as run_fanout
-from pipelines.ingest import ingest
+from pipelines.ingest import IngestResult, ingest, source_files
 from pipelines.spark import is_local, spark_session
 from storage.core.catalog import icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput
@@ -85,6 +85,11 @@ def ingest_day(
     """Ingest one day's landing folder: the files not loaded yet (each file exactly once)."""
     dt.date.fromisoformat(day)
     folder = day_folder(landing, table, day)
+    if isinstance(folder, Path) and not source_files(str(folder)):
+        # Nothing landed that day: no Spark and no catalog (a fresh home has no table yet).
+        empty = IngestResult(table, run_key(table, day), 0).to_dict()
+        log_ingest(empty, day)
+        return empty
     result = ingest(
         spark_session(app_name=f"icelog-ingest-{table}"),
         table,

@@ -458,8 +458,8 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             assert [e for e in events if e["level"] == "error"] == [], events
 
             # icelog_ingest starts unpaused: the scheduler ran its latest day at once. That day has
-            # no landing folder: the task started Spark, loaded nothing and says so, and none of
-            # its lines (Spark's JVM output included) is an error.
+            # no landing folder: the task loads nothing and says so, none of its lines is an
+            # error, and it is skipped (no Asset event: icelog_validate does not run for it).
             def scheduled_ingest():
                 runs = api("GET", "/api/v2/dags/icelog_ingest/dagRuns?run_type=scheduled")["dag_runs"]
                 return runs if runs and all(r["state"] in ("success", "failed") for r in runs) else None
@@ -469,6 +469,8 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
             events = task_log_events(home, "icelog_ingest", run["dag_run_id"])
             assert any(e["event"].startswith("nothing to do: no landing files") for e in events), events
             assert [e for e in events if e["level"] == "error"] == [], events
+            instances = api("GET", f"/api/v2/dags/icelog_ingest/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+            assert [t["state"] for t in instances] == ["skipped"], instances
             marks["scheduled ingest"] = time.monotonic()
 
             if not airflow_backfills:

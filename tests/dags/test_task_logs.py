@@ -34,3 +34,22 @@ def test_validate_logs_the_checks_and_each_violation(sqlite_spec, monkeypatch, c
     assert any(m.startswith("checks failed") and "violations=" in m for m in messages), messages
     (gap,) = [r for r in caplog.records if r.getMessage().startswith("violation") and "kind=gap" in r.getMessage()]
     assert gap.levelno == logging.WARNING and "partition=0" in gap.getMessage() and "offsets 3..6 missing" in gap.getMessage()
+
+
+def test_a_day_with_no_landing_files_starts_nothing(tmp_path, monkeypatch, caplog):
+    # A fresh home (make airflow before make demo): the unpaused icelog_ingest runs today at once.
+    # Nothing landed, so it must not need the table, the catalog or Spark (the DAG then skips the
+    # task: no Asset event, no validate run on a table that does not exist).
+    monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "home"))
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started for a day with no landing files")
+
+    monkeypatch.setattr(tasks, "spark_session", no_spark)
+    caplog.set_level(logging.INFO, logger="icelog.tasks")
+    (tmp_path / "landing" / "demo.flights" / "date=2026-11-24").mkdir(parents=True)  # a folder, empty
+    for day in ("2026-11-24", "2026-11-25"):  # an empty folder, and none at all
+        result = tasks.ingest_day("demo.flights", day, landing=str(tmp_path / "landing"))
+        assert (result["rows"], result["loaded"], result["skipped"]) == (0, [], [])
+        assert any(m.startswith("nothing to do: no landing files") and f"day={day}" in m for m in caplog.messages)
+    assert not (tmp_path / "home").exists()
