@@ -103,6 +103,17 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(request, timeout=30) as response:  # the printed password logs in
             assert json.loads(response.read())["access_token"]
+        # A DAG test of a 2013 day, as make demo runs them (no landing files here: it is skipped at
+        # once). The UI once showed such runs lasting "5067d 15h".
+        subprocess.run(
+            [sys.executable, "-m", "infra.airflow", "test", "icelog_ingest", "2013-01-05"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        check_the_ui_in_chromium(f"http://127.0.0.1:{port}", user, password)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -112,3 +123,85 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
             proc.wait()
     assert not subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout.strip()
     assert Path(tmp_path / "airflow" / "standalone.log").stat().st_size > 0
+
+
+def check_the_ui_in_chromium(url: str, user: str, password: str) -> None:
+    """What a user sees in the Airflow UI, in a real Chromium (issue 23): the printed login works,
+    the demo's DAGs are unpaused and the others paused, and icelog_backfill's Trigger form is
+    complete with its defaults (an empty required param once kept Trigger disabled). The page may
+    load nothing but the UI itself: every asset is served by the local API server."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.validations.test_report import ARTIFACTS, CHROMIUM_ARGS
+
+    outside: list[str] = []  # requests to anywhere but the UI: blocked, and a failure
+    failed: list[str] = []  # the UI's own requests that failed (a navigation's cancelled ones aside)
+
+    def route(route) -> None:
+        if route.request.url.startswith(url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    def request_failed(request) -> None:
+        if request.url.startswith(url) and request.failure != "net::ERR_ABORTED":
+            failed.append(f"{request.url}: {request.failure}")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context.route("**/*", route)
+        page = context.new_page()
+        page.set_default_timeout(120_000)  # a loaded 2-core machine is slow to paint
+        page.on("requestfailed", request_failed)
+        try:
+            page.goto(f"{url}/")
+            page.fill("input[name=username]", user)
+            page.fill("input[name=password]", password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda u: "/auth/login" not in u)
+
+            page.goto(f"{url}/dags")
+            page.wait_for_selector("[data-testid=toggle-pause]")
+            page.wait_for_load_state("networkidle")
+            # Each pause switch belongs to the DAG named by the nearest link around it.
+            active = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('[data-testid=toggle-pause]')].map(t => {
+                let row = t.parentElement;
+                while (row && !row.querySelector('a[href^="/dags/"]')) row = row.parentElement;
+                const dag = row.querySelector('a[href^="/dags/"]').getAttribute('href').split('/')[2];
+                return [dag, t.dataset.state === 'checked'];
+            }))""")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "airflow-dags.png"))
+            assert active == {
+                "icelog_backfill": True,
+                "icelog_ingest": True,
+                "icelog_validate": True,
+                "icelog_fanout": False,
+                "icelog_maintenance": False,
+                "icelog_mirror": False,
+            }, active
+
+            page.goto(f"{url}/dag_runs")
+            page.wait_for_selector("table tbody tr")
+            runs = page.evaluate("""() => {
+                const head = [...document.querySelectorAll('table th')].map(t => t.innerText);
+                return [...document.querySelectorAll('table tbody tr')].map(r =>
+                    Object.fromEntries([...r.querySelectorAll('td')].map((td, i) => [head[i], td.innerText])));
+            }""")
+            page.screenshot(path=str(ARTIFACTS / "airflow-dag-runs.png"))
+            (past,) = [r for r in runs if r["Triggering User"] == "dag_test"]  # the run of 2013-01-05
+            assert re.fullmatch(r"00:0\d:\d\d(\.\d+)?", past["Duration"]), runs  # minutes, not 5067 days
+
+            page.goto(f"{url}/dags/icelog_backfill")
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_text("Run Parameters").wait_for()
+            page.screenshot(path=str(ARTIFACTS / "airflow-trigger-backfill.png"))
+            assert dialog.locator("input[value='demo.flights']").count() == 1  # the table param's default
+            trigger = dialog.get_by_role("button", name="Trigger", exact=True)
+            assert trigger.is_enabled()
+        finally:
+            browser.close()
+    assert outside == [] and failed == [], (outside, failed)
