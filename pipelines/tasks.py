@@ -26,8 +26,8 @@ from urllib.parse import unquote, urlparse
 from pipelines.fanout import fanout as run_fanout
 from pipelines.ingest import IngestResult, ingest, source_files
 from pipelines.spark import is_local, spark_session
-from storage.core.catalog import icelog_home, open_catalog
-from storage.errors import IcelogError, InvalidInput
+from storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
+from storage.errors import IcelogError, InvalidInput, UnknownTable
 from storage.log.maintenance import maintain as run_maintenance
 from storage.log.table import LogTable
 from storage.logs import get_logger
@@ -86,9 +86,14 @@ def ingest_day(
     dt.date.fromisoformat(day)
     folder = day_folder(landing, table, day)
     if isinstance(folder, Path) and not source_files(str(folder)):
-        # Nothing landed that day: no Spark and no catalog (a fresh home has no table yet).
+        # Nothing landed that day: no Spark, and the catalog only read (make airflow on a fresh
+        # home runs today's ingest at once, before make demo created the table).
         empty = IngestResult(table, run_key(table, day), 0).to_dict()
         log_ingest(empty, day)
+        try:
+            LogTable.open(open_catalog(catalog, create=False), table)
+        except (CatalogNotFound, UnknownTable) as e:
+            log.warning("no such log table yet", table=table, day=day, reason=str(e))
         return empty
     result = ingest(
         spark_session(app_name=f"icelog-ingest-{table}"),
@@ -144,6 +149,7 @@ def backfill(
     first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
     if last < first:
         raise InvalidInput(reason=f"backfill end {end} is before start {start}")
+    LogTable.open(open_catalog(catalog), table)  # UnknownTable now, even if no day has landing files
     days, rows, loaded, skipped = [], 0, 0, 0
     day = first
     while day <= last:

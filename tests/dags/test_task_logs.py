@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines import tasks
+from storage.errors import UnknownTable
 from storage.log.table import LogTable
 
 
@@ -52,4 +53,8 @@ def test_a_day_with_no_landing_files_starts_nothing(tmp_path, monkeypatch, caplo
         result = tasks.ingest_day("demo.flights", day, landing=str(tmp_path / "landing"))
         assert (result["rows"], result["loaded"], result["skipped"]) == (0, [], [])
         assert any(m.startswith("nothing to do: no landing files") and f"day={day}" in m for m in caplog.messages)
+        assert any(m.startswith("no such log table yet") and "ICELOG_HOME=" in m for m in caplog.messages), caplog.messages
     assert not (tmp_path / "home").exists()
+    # A backfill names the table it cannot find, even when no day has landing files.
+    with pytest.raises(UnknownTable):
+        tasks.backfill("demo.flights", "2026-11-24", "2026-11-25", landing=str(tmp_path / "landing"))
