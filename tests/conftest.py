@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))  # infra/ is not an installed package
 pytest.register_assert_rewrite("tests.support")
 
 from tests.support.catalogs import CatalogSpec  # noqa: E402
+from tests.support.lakehouse import BUCKET, LakehouseSpec, lakehouse_spec  # noqa: E402
 from tests.support.spark import local_session  # noqa: E402
 
 # Variables that choose or configure a catalog; a test sets the ones it needs itself.
@@ -214,3 +215,18 @@ def rest_spec(request, tmp_path) -> CatalogSpec:
 @pytest.fixture
 def rest_catalog(rest_spec):
     return rest_spec.open()
+
+
+@pytest.fixture
+def lakehouse(seaweedfs_server, postgres_server, monkeypatch) -> LakehouseSpec:
+    """A fresh PostgreSQL + S3 catalog, reachable by name through the environment (this test only)."""
+    spec = lakehouse_spec(seaweedfs_server, postgres_server)
+    for key, value in spec.env().items():
+        monkeypatch.setenv(key, value)
+    return spec
+
+
+@pytest.fixture
+def s3_landing(lakehouse) -> str:
+    """An empty landing prefix of this test in the lakehouse bucket (``s3://lakehouse/landing/...``)."""
+    return f"s3://{BUCKET}/landing/{uuid.uuid4().hex[:8]}"

@@ -132,7 +132,7 @@ def check_the_ui_in_chromium(url: str, user: str, password: str) -> None:
     load nothing but the UI itself: every asset is served by the local API server."""
     from playwright.sync_api import sync_playwright
 
-    from tests.validations.test_report import ARTIFACTS, CHROMIUM_ARGS
+    from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
     outside: list[str] = []  # requests to anywhere but the UI: blocked, and a failure
     failed: list[str] = []  # the UI's own requests that failed (a navigation's cancelled ones aside)
@@ -149,7 +149,7 @@ def check_the_ui_in_chromium(url: str, user: str, password: str) -> None:
             failed.append(f"{request.url}: {request.failure}")
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         context.route("**/*", route)
         page = context.new_page()

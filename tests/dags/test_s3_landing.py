@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import tasks
 from storage.log.table import LogTable
-from tests.pipelines.test_s3_spark import lakehouse, land, s3_landing  # noqa: F401 (fixtures)
+from tests.support.lakehouse import land
 from validations.contiguity import check_contiguity
 
 
@@ -35,7 +35,7 @@ def test_landing_root_is_a_path_or_a_uri(tmp_path, monkeypatch):
 
 
 @pytest.mark.integration
-def test_ingest_and_backfill_tasks_read_an_s3_landing_root_exactly_once(spark, lakehouse, s3_landing, monkeypatch, caplog):  # noqa: F811
+def test_ingest_and_backfill_tasks_read_an_s3_landing_root_exactly_once(spark, lakehouse, s3_landing, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="icelog.tasks")
     table = LogTable.create(lakehouse.open(), "db.events", partitions=3)
     first = land(lakehouse, f"{s3_landing}/db.events/date=2024-01-01", files=2, rows=50)
@@ -67,7 +67,7 @@ def test_ingest_and_backfill_tasks_read_an_s3_landing_root_exactly_once(spark, l
 
 @pytest.mark.integration
 @pytest.mark.slow  # a whole Airflow DAG run beside SeaweedFS and PostgreSQL: minutes on 2 cores
-def test_backfill_dag_run_reads_its_source_param_from_s3(lakehouse, s3_landing, tmp_path, monkeypatch):  # noqa: F811
+def test_backfill_dag_run_reads_its_source_param_from_s3(lakehouse, s3_landing, tmp_path, monkeypatch):
     from infra.airflow import airflow_env, dags_test, migrate
 
     for key in [k for k in os.environ if k.startswith("AIRFLOW")]:  # an Airflow of its own

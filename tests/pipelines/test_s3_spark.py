@@ -12,12 +12,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipelines.ingest import ingest
@@ -25,36 +22,9 @@ from storage.log.keys import partition_for_key
 from storage.log.maintenance import live_files
 from storage.log.table import LogTable
 from tests.support.ingest import table_rows
-from tests.support.lakehouse import BUCKET, LakehouseSpec, lakehouse_spec, s3_filesystem
+from tests.support.lakehouse import BUCKET, land, s3_filesystem
 from tests.support.mirror import assert_parity
 from validations.contiguity import check_contiguity
-
-
-@pytest.fixture
-def lakehouse(seaweedfs_server, postgres_server, monkeypatch) -> LakehouseSpec:
-    """A fresh PostgreSQL + S3 catalog, reachable by name through the environment (this test only)."""
-    spec = lakehouse_spec(seaweedfs_server, postgres_server)
-    for key, value in spec.env().items():
-        monkeypatch.setenv(key, value)
-    return spec
-
-
-@pytest.fixture
-def s3_landing(lakehouse) -> str:
-    """An empty landing prefix of this test in the lakehouse bucket (``s3://lakehouse/landing/...``)."""
-    return f"s3://{BUCKET}/landing/{uuid.uuid4().hex[:8]}"
-
-
-def land(spec: LakehouseSpec, landing: str, files: int = 3, rows: int = 200) -> list[dict]:
-    """Parquet landing files written straight to the object store; their rows."""
-    filesystem = s3_filesystem(spec.s3)
-    prefix = landing.removeprefix("s3://")
-    everything = []
-    for f in range(files):
-        batch = [{"key": f"k{(f * 7 + i) % 23}", "value": f"f{f}-{i}"} for i in range(rows)]
-        pq.write_table(pa.Table.from_pylist(batch), f"{prefix}/part-{f}.parquet", filesystem=filesystem)
-        everything += batch
-    return everything
 
 
 def test_i9_spark_ingest_reads_s3_landing_and_writes_s3_data_files(spark, lakehouse, s3_landing):

@@ -11,6 +11,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from tests.support.catalogs import CatalogSpec
 
 BUCKET = "lakehouse"
@@ -70,3 +73,15 @@ def lakehouse_spec(seaweedfs_config: dict[str, str], postgres_uri: str, bucket: 
     ensure_bucket(s3, bucket)
     name = f"lh{uuid.uuid4().hex[:10]}"
     return LakehouseSpec("postgres", name, postgres_uri, f"s3://{bucket}/{name}/wh", tuple(sorted(s3.items())))
+
+
+def land(spec: LakehouseSpec, landing: str, files: int = 3, rows: int = 200) -> list[dict]:
+    """Parquet landing files written straight to the object store; their rows."""
+    filesystem = s3_filesystem(spec.s3)
+    prefix = landing.removeprefix("s3://")
+    everything = []
+    for f in range(files):
+        batch = [{"key": f"k{(f * 7 + i) % 23}", "value": f"f{f}-{i}"} for i in range(rows)]
+        pq.write_table(pa.Table.from_pylist(batch), f"{prefix}/part-{f}.parquet", filesystem=filesystem)
+        everything += batch
+    return everything

@@ -11,26 +11,16 @@ from pathlib import Path
 import pytest
 
 from storage.log.table import LogTable
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from tests.support.planting import plant
 from validations.report import build_index, build_report
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 class OfflineBrowser:
     """One Chromium page that may only load file:// URLs; records every failed request."""
 
     def __init__(self, p) -> None:
-        self.browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        self.browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         self.context = self.browser.new_context(viewport={"width": 1100, "height": 1300})
         self.failed: list[str] = []
         self.errors: list[str] = []
