@@ -553,13 +553,17 @@ class Controller:
             code = proc.poll()
             if code is None or name in self.expected_exit:
                 continue
-            if code == UNTYPED:
-                self.untyped(name)
-            elif code != RESTART_ME:
-                tail = self.log(name).read_text()[-2000:]
-                self.report.failures.setdefault("workers", []).append(f"{name} exited with {code} on its own:\n{tail}")
+            self.judge_own_exit(name, code)
             self.event("exited", name, f"code {code}")
             self.start(name)
+
+    def judge_own_exit(self, name: str, code: int) -> None:
+        """A worker that ended unasked: RESTART_ME is fine, an untyped error or a crash fails the run."""
+        if code == UNTYPED:
+            self.untyped(name)
+        elif code != RESTART_ME:
+            tail = self.log(name).read_text()[-2000:]
+            self.report.failures.setdefault("workers", []).append(f"{name} exited with {code} on its own:\n{tail}")
 
     def untyped(self, name: str) -> None:
         """A worker ended on an error of no icelog type: record it (the ``typed`` check)."""
@@ -604,12 +608,7 @@ class Controller:
             code = proc.wait()
             self.event("kill -9", name, "did not stop within 60 s of SIGTERM")
             hard = True
-        if code == UNTYPED:
-            self.untyped(name)
-        elif not hard and code not in (0, RESTART_ME):
-            self.report.failures.setdefault("workers", []).append(
-                f"{name} exited with {code} after SIGTERM:\n{self.log(name).read_text()[-2000:]}"
-            )
+        self.check_exit(name, code, hard)
         time.sleep(rng.uniform(*config.down))
         self.start(name)
         self.expected_exit.discard(name)
@@ -649,18 +648,38 @@ class Controller:
             self.reap()
             time.sleep(0.1)
 
+    def check_exit(self, name: str, code: int, hard: bool, clean: tuple[int, ...] = (0, RESTART_ME)) -> None:
+        """How a worker ended after a signal: an untyped error, or a crash on SIGTERM, fails the run."""
+        if code == UNTYPED:
+            self.untyped(name)
+        elif not hard and code not in clean:
+            self.report.failures.setdefault("workers", []).append(
+                f"{name} exited with {code} after SIGTERM:\n{self.log(name).read_text()[-2000:]}"
+            )
+
     def stop_all(self) -> None:
-        self.expected_exit.update(self.procs)
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        # A worker that ended on its own since the last reap is judged as reap judges it; the
+        # rest must stop cleanly on SIGTERM, as a sigterm fault requires.
         for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None and name not in self.expected_exit:
+                self.judge_own_exit(name, code)
+        self.expected_exit.update(self.procs)
+        running = {name: proc for name, proc in self.procs.items() if proc.poll() is None}
+        for proc in running.values():
+            proc.send_signal(signal.SIGTERM)
+        for name, proc in running.items():
+            hard = False
             try:
-                proc.wait(timeout=60)
+                code = proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                code = proc.wait()
+                hard = True
                 self.event("kill -9", name, "did not stop within 60 s of SIGTERM")
+            # Ended by SIGTERM itself (the signal's default action: seen on REST runs, e.g. a
+            # member or the soak inside a library call), it stopped as asked; a crash is any other code.
+            self.check_exit(name, code, hard, clean=(0, RESTART_ME, -signal.SIGTERM))
         self.event("stopped", "all")
 
     def drain(self, name: str, timeout: float = 600.0) -> None:

@@ -211,6 +211,40 @@ SHORT = Config(
 )
 
 
+def test_a_worker_that_crashes_as_the_run_stops_fails_the_run(tmp_path: Path):
+    """stop_all judges how each worker ends: one that crashed on its own since the last reap, or
+    exits with a crash code on SIGTERM, is a failure; one that stops cleanly is not."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.chaos.run import Controller, Report
+
+    report = Report(catalog="sqlite", seed=0)
+    controller = Controller(tmp_path, {}, report, echo=False)
+    # Each waiting worker writes its ready file once its SIGTERM handler is set.
+    waiting = "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit({code})); pathlib.Path({ready!r}).touch(); time.sleep(60)"
+    scripts = {
+        "clean": waiting.format(code=0, ready=str(tmp_path / "clean.ready")),
+        "crashes-on-term": waiting.format(code=3, ready=str(tmp_path / "crashes-on-term.ready")),
+        "crashed-before": "raise SystemExit(4)",
+    }
+    for name, code in scripts.items():
+        controller.log(name).parent.mkdir(parents=True)
+        controller.log(name).write_text(f"{name}\n")
+        controller.procs[name] = subprocess.Popen([sys.executable, "-c", code])
+    controller.procs["crashed-before"].wait()
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"{n}.ready").exists() for n in ("clean", "crashes-on-term")):
+        assert time.monotonic() < deadline, "the workers never set their SIGTERM handlers"
+        time.sleep(0.05)
+    controller.stop_all()
+    failures = report.failures.get("workers", [])
+    assert len(failures) == 2, failures
+    assert any(f.startswith("crashes-on-term exited with 3 after SIGTERM") for f in failures), failures
+    assert any(f.startswith("crashed-before exited with 4 on its own") for f in failures), failures
+
+
 def test_chaos_short_sqlite(tmp_path: Path):
     report = run_chaos(SHORT, tmp_path, "sqlite", echo=False)
     _assert_ok(report, SHORT)
