@@ -90,8 +90,17 @@ class LogSqlCatalog(SqlCatalog):
         faults.checkpoint(faults.AFTER_METADATA_WRITE)
 
 
-# What a REST catalog's client raises while its server is down or restarting.
-REST_UNREACHABLE = (requests.ConnectionError, ServerError, ServiceUnavailableError)
+# What a REST catalog's client raises while its server is down or restarting: no connection,
+# a timeout, or a response cut off mid-body (ChunkedEncodingError: urllib3's IncompleteRead when
+# the server dies while it sends). Other requests errors (a bad URL) are the caller's.
+REST_UNREACHABLE = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+    ServerError,
+    ServiceUnavailableError,
+)
 
 
 class LogRestCatalog(RestCatalog):
@@ -104,6 +113,19 @@ class LogRestCatalog(RestCatalog):
 
     def load_table(self, identifier: Any) -> Any:
         return read_retrying(lambda: super(LogRestCatalog, self).load_table(identifier), REST_UNREACHABLE, str(identifier))
+
+    # The other reads icelog makes outside a commit (opening a table, listing, system tables).
+    def table_exists(self, identifier: Any) -> bool:
+        return read_retrying(lambda: super(LogRestCatalog, self).table_exists(identifier), REST_UNREACHABLE, str(identifier))
+
+    def list_tables(self, namespace: Any) -> Any:
+        return read_retrying(lambda: super(LogRestCatalog, self).list_tables(namespace), REST_UNREACHABLE, str(namespace))
+
+    def list_namespaces(self, namespace: Any = ()) -> Any:
+        return read_retrying(lambda: super(LogRestCatalog, self).list_namespaces(namespace), REST_UNREACHABLE, "(namespaces)")
+
+    def namespace_exists(self, namespace: Any) -> bool:
+        return read_retrying(lambda: super(LogRestCatalog, self).namespace_exists(namespace), REST_UNREACHABLE, str(namespace))
 
 
 def ensure_namespace(catalog: Catalog, namespace: str) -> None:

@@ -196,3 +196,53 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+class _CutOffCatalog(threading.Thread):
+    """A REST catalog server that answers ``/v1/config`` and then cuts every other response off
+    mid-body (a Content-Length it never sends in full), as a server killed while it answers does."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                body = b'{"defaults": {}, "overrides": {}}' if self.path.startswith("/v1/config") else b'{"metadata": {'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body) if self.path.startswith("/v1/config") else 10_000))
+                self.end_headers()
+                self.wfile.write(body)
+                self.close_connection = True
+
+            do_HEAD = do_GET  # noqa: N815 (table_exists asks with HEAD)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def run(self) -> None:
+        self.server.serve_forever()
+
+
+def test_a_response_cut_off_mid_body_is_catalog_unavailable():
+    """The CI chaos run's REST failure: a server killed while it sends a table's metadata leaves
+    the client with ``requests``' ChunkedEncodingError (urllib3's IncompleteRead). Reads outside a
+    commit retry it and then raise the typed, retriable ``CatalogUnavailable``, like a refused
+    connection; a raw requests error made the worker's run untyped."""
+    from storage.core.catalog import LogRestCatalog
+
+    server = _CutOffCatalog()
+    server.start()
+    try:
+        catalog = LogRestCatalog("cut-off", uri=server.uri)
+        with pytest.raises(CatalogUnavailable) as e:
+            catalog.load_table("db.events")
+        assert "ChunkedEncodingError" in str(e.value)
+        with pytest.raises(CatalogUnavailable):
+            catalog.list_tables("db")
+    finally:
+        server.server.shutdown()
