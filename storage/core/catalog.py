@@ -52,6 +52,10 @@ class CatalogNotFound(TerminalError):
     )
 
 
+# The FileIO of icelog's catalogs (storage.core.fileio: small S3 files in one request), unless
+# the configuration names one (``py-io-impl``): configuration wins, as everywhere in pyiceberg.
+FILE_IO = {"py-io-impl": "storage.core.fileio.LogFileIO"}
+
 READ_ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting catalog
 
 
@@ -184,20 +188,20 @@ def open_catalog(name: str | None = None, *, create: bool = True, **properties: 
     name = name or os.environ.get("ICELOG_CATALOG") or None
     if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
         if create:
-            return LogSqlCatalog(EMBEDDED_NAME, **{**embedded_properties(), **properties})
+            return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **embedded_properties(), **properties})
         home = icelog_home()
         layout = embedded_layout(home)
         if not (home / EMBEDDED_DATABASE).is_file():  # SQLite would create the file on connect
             raise CatalogNotFound(catalog=EMBEDDED_NAME, home=str(home), uri=layout["uri"])
-        return LogSqlCatalog(EMBEDDED_NAME, **{**layout, **properties})
+        return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **layout, **properties})
     conf = {**(Config().get_catalog_config(name) or {}), **properties}
     if not conf:
         raise CatalogNotConfigured(catalog=name)
     uri = str(conf.get("uri", ""))
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
-        return LogSqlCatalog(name, **{k: str(v) for k, v in conf.items() if k != "type"})
+        return LogSqlCatalog(name, **{**FILE_IO, **{k: str(v) for k, v in conf.items() if k != "type"}})
     if conf.get("type") == "rest" and "py-catalog-impl" not in conf:
-        return LogRestCatalog(name, **{k: str(v) for k, v in conf.items()})
+        return LogRestCatalog(name, **{**FILE_IO, **{k: str(v) for k, v in conf.items()}})
     return load_catalog(name, **conf)  # conf: the environment as it is now (pyiceberg reads it once, at import)
 
 

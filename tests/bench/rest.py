@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.catalog import load_catalog
 
 from storage.core.catalog import open_catalog
 from storage.core.metadata_files import file_system
@@ -47,16 +48,18 @@ def bench_rest(root: Path, quick: bool, record: Callable[..., None]) -> None:
     config = seaweedfs.start(directory)
     try:
         cat = open_catalog("bench", **config)
-        _append_latency(cat, 5 if quick else 30, record)
+        # The reference is plain pyiceberg as a user has it: its own RestCatalog and FileIO.
+        _append_latency(cat, load_catalog("plain", **config), 5 if quick else 30, record)
         _bulk(cat, 200_000 if quick else 5_000_000, record)
         _deep_check(cat, 400_000 if quick else 20_000_000, record)
     finally:
         seaweedfs.stop(directory)
 
 
-def _append_latency(cat: Any, samples: int, record: Callable[..., None]) -> None:
-    """Conditional 1k-row appends at ~10 commits beside plain pyiceberg appends on the same server,
-    sampled alternately so that both see the same load."""
+def _append_latency(cat: Any, plain_cat: Any, samples: int, record: Callable[..., None]) -> None:
+    """Conditional 1k-row appends at ~10 commits beside plain pyiceberg appends on the same server
+    (through ``plain_cat``, pyiceberg's own catalog), sampled alternately so that both see the
+    same load."""
     t = LogTable.create(cat, "bench.latency", partitions=1)
     schema = pa.schema([("key", pa.large_string()), ("value", pa.large_string())])
     rows = pa.table(
@@ -66,8 +69,8 @@ def _append_latency(cat: Any, samples: int, record: Callable[..., None]) -> None
         },
         schema=schema,
     )
-    cat.create_namespace("plain")
-    plain = cat.create_table("plain.latency", schema=schema)
+    plain_cat.create_namespace("plain")
+    plain = plain_cat.create_table("plain.latency", schema=schema)
     for _ in range(WARMUPS):
         t.append({0: rows}, expected_offsets={0: t.watermarks()[0].end})
         plain.append(rows)

@@ -187,3 +187,30 @@ def test_pyarrow_file_io_gives_the_file_system_maintenance_lists_with(tmp_path):
     io = PyArrowFileIO({"s3.endpoint": "http://127.0.0.1:1", "s3.region": "us-east-1"})
     assert isinstance(io.fs_by_scheme("file", None), LocalFileSystem)
     assert isinstance(io.fs_by_scheme("s3", "warehouse"), S3FileSystem)
+
+
+def test_log_file_io_keeps_every_s3_option_pyiceberg_chooses_and_opens_small_files_lazily():
+    """``storage.core.fileio.LogFileIO`` overrides the private ``_initialize_s3_fs(netloc)`` and
+    rebuilds its S3FileSystem from pyarrow's pickled options with ``allow_delayed_open`` (one
+    ``PutObject`` per small file): nothing else pyiceberg set may change."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from storage.core.fileio import LogFileIO
+
+    assert list(inspect.signature(PyArrowFileIO._initialize_s3_fs).parameters) == ["self", "netloc"]
+    properties = {
+        "s3.endpoint": "http://127.0.0.1:1",
+        "s3.access-key-id": "k",
+        "s3.secret-access-key": "s",
+        "s3.region": "eu-west-3",
+        "s3.connect-timeout": "2.5",
+        "s3.request-timeout": "7",
+        "s3.force-virtual-addressing": "false",
+    }
+    plain = PyArrowFileIO(properties).fs_by_scheme("s3", "warehouse").__reduce__()[1][0]
+    ours = LogFileIO(properties).fs_by_scheme("s3", "warehouse").__reduce__()[1][0]
+    assert plain["allow_delayed_open"] is False and ours["allow_delayed_open"] is True
+    assert {k: v for k, v in ours.items() if k != "allow_delayed_open"} == {
+        k: v for k, v in plain.items() if k != "allow_delayed_open"
+    }
+    assert (ours["connect_timeout"], ours["region"], ours["access_key"]) == (2.5, "eu-west-3", "k")

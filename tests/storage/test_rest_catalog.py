@@ -145,3 +145,20 @@ def test_the_tag_is_what_the_server_checks(rest_catalog):
             (SetPropertiesUpdate(updates={COUNTER: "99"}),),
         )
     assert counter(t) == 2
+
+
+def test_tables_are_written_through_icelogs_file_io_unless_configured(rest_catalog, rest_spec):
+    """icelog's catalogs open tables with ``storage.core.fileio.LogFileIO`` (one ``PutObject`` per
+    small S3 file); a ``py-io-impl`` in the configuration wins, as in pyiceberg."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from storage.core.catalog import open_catalog
+    from storage.core.fileio import LogFileIO
+
+    t = LogTable.create(rest_catalog, "db.events", partitions=1)
+    t.append({0: [{"key": "k", "value": "v"}]})
+    assert type(t.table().io) is LogFileIO
+    assert t.table().io.fs_by_scheme("s3", "warehouse").__reduce__()[1][0]["allow_delayed_open"] is True
+    plain = open_catalog("plain-io", **rest_spec.properties(), **{"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"})
+    assert type(LogTable(plain, "db.events").table().io) is PyArrowFileIO
+    assert [r["value"] for r in LogTable(plain, "db.events").read(0).to_pylist()] == ["v"]
