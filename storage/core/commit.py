@@ -80,6 +80,7 @@ from storage.errors import (
     CommitIdForgotten,
     CommitOutcomeUnknown,
     ForeignCommit,
+    IcelogError,
     InvalidIdentifier,
     InvalidInput,
     ReadOnlyTable,
@@ -194,12 +195,17 @@ class Request:
         raise NotImplementedError(f"{type(self).__name__} decided rows but has no file writer")
 
 
+class _DecideAgain(Exception):
+    """A decision on the caller's base that only a fresh read may confirm."""
+
+
 @dataclass
 class CommitOutcome:
     result: Any
     snapshot_id: int | None
     attempts: int
     already_committed: bool = False
+    table: Table | None = None  # the table as this commit's swap left it (None: nothing swapped)
 
 
 def _version(metadata: TableMetadata) -> int:
@@ -405,8 +411,10 @@ def commit(
 ) -> CommitOutcome:
     """Run one table's ``request`` through the commit protocol (the one-table case).
 
-    ``loaded``: the table as the caller just loaded it, the first attempt's base (saves reading
-    the metadata again; a base that moved on meanwhile only loses the compare-and-swap).
+    ``loaded``: the table as the caller last saw it, the first attempt's base (saves reading the
+    metadata again). It may be older than the table: a base that moved on loses the
+    compare-and-swap, and an error decided on it is raised only if the table as it is now
+    gives it too.
     """
     return commit_tables(
         catalog,
@@ -435,7 +443,7 @@ def commit_tables(
         catalog: The catalog of every table.
         parts: ``(identifier, request)`` per table, each table at most once.
         commit_id: Idempotency key, recorded in every table written.
-        loaded: Every table as the caller loaded it, the first attempt's bases.
+        loaded: Every table as the caller last saw it, the first attempt's bases (see :func:`commit`).
 
     Returns:
         One outcome per part, in order.
@@ -467,12 +475,9 @@ def commit_tables(
         while attempt < max_attempts:
             attempt += 1
             rounds += 1  # attempts and waits: only the first round may use the caller's base
+            callers_base = rounds == 1 and bool(loaded) and set(loaded or ()) == set(identifiers)
             try:
-                tables = (
-                    dict(loaded)
-                    if rounds == 1 and loaded and set(loaded) == set(identifiers)
-                    else _load_all(catalog, identifiers)
-                )
+                tables = dict(loaded or {}) if callers_base else _load_all(catalog, identifiers)
             except (
                 SQLAlchemyError,
                 CatalogUnavailable,
@@ -487,9 +492,15 @@ def commit_tables(
             receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
             if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
                 return [_landed(request, receipts[ident], attempt) for ident, request in parts]
-            if resent:
-                for ident in identifiers:
-                    check_not_forgotten(ident, tables[ident].metadata, commit_id)
+            try:
+                if resent:
+                    for ident in identifiers:
+                        check_not_forgotten(ident, tables[ident].metadata, commit_id)
+            except IcelogError:
+                if not callers_base:
+                    raise
+                attempt -= 1  # the caller's base may be stale: judge on the table as it is now
+                continue
             wait = max((_lease_wait(t.metadata, commit_id) for t in tables.values()), default=0.0)
             if wait > 0:  # another commit's turn (step 7): not an attempt of ours
                 attempt -= 1
@@ -509,6 +520,8 @@ def commit_tables(
                 plans = _decide(parts, tables)
                 deciding = False
                 if not any(plan.decision.write for plan in plans):
+                    if callers_base:  # no swap proves this base (a duplicate judged on it may be fenced since)
+                        raise _DecideAgain
                     return [CommitOutcome(plan.decision.result, plan.state.snapshot_id, attempt, True) for plan in plans]
                 _write_files(plans, written, write_rows)
                 faults.checkpoint(faults.AFTER_DATA_FILES)
@@ -516,6 +529,14 @@ def commit_tables(
                 swaps = [
                     _stage(p.table, p.state, p.decision, written[p.ident][1], commit_id, p.request, p.settings) for p in staged
                 ]
+            except IcelogError:
+                if not (deciding and callers_base):
+                    raise
+                attempt -= 1  # decided on the caller's base, which may be stale: decide again on a fresh read
+                continue
+            except _DecideAgain:
+                attempt -= 1
+                continue
             except OSError as e:
                 if deciding and isinstance(e, FileNotFoundError):
                     raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
@@ -612,8 +633,14 @@ def _landed_now(
         snapshots[plan.ident] = response.metadata.current_snapshot_id
         _attach_snapshot(plan.decision.result, snapshots[plan.ident])
     bound.debug("committed", attempt=attempt, snapshots=snapshots)
+    after = {
+        plan.ident: Table(plan.table.name(), response.metadata, response.metadata_location, plan.table.io, plan.table.catalog)
+        for plan, response in zip(staged, responses, strict=True)
+    }
     return [
-        CommitOutcome(p.decision.result, snapshots.get(p.ident, p.state.snapshot_id), attempt, not p.decision.write)
+        CommitOutcome(
+            p.decision.result, snapshots.get(p.ident, p.state.snapshot_id), attempt, not p.decision.write, after.get(p.ident)
+        )
         for p in plans
     ]
 

@@ -35,6 +35,7 @@ from storage.core.state import FORMAT_VERSION, LogState, Watermark
 from storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
+    IcelogError,
     InvalidInput,
     InvalidOffset,
     NotALogTable,
@@ -50,6 +51,11 @@ from storage.log.maintenance import PartitionGrowth
 from storage.log.scan import check_snapshot
 from storage.log.sequences import ProducerBatch
 from storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
+
+# How long an append may take the table as this LogTable last saw it as its first base
+# (LogTable._last_seen): long enough for a writer's steady stream, short against the
+# lifetime of a REST catalog's vended storage credentials.
+SEEN_MAX_AGE_S = 30.0
 
 TABLE_DEFAULTS = {
     "format-version": "2",
@@ -189,6 +195,11 @@ class LogTable:
     def __init__(self, catalog: Catalog, identifier: str) -> None:
         self.catalog = catalog
         self.identifier = cols.qualified(identifier)
+        # The table as this object last read or committed it, and when (monotonic seconds): an
+        # append's first base, which saves a catalog read (a request to a REST server). Only a
+        # base: the compare-and-swap still proves it, and the commit core re-reads the table
+        # before it raises anything decided on it.
+        self._seen: tuple[Table, float] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -271,7 +282,14 @@ class LogTable:
         table = load(self.catalog, self.identifier)
         if FORMAT not in table.metadata.properties:
             raise NotALogTable(table=self.identifier)
+        self._seen = (table, time.monotonic())
         return table
+
+    def _last_seen(self) -> Table | None:
+        """The table as last read or committed here, if that was at most ``SEEN_MAX_AGE_S`` ago
+        (a FileIO's vended credentials may expire; a long-idle writer reads afresh)."""
+        seen = self._seen
+        return seen[0] if seen is not None and time.monotonic() - seen[1] <= SEEN_MAX_AGE_S else None
 
     def state(self) -> LogState:
         return LogState.from_metadata(self.table().metadata)
@@ -346,9 +364,15 @@ class LogTable:
         """
         import uuid
 
-        table = self.table()
-        state = LogState.from_metadata(table.metadata)
-        payload = self._validate(rows, expected_offsets or {}, state, table, producer)
+        seen = self._last_seen()
+        table = seen or self.table()
+        try:
+            payload = self._validate(rows, expected_offsets or {}, LogState.from_metadata(table.metadata), table, producer)
+        except IcelogError:
+            if seen is None:
+                raise
+            table = self.table()  # judge the rows by the table as it is now, not as it was
+            payload = self._validate(rows, expected_offsets or {}, LogState.from_metadata(table.metadata), table, producer)
         request = AppendRequest(self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer)
         return self._commit(request, table).result
 
@@ -399,7 +423,10 @@ class LogTable:
         return AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
 
     def _commit(self, request: Any, loaded: Table | None = None) -> CommitOutcome:
-        return commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)
+        outcome = commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)
+        if outcome.table is not None:
+            self._seen = (outcome.table, time.monotonic())
+        return outcome
 
     def conform(self, rows: Mapping[int, pa.Table | list[dict]], table: Table | None = None) -> dict[int, pa.Table]:
         """Validate rows per partition and cast them to the payload schema (I8: typed errors)."""

@@ -322,3 +322,39 @@ def test_errors_are_typed_and_picklable():
     assert isinstance(cases[1], TransientError)
     assert isinstance(cases[3], ValueError)
     assert cases[0].to_dict()["actual"] == 5 and "expected offset 3" in str(cases[0])
+
+
+# --- an append's first base: the table as its LogTable last saw it ------------------------------
+
+
+def test_an_append_after_an_append_reads_no_metadata(catalog, monkeypatch):
+    """A writer's steady stream: the table its last commit left is the next append's base, so
+    the append costs no catalog read (on REST, one request less per append)."""
+    t = LogTable.create(catalog, "db.events", partitions=1)
+    t.append({0: rows("a")})
+    reads = []
+    real = type(catalog).load_table
+    monkeypatch.setattr(type(catalog), "load_table", lambda self, ident: reads.append(ident) or real(self, ident))
+    assert t.append({0: rows("b")}, {0: 1}).ranges == {0: (1, 2)}
+    assert t.append({0: rows("c")}, {0: 2}).ranges == {0: (2, 3)}
+    assert reads == []
+
+
+def test_a_stale_base_never_decides_an_append(catalog):
+    """Another writer moved the table since this LogTable last saw it: the offsets come from the
+    table as it is (the compare-and-swap refuses the stale base), an expected offset is judged
+    against it (no false OffsetMismatch), and a partition added meanwhile is known."""
+    mine, theirs = LogTable.create(catalog, "db.events", partitions=1), LogTable(catalog, "db.events")
+    mine.append({0: rows("a")})
+    theirs.append({0: rows("b", "c")})
+    assert mine.append({0: rows("d")}).ranges == {0: (3, 4)}
+    theirs.append({0: rows("e")})
+    assert mine.append({0: rows("f")}, {0: 5}).ranges == {0: (5, 6)}
+    theirs.append({0: rows("g")})
+    with pytest.raises(OffsetMismatch) as e:
+        mine.append({0: rows("h")}, {0: 6})  # stale by one commit, and wrong on the table as it is
+    assert e.value.actual == 7
+    theirs.add_partitions(2)
+    assert mine.append({1: rows("x")}).ranges == {1: (0, 1)}
+    assert mine.read(0).column("key").to_pylist() == ["a", "b", "c", "d", "e", "f", "g"]
+    assert check_contiguity(mine.table(), deep=True).ok
