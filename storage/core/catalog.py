@@ -56,16 +56,17 @@ class CatalogNotFound(TerminalError):
 # the configuration names one (``py-io-impl``): configuration wins, as everywhere in pyiceberg.
 FILE_IO = {"py-io-impl": "storage.core.fileio.LogFileIO"}
 
-READ_ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting catalog
+ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting catalog
 
 
-def read_retrying(read: Callable[[], Any], unreachable: tuple[type[BaseException], ...], table: str) -> Any:
-    """``read()``, again with back-off while it raises ``unreachable``; then :class:`CatalogUnavailable`."""
-    for attempt in range(READ_ATTEMPTS):
+def retrying(request: Callable[[], Any], unreachable: tuple[type[BaseException], ...], table: str) -> Any:
+    """``request()`` (a read, or a write that is safe to repeat), again with back-off while it
+    raises ``unreachable``; then :class:`CatalogUnavailable`."""
+    for attempt in range(ATTEMPTS):
         try:
-            return read()
+            return request()
         except unreachable as e:
-            if attempt == READ_ATTEMPTS - 1:
+            if attempt == ATTEMPTS - 1:
                 raise CatalogUnavailable(table=table, reason=repr(e)) from e
             time.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")
@@ -85,7 +86,7 @@ class LogSqlCatalog(SqlCatalog):
         """pyiceberg's ``load_table``; a database that stays unreachable is :class:`CatalogUnavailable`."""
         from sqlalchemy.exc import InterfaceError, OperationalError
 
-        return read_retrying(
+        return retrying(
             lambda: super(LogSqlCatalog, self).load_table(identifier), (OperationalError, InterfaceError), str(identifier)
         )
 
@@ -113,39 +114,44 @@ class LogRestCatalog(RestCatalog):
 
     def __init__(self, name: str, **properties: str) -> None:
         # The constructor fetches the server's /v1/config.
-        read_retrying(lambda: super(LogRestCatalog, self).__init__(name, **properties), REST_UNREACHABLE, f"(catalog {name})")
+        retrying(lambda: super(LogRestCatalog, self).__init__(name, **properties), REST_UNREACHABLE, f"(catalog {name})")
 
     def load_table(self, identifier: Any) -> Any:
-        return read_retrying(lambda: super(LogRestCatalog, self).load_table(identifier), REST_UNREACHABLE, str(identifier))
+        return retrying(lambda: super(LogRestCatalog, self).load_table(identifier), REST_UNREACHABLE, str(identifier))
 
     # The other reads icelog makes outside a commit (opening a table, listing, system tables).
     def table_exists(self, identifier: Any) -> bool:
-        return read_retrying(lambda: super(LogRestCatalog, self).table_exists(identifier), REST_UNREACHABLE, str(identifier))
+        return retrying(lambda: super(LogRestCatalog, self).table_exists(identifier), REST_UNREACHABLE, str(identifier))
 
     def list_tables(self, namespace: Any) -> Any:
-        return read_retrying(lambda: super(LogRestCatalog, self).list_tables(namespace), REST_UNREACHABLE, str(namespace))
+        return retrying(lambda: super(LogRestCatalog, self).list_tables(namespace), REST_UNREACHABLE, str(namespace))
 
     def list_namespaces(self, namespace: Any = ()) -> Any:
-        return read_retrying(lambda: super(LogRestCatalog, self).list_namespaces(namespace), REST_UNREACHABLE, "(namespaces)")
+        return retrying(lambda: super(LogRestCatalog, self).list_namespaces(namespace), REST_UNREACHABLE, "(namespaces)")
 
     def namespace_exists(self, namespace: Any) -> bool:
-        return read_retrying(lambda: super(LogRestCatalog, self).namespace_exists(namespace), REST_UNREACHABLE, str(namespace))
+        return retrying(lambda: super(LogRestCatalog, self).namespace_exists(namespace), REST_UNREACHABLE, str(namespace))
 
 
 def ensure_namespace(catalog: Catalog, namespace: str) -> None:
     """Create ``namespace`` unless it exists; safe when processes race to create it.
 
-    pyiceberg's SQL catalog checks, then inserts: the loser of a race gets the database's
-    integrity error instead of ``NamespaceAlreadyExistsError``.
+    Racing creators see more than ``NamespaceAlreadyExistsError``. pyiceberg's SQL catalog
+    checks, then inserts: the loser gets the database's integrity error. SeaweedFS's REST
+    catalog answers 500 ("attribute not found") while another client's namespace is half
+    created. Creating a namespace is idempotent, so those are asked again, as a read would be.
     """
     from pyiceberg.exceptions import NamespaceAlreadyExistsError
     from sqlalchemy.exc import IntegrityError
 
-    try:
-        catalog.create_namespace(namespace)
-    except (NamespaceAlreadyExistsError, IntegrityError):
-        if not catalog.namespace_exists(namespace):
-            raise
+    def create() -> None:
+        try:
+            catalog.create_namespace(namespace)
+        except (NamespaceAlreadyExistsError, IntegrityError):
+            if not catalog.namespace_exists(namespace):
+                raise
+
+    retrying(create, REST_UNREACHABLE, namespace)
 
 
 def icelog_home() -> Path:
