@@ -195,10 +195,6 @@ class Request:
         raise NotImplementedError(f"{type(self).__name__} decided rows but has no file writer")
 
 
-class _DecideAgain(Exception):
-    """A decision on the caller's base that only a fresh read may confirm."""
-
-
 @dataclass
 class CommitOutcome:
     result: Any
@@ -521,7 +517,8 @@ def commit_tables(
                 deciding = False
                 if not any(plan.decision.write for plan in plans):
                     if callers_base:  # no swap proves this base (a duplicate judged on it may be fenced since)
-                        raise _DecideAgain
+                        attempt -= 1
+                        continue
                     return [CommitOutcome(plan.decision.result, plan.state.snapshot_id, attempt, True) for plan in plans]
                 _write_files(plans, written, write_rows)
                 faults.checkpoint(faults.AFTER_DATA_FILES)
@@ -533,9 +530,6 @@ def commit_tables(
                 if not (deciding and callers_base):
                     raise
                 attempt -= 1  # decided on the caller's base, which may be stale: decide again on a fresh read
-                continue
-            except _DecideAgain:
-                attempt -= 1
                 continue
             except OSError as e:
                 if deciding and isinstance(e, FileNotFoundError):
