@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
 
 from storage import properties as icelog_properties
+from storage.core.bases import LastSeen
 from storage.core.catalog import ensure_namespace
 from storage.core.commit import CommitOutcome, Decision, Request, commit, load, refuse_system_table
 from storage.core.state import FORMAT_VERSION, LogState, Watermark
@@ -51,11 +52,6 @@ from storage.log.maintenance import PartitionGrowth
 from storage.log.scan import check_snapshot
 from storage.log.sequences import ProducerBatch
 from storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
-
-# How long an append may take the table as this LogTable last saw it as its first base
-# (LogTable._last_seen): long enough for a writer's steady stream, short against the
-# lifetime of a REST catalog's vended storage credentials.
-SEEN_MAX_AGE_S = 30.0
 
 MANIFEST_TARGET_BYTES = 256 * 1024  # ~850 data files' entries: what one manifest merge rewrites at most
 
@@ -201,11 +197,9 @@ class LogTable:
     def __init__(self, catalog: Catalog, identifier: str) -> None:
         self.catalog = catalog
         self.identifier = cols.qualified(identifier)
-        # The table as this object last read or committed it, and when (monotonic seconds): an
-        # append's first base, which saves a catalog read (a request to a REST server). Only a
-        # base: the compare-and-swap still proves it, and the commit core re-reads the table
-        # before it raises anything decided on it.
-        self._seen: tuple[Table, float] | None = None
+        # The table as this object last read or committed it: an append's first base, which
+        # saves a catalog read (a request to a REST server). Only a base: see storage.core.bases.
+        self._seen = LastSeen()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -288,14 +282,11 @@ class LogTable:
         table = load(self.catalog, self.identifier)
         if FORMAT not in table.metadata.properties:
             raise NotALogTable(table=self.identifier)
-        self._seen = (table, time.monotonic())
+        self._seen.put(self.identifier, table)
         return table
 
     def _last_seen(self) -> Table | None:
-        """The table as last read or committed here, if that was at most ``SEEN_MAX_AGE_S`` ago
-        (a FileIO's vended credentials may expire; a long-idle writer reads afresh)."""
-        seen = self._seen
-        return seen[0] if seen is not None and time.monotonic() - seen[1] <= SEEN_MAX_AGE_S else None
+        return self._seen.get(self.identifier)
 
     def state(self) -> LogState:
         return LogState.from_metadata(self.table().metadata)
@@ -430,8 +421,7 @@ class LogTable:
 
     def _commit(self, request: Any, loaded: Table | None = None) -> CommitOutcome:
         outcome = commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)
-        if outcome.table is not None:
-            self._seen = (outcome.table, time.monotonic())
+        self._seen.put(self.identifier, outcome.table)
         return outcome
 
     def conform(self, rows: Mapping[int, pa.Table | list[dict]], table: Table | None = None) -> dict[int, pa.Table]:

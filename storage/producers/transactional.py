@@ -50,6 +50,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from storage.core import faults
+from storage.core.bases import LastSeen
 from storage.core.catalog import database_clock
 from storage.core.commit import (
     Decision,
@@ -240,6 +241,9 @@ class TransactionalProducer:
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
         self._prepared: Prepared | None = None  # recorded in the journal (PREPARE_COMMIT)
         self._tables: dict[str, LogTable] = {}
+        # The journal and each table as this producer last read or committed them: the first
+        # bases of its commits (storage.core.bases), as a single append has.
+        self._seen = LastSeen()
         self.last_commit: dict[str, dict[str, list[int]]] = {}  # offsets of the last committed transaction
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -295,6 +299,7 @@ class TransactionalProducer:
         txn_id = self._require_open(sending=True)
         log_table = self._table(table)
         current = log_table.table()
+        self._seen.put(log_table.identifier, current)
         payload = log_table.conform({partition: rows}, current)[partition]
         if expected_offset is not None and (
             not isinstance(expected_offset, int) or isinstance(expected_offset, bool) or expected_offset < 0
@@ -331,6 +336,7 @@ class TransactionalProducer:
         log_table = self._table(table)
         current = log_table.table()
         name = log_table.identifier
+        self._seen.put(name, current)
         if not files and not expected_offsets:
             return 0
         partitions = LogState.from_metadata(current.metadata).partitions
@@ -392,7 +398,7 @@ class TransactionalProducer:
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
             ranges = _commit_prepared(
-                self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock
+                self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock, self._seen
             )
         except TransientError:
             raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
@@ -475,7 +481,7 @@ class TransactionalProducer:
             fields["begins"] = not any(self._registered.values())
         request = step(self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", clock=self.clock, **fields)
         try:
-            result = commit(self.catalog, JOURNAL, request).result
+            outcome = commit(self.catalog, JOURNAL, request, loaded=self._seen.get(JOURNAL))
         except TransactionAborted:
             self._discard_staged()  # it ended without us: what we staged since is ours to delete
             self.txn_id = None
@@ -483,6 +489,8 @@ class TransactionalProducer:
         except ProducerFenced:
             self._discard_staged()  # the new instance cleaned up before our late sends
             raise
+        self._seen.put(JOURNAL, outcome.table)
+        result = outcome.result
         _clean_aborted(self.catalog, result)
         if result.get("timed_out"):
             self._discard_staged()
@@ -511,8 +519,12 @@ def _commit_prepared(
     txn_id: str,
     prepared: Prepared,
     clock: Callable[[], int],
+    seen: LastSeen | None = None,
 ) -> dict[str, dict[str, list[int]]]:
-    """The commit point: data tables, group offsets and the COMMITTED record, all or nothing."""
+    """The commit point: data tables, group offsets and the COMMITTED record, all or nothing.
+
+    ``seen``: the producer's tables as it last saw them, the first bases if it has them all;
+    updated with the tables the commit leaves."""
 
     appends = {t: TxnAppend(t, txn_id, list(sends), txn_id) for t, sends in prepared.sends.items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
@@ -522,12 +534,16 @@ def _commit_prepared(
     committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
     parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
     try:
-        outcomes = commit_tables(catalog, parts, commit_id=txn_id)
+        loaded = seen.all([ident for ident, _ in parts]) if seen is not None else None
+        outcomes = commit_tables(catalog, parts, commit_id=txn_id, loaded=loaded)
     except FileNotFoundError:
         missing = missing_files(prepared)
         if not missing:
             raise
         raise PreparedFilesMissing(transactional_id=tid, txn_id=txn_id, missing=missing) from None
+    if seen is not None:
+        for (ident, _), outcome in zip(parts, outcomes, strict=True):
+            seen.put(ident, outcome.table)
     journal_result = outcomes[-1].result or {}
     ranges = journal_result.get("ranges") or committed()
     for name, append in appends.items():

@@ -518,6 +518,48 @@ def test_i2_i5_send_without_expected_offset_is_renumbered_after_other_writers(ca
     contiguous(a)
 
 
+def test_i5_a_commit_after_its_sends_reads_no_metadata_and_a_stale_base_never_decides(catalog, monkeypatch):
+    """A producer's commit starts from the tables as it last saw them (its sends, its last
+    journal step), as a single append does: PREPARE and the atomic commit read no metadata.
+    Another producer's transactions in between make every such base stale: they are then
+    decided again on the tables as they are, never on the stale ones."""
+    a, b = two_tables(catalog)
+    mine, theirs = TransactionalProducer(catalog, "mine"), TransactionalProducer(catalog, "theirs")
+    mine.init_transactions()
+    theirs.init_transactions()
+    with mine.transaction():
+        mine.send("db.a", 0, [{"key": "m", "value": "0"}])
+    mine.begin_transaction()
+    mine.send("db.a", 0, [{"key": "m", "value": "1"}])
+    mine.send("db.b", 0, [{"key": "m", "value": "1"}])
+    reads = []
+    real = type(catalog).load_table
+    monkeypatch.setattr(type(catalog), "load_table", lambda self, ident: reads.append(ident) or real(self, ident))
+    from storage.core import commit as core
+
+    several = core.load_tables
+    monkeypatch.setattr(core, "load_tables", lambda cat, idents: reads.extend(idents) or several(cat, idents))
+    assert mine.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 1]}}
+    assert reads == []
+    for i in range(3):  # the journal and both tables move on between mine's sends and its commit
+        mine.begin_transaction()
+        mine.send("db.a", 0, [{"key": "m", "value": str(i)}])
+        mine.send("db.b", 0, [{"key": "m", "value": str(i)}], expected_offset=2 + 2 * i)
+        with theirs.transaction():
+            theirs.send("db.a", 0, [{"key": "t", "value": str(i)}])
+            theirs.send("db.b", 0, [{"key": "t", "value": str(i)}])
+        assert mine.commit_transaction() == {"db.a": {"0": [3 + 2 * i, 4 + 2 * i]}, "db.b": {"0": [2 + 2 * i, 3 + 2 * i]}}
+    mine.begin_transaction()
+    mine.send("db.b", 0, [{"key": "m", "value": "late"}], expected_offset=7)
+    with theirs.transaction():  # after mine staged: mine's expected offset no longer holds
+        theirs.send("db.b", 0, [{"key": "t", "value": "late"}])
+    with pytest.raises(OffsetMismatch):
+        mine.commit_transaction()
+    assert [r[1] for r in rows(b)] == ["m", "t", "m", "t", "m", "t", "m", "t"]
+    contiguous(a)
+    contiguous(b)
+
+
 @pytest.mark.parametrize("case", ["group offset beyond the log end", "no expected offset on a strict table"])
 def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
     """Input the atomic commit refuses for good must be refused before PREPARE_COMMIT (or the
