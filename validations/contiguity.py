@@ -56,7 +56,8 @@ from pyiceberg.table import Table
 from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import arrow_location, file_offset_range, file_partition, is_local, local_path
+from storage.log.files import arrow_location, file_partition, is_local, local_path, offset_range
+from storage.log.manifests import live_files
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
@@ -96,12 +97,12 @@ class OffsetRun:
 
 
 def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpan]:
+    """Per-file spans from the manifests alone: each file's offset bounds and row count."""
     offset_id = table.schema().find_field(cols.OFFSET).field_id
     spans = []
-    for task in table.scan(snapshot_id=snapshot_id).plan_files():
-        f = task.file
-        first, nxt = file_offset_range(f, offset_id)
-        spans.append(FileSpan(f.file_path, file_partition(f), first, nxt - 1, f.record_count, f.record_count == nxt - first))
+    for f in live_files(table, [offset_id], snapshot_id):
+        first, nxt = offset_range(f.lower, f.upper, offset_id)
+        spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
     return spans
 
 

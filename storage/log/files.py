@@ -481,12 +481,13 @@ def _arrow_io(properties: tuple[tuple[str, str], ...]) -> FileIO:
 
 def file_offset_range(data_file: DataFile, offset_field_id: int) -> tuple[int, int]:
     """``(first, next)`` offsets of a data file, from its column bounds."""
-    from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import LongType
+    return offset_range(data_file.lower_bounds, data_file.upper_bounds, offset_field_id)
 
-    low = from_bytes(LongType(), data_file.lower_bounds[offset_field_id])
-    high = from_bytes(LongType(), data_file.upper_bounds[offset_field_id])
-    return low, high + 1
+
+def offset_range(lower: Mapping[int, bytes], upper: Mapping[int, bytes], offset_field_id: int) -> tuple[int, int]:
+    """``(first, next)`` from a file's serialized bounds (Iceberg stores a long little-endian)."""
+    low = int.from_bytes(lower[offset_field_id], "little", signed=True)
+    return low, int.from_bytes(upper[offset_field_id], "little", signed=True) + 1
 
 
 def file_partition(data_file: DataFile) -> int:

@@ -1,0 +1,115 @@
+"""The manifest reader of the metadata-only check against pyiceberg's planning (``plan_files``).
+
+``storage.log.manifests`` reads manifests with fastavro instead of pyiceberg: each table history
+here (appends on several partitions, key-clustered files, retention, compaction, an older
+snapshot, a foreign append) must give the same files, partitions, row counts and offset bounds
+as pyiceberg does, or the check would judge files pyiceberg would not plan.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from storage.core.commit import commit
+from storage.errors import UnknownSnapshot
+from storage.log import manifests
+from storage.log.maintenance import Retention, files_by_partition, maintain
+from storage.log.manifests import LiveFile, live_files
+from storage.log.table import LogTable
+from validations.contiguity import check_contiguity
+
+
+def planned(table, field_id: int, snapshot_id: int | None = None) -> list[tuple]:
+    tasks = table.scan(snapshot_id=snapshot_id).plan_files()
+    return sorted(
+        (
+            t.file.file_path,
+            tuple(t.file.partition),
+            t.file.record_count,
+            t.file.lower_bounds[field_id],
+            t.file.upper_bounds[field_id],
+        )
+        for t in tasks
+    )
+
+
+def read(table, field_id: int, snapshot_id: int | None = None) -> list[tuple]:
+    return sorted(
+        (f.path, f.partition, f.record_count, f.lower[field_id], f.upper[field_id])
+        for f in live_files(table, [field_id], snapshot_id)
+    )
+
+
+def offset_id(table) -> int:
+    return table.schema().find_field("log_offset").field_id
+
+
+def test_the_reader_plans_what_pyiceberg_plans_through_a_tables_history(catalog):
+    t = LogTable.create(catalog, "db.events", 3, properties={"icelog.key-column": "key"})
+    assert live_files(t.table(), [1]) == []  # no snapshot yet
+    for i in range(6):
+        t.append({p: [{"key": f"k{j}", "value": str(i)} for j in range(p + 1)] for p in range(3)})
+    t.append({0: [{"key": f"k{j}", "value": "big"} for j in range(3000)]})  # clustered by key hash
+    first = t.table()
+    old = first.metadata.current_snapshot_id
+    one_file = files_by_partition(first)[1][0][2].file_size_in_bytes
+    commit(catalog, t.identifier, Retention(t.identifier, retention_bytes=2 * one_file))  # drops files
+    retained = t.table().metadata.current_snapshot_id  # its manifests list them as deleted entries
+    maintain(catalog, t.identifier, keep_snapshots=50, orphan_age_s=3600)  # compaction rewrites the rest
+    compacted = t.table().metadata.current_snapshot_id
+    t.append({2: [{"key": "late", "value": "x"}]})
+    table = t.table()
+    field = offset_id(table)
+    assert read(table, field) == planned(table, field) and len(read(table, field)) > 3
+    for snapshot in (old, retained, compacted):
+        assert read(table, field, snapshot) == planned(table, field, snapshot)
+    assert len(planned(table, field, retained)) < len(planned(table, field, old))
+    assert check_contiguity(table).ok
+
+
+def test_the_reader_keeps_only_the_bounds_asked_for_and_refuses_an_unknown_snapshot(catalog):
+    t = LogTable.create(catalog, "db.events", 1)
+    t.append({0: [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]})
+    table = t.table()
+    (f,) = live_files(table, [offset_id(table)])
+    assert isinstance(f, LiveFile) and set(f.lower) == set(f.upper) == {offset_id(table)}
+    assert (f.record_count, int.from_bytes(f.upper[offset_id(table)], "little")) == (2, 1)
+    with pytest.raises(UnknownSnapshot):
+        live_files(table, [offset_id(table)], snapshot_id=12345)
+
+
+def test_a_foreign_append_is_read_as_pyiceberg_reads_it(catalog):
+    """Another writer's fast append (its own manifest, v2 sequence numbers inherited)."""
+    t = LogTable.create(catalog, "db.events", 1)
+    t.append({0: [{"key": "a", "value": "1"}]})
+    foreign = catalog.load_table("db.events")
+    rows = t.read(0).select([f.name for f in foreign.schema().as_arrow()])
+    foreign.append(pa.Table.from_batches(rows.to_batches(), foreign.schema().as_arrow()))
+    table = catalog.load_table("db.events")
+    assert read(table, offset_id(table)) == planned(table, offset_id(table))
+    assert len(read(table, offset_id(table))) == 2
+
+
+def test_a_snapshot_with_delete_manifests_is_planned_by_pyiceberg(catalog, monkeypatch):
+    """Row-level deletes (another engine's) change which rows are live: pyiceberg applies them.
+    (pyiceberg 0.12 writes no delete files, so the manifest list says so here.)"""
+    t = LogTable.create(catalog, "db.events", 1)
+    t.append({0: [{"key": "a", "value": "1"}]})
+    real = manifests._records
+    calls = []
+
+    def with_a_delete_manifest(data):
+        found = real(data)
+        if not calls:  # the manifest list
+            found = [*found, {**found[0], "content": 1}]
+        calls.append(1)
+        return found
+
+    monkeypatch.setattr(manifests, "_records", with_a_delete_manifest)
+    planned_by = []
+    real_planned = manifests._planned
+    monkeypatch.setattr(manifests, "_planned", lambda *a: planned_by.append(a) or real_planned(*a))
+    table = t.table()
+    assert read(table, offset_id(table)) == planned(table, offset_id(table))
+    assert len(planned_by) == 1 and calls == [1]  # the manifests themselves were not read
