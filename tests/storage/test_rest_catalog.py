@@ -176,7 +176,7 @@ def test_racing_clients_create_one_namespace_without_a_server_error(rest_spec):
     for n in range(namespaces):
         start = threading.Barrier(clients)
 
-        def run(catalog, namespace=f"race{n}") -> None:
+        def run(catalog, namespace=f"race{n}", start=start) -> None:
             start.wait()
             try:
                 ensure_namespace(catalog, namespace)
