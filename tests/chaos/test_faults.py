@@ -29,6 +29,7 @@ from typing import Iterator
 import pytest
 
 from storage.core import faults
+from storage.properties import METADATA_DELETE_GRACE_MS
 from tests.chaos.run import (
     EVENTS,
     ROOT,
@@ -247,7 +248,14 @@ WRITERS = {"producer0": ("producer", 0), "appender0": ("appender", 0), "appender
 
 
 def _writers_around(
-    spec: CatalogSpec, workdir: Path, fault, heal, before_s: float = 3.0, fault_s: float = 4.0, after_s: float = 5.0
+    spec: CatalogSpec,
+    workdir: Path,
+    fault,
+    heal,
+    before_s: float = 3.0,
+    fault_s: float = 4.0,
+    after_s: float = 5.0,
+    properties: dict[str, str] | None = None,
 ) -> Scenario:
     """Run the writers, ``fault()`` for ``fault_s`` seconds, ``heal()``, run on, stop, check.
 
@@ -255,7 +263,7 @@ def _writers_around(
     """
     from storage.log.table import LogTable
 
-    LogTable.create(spec.open(), EVENTS, 2)
+    LogTable.create(spec.open(), EVENTS, 2, properties=properties)
     procs: dict[str, subprocess.Popen] = {}
     scenario = Scenario()
     workers = workdir / "workers"  # the chaos layout: tests.chaos.run._acks reads it
@@ -421,15 +429,31 @@ def small_warehouse(warehouse: Path, mb: int) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def disk_full(tmp_path_factory) -> Scenario:
+def disk_full(tmp_path_factory) -> tuple[Scenario, list[int]]:
     workdir = tmp_path_factory.mktemp("disk-full")
-    with small_warehouse(workdir / "warehouse", 32) as warehouse:
+    ballast: list[int] = []
+    # The disk must fill with the ballast, not with the table's own files: superseded metadata
+    # stays for icelog.metadata.delete-grace-ms (60 s) and grows with the history, and expired
+    # snapshots' manifests wait for maintenance (20,000 Avro files, 123 MB, after 1,700 commits).
+    # Writers that ran 45-90 s before the fault (a slow start under load) filled 32 MB, even
+    # 128 MB, by themselves, so freeing the ballast freed too little for anyone to go on (CI).
+    # A 1 s grace and 1 GB (tmpfs takes memory only as it fills) leave that room.
+    with small_warehouse(workdir / "warehouse", 1024) as warehouse:
         spec = CatalogSpec("sqlite", "diskfull", f"sqlite:///{workdir / 'catalog.db'}", f"file://{warehouse}")
-        return _writers_around(spec, workdir, lambda: fill_disk(warehouse), lambda: free_disk(warehouse))
+        scenario = _writers_around(
+            spec,
+            workdir,
+            lambda: ballast.append(fill_disk(warehouse)),
+            lambda: free_disk(warehouse),
+            properties={METADATA_DELETE_GRACE_MS.key: "1000"},
+        )
+        return scenario, ballast
 
 
 def test_i7_writers_lose_nothing_acknowledged_when_the_disk_fills(disk_full):
-    _assert_nothing_lost(disk_full)
+    scenario, ballast = disk_full
+    assert ballast[0] >= 64 << 20, f"the table filled the disk before the fault: a ballast of {ballast[0]:,} bytes"
+    _assert_nothing_lost(scenario)
 
 
 def test_disk_full_an_append_raises_a_typed_error(tmp_path):
