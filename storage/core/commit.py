@@ -465,6 +465,7 @@ def commit_tables(
     read_error: BaseException | None = None
     exclusive = any(getattr(request, "exclusive", False) for _, request in parts)
     lost = 0  # races lost in a row
+    input_gone = False  # a decision found its input deleted on a fresh read
     attempt = rounds = 0
     swapped = False
     try:
@@ -532,7 +533,15 @@ def commit_tables(
                 attempt -= 1  # decided on the caller's base, which may be stale: decide again on a fresh read
                 continue
             except OSError as e:
+                if callers_base:
+                    # The caller's base may be stale: a coordinator finished the transaction and deleted its
+                    # staged files, or maintenance deleted a manifest list the base names. Judge on a fresh read.
+                    attempt -= 1
+                    continue
                 if deciding and isinstance(e, FileNotFoundError):
+                    if not input_gone:  # whoever deleted the input may have landed this commit: look once more
+                        input_gone = True
+                        continue
                     raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
                 # E.g. a full disk, while a decision or this core writes data files or manifests. This
                 # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.

@@ -360,6 +360,23 @@ def test_a_stale_base_never_decides_an_append(catalog):
     assert check_contiguity(mine.table(), deep=True).ok
 
 
+def test_a_stale_base_whose_files_maintenance_deleted_is_read_again(catalog):
+    """The base this LogTable last saw names a manifest list that snapshot expiry and orphan
+    cleanup have deleted since: the append reads the table again and lands, not a false
+    StorageUnavailable (which a retry on the same stale base would repeat)."""
+    from storage.log.maintenance import maintain
+
+    mine, theirs = LogTable.create(catalog, "db.events", partitions=1), LogTable(catalog, "db.events")
+    mine.append({0: rows("a")})
+    old_list = mine.table().current_snapshot().manifest_list
+    theirs.append({0: rows("b")})
+    theirs.append({0: rows("c")})
+    maintain(catalog, "db.events", keep_snapshots=1, orphan_age_s=0, compact=False)
+    assert not os.path.exists(old_list.removeprefix("file://"))
+    assert mine.append({0: rows("d")}).ranges == {0: (3, 4)}
+    assert mine.read(0).column("key").to_pylist() == ["a", "b", "c", "d"]
+
+
 def test_a_manifest_merge_rewrites_a_bounded_bin_not_every_live_file(sqlite_spec):
     """A manifest merge must not rewrite the manifest of all live files (at pyiceberg's 8 MB
     target: a 2 s commit every 50 at 10,000 files, issue 20). Log tables set a target size, and

@@ -560,6 +560,58 @@ def test_i5_a_commit_after_its_sends_reads_no_metadata_and_a_stale_base_never_de
     contiguous(b)
 
 
+@pytest.mark.parametrize("coordinator", ["recover", "a new instance"])
+def test_i5_a_transaction_a_coordinator_finished_after_prepare_is_acknowledged_not_missing(catalog, monkeypatch, coordinator):
+    """Between PREPARE and the atomic commit, a coordinator rolls the transaction forward and
+    deletes its staged files. The producer's commit, starting from the tables as its sends saw
+    them, then finds its staged files gone: it must look at the tables as they are, find its
+    transaction landed, and report its ranges (not PreparedFilesMissing, which invites a resend)."""
+    a, b = two_tables(catalog)
+    mine = TransactionalProducer(catalog, "mine")
+    mine.init_transactions()
+    mine.begin_transaction()
+    mine.send("db.a", 0, [{"key": "m", "value": "1"}])
+    mine.send("db.b", 0, [{"key": "m", "value": "1"}])
+    real = faults.checkpoint
+
+    def finished_by_a_coordinator(point: str) -> None:
+        if point == faults.AFTER_TXN_PREPARE:
+            monkeypatch.setattr(faults, "checkpoint", real)
+            if coordinator == "recover":
+                assert tx.recover(catalog)["rolled_forward"]
+            else:
+                TransactionalProducer(catalog, "mine").init_transactions()
+
+    monkeypatch.setattr(faults, "checkpoint", finished_by_a_coordinator)
+    assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
+    assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
+
+
+def test_i5_staged_files_deleted_while_the_commit_decides_on_a_fresh_read_are_looked_for_once_more(catalog, monkeypatch):
+    """The same race inside the atomic commit's decision, on a base read just before: the
+    coordinator's roll-forward lands and deletes the staged files while the producer rewrites
+    them. One more read finds the transaction landed."""
+    from storage.core import bases
+
+    a, b = two_tables(catalog)
+    mine = TransactionalProducer(catalog, "mine")
+    mine.init_transactions()
+    mine.begin_transaction()
+    mine.send("db.a", 0, [{"key": "m", "value": "1"}])
+    mine.send("db.b", 0, [{"key": "m", "value": "1"}])
+    monkeypatch.setattr(bases, "SEEN_MAX_AGE_S", -1.0)  # nothing cached: every base is a fresh read
+    rewrite = tx.TxnAppend._rewrite
+
+    def finished_by_a_coordinator_meanwhile(self, table, ranges):
+        monkeypatch.setattr(tx.TxnAppend, "_rewrite", rewrite)
+        assert tx.recover(catalog)["rolled_forward"]
+        return rewrite(self, table, ranges)
+
+    monkeypatch.setattr(tx.TxnAppend, "_rewrite", finished_by_a_coordinator_meanwhile)
+    assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
+    assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
+
+
 @pytest.mark.parametrize("case", ["group offset beyond the log end", "no expected offset on a strict table"])
 def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
     """Input the atomic commit refuses for good must be refused before PREPARE_COMMIT (or the
