@@ -58,9 +58,9 @@ def live_files(table: Table, field_ids: Iterable[int], snapshot_id: int | None =
     with ThreadPoolExecutor(max_workers=FETCHES) as pool:
         for data in pool.map(lambda path: _fetch(table, path), paths):
             for entry in _records(data):
-                if entry["status"] == DELETED:
-                    continue
                 f = entry["data_file"]
+                if entry["status"] == DELETED or f["record_count"] == 0:  # plan_files skips empty files too
+                    continue
                 if f.get("content", DATA) != DATA:  # a delete file in a data manifest: not ours to judge
                     return _planned(table, wanted, snapshot.snapshot_id)
                 found.append(

@@ -91,6 +91,34 @@ def test_a_foreign_append_is_read_as_pyiceberg_reads_it(catalog):
     assert len(read(table, offset_id(table))) == 2
 
 
+def test_an_empty_foreign_file_is_skipped_as_pyiceberg_skips_it(catalog, tmp_path):
+    """A zero-row data file (another engine's, or add_files of an empty Parquet file) has no
+    bounds: plan_files leaves it out, and so must the metadata-only check."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    t = LogTable.create(catalog, "db.events", 1)
+    t.append({0: [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]})
+    foreign = catalog.load_table("db.events")
+    empty = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"file://{tmp_path}/empty.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(0),
+        record_count=0,
+        file_size_in_bytes=4,
+        lower_bounds={},
+        upper_bounds={},
+    )
+    empty.spec_id = foreign.metadata.default_spec_id
+    with foreign.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        append.append_data_file(empty)
+    table = catalog.load_table("db.events")
+    assert read(table, offset_id(table)) == planned(table, offset_id(table))
+    assert len(read(table, offset_id(table))) == 1
+    assert check_contiguity(table).ok
+
+
 def test_a_snapshot_with_delete_manifests_is_planned_by_pyiceberg(catalog, monkeypatch):
     """Row-level deletes (another engine's) change which rows are live: pyiceberg applies them.
     (pyiceberg 0.12 writes no delete files, so the manifest list says so here.)"""
