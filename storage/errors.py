@@ -325,6 +325,16 @@ class CommitConflict(ConflictError, TransientError):
     message = "{table}: commit lost {attempts} compare-and-swap races in a row"
 
 
+class TableChanged(ConflictError, TransientError):
+    """The table was re-created, or its schema changed, between the check of the rows and the
+    commit: rows converted for one table must not land in another. Nothing was written;
+    ``LogTable.append`` checks the rows again on the table as it is."""
+
+    table: str
+    reason: str
+    message = "{table} changed after its rows were checked ({reason}); nothing was written"
+
+
 class ForeignCommit(ConflictError, TerminalError):
     """The table's current snapshot was not made by icelog: building on it could break I1.
 

@@ -27,6 +27,9 @@ class LastSeen:
         if table is not None:
             self._tables[identifier] = (table, time.monotonic())
 
+    def forget(self, identifier: str) -> None:
+        self._tables.pop(identifier, None)
+
     def get(self, identifier: str) -> Table | None:
         seen = self._tables.get(identifier)
         return seen[0] if seen is not None and time.monotonic() - seen[1] <= SEEN_MAX_AGE_S else None

@@ -616,7 +616,8 @@ def _write_files(
         decision = plan.decision
         if not decision.write:
             continue
-        key = json.dumps(sorted((int(p), list(r)) for p, r in decision.ranges.items()))
+        # The same offsets in the same table: a table re-created under the name may be at them too.
+        key = json.dumps([str(plan.table.metadata.table_uuid), sorted((int(p), list(r)) for p, r in decision.ranges.items())])
         if plan.ident in written and written[plan.ident][0] == key:
             continue
         if plan.ident in written:

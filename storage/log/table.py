@@ -42,6 +42,7 @@ from storage.errors import (
     NotALogTable,
     OffsetMismatch,
     TableAlreadyExists,
+    TableChanged,
     UnknownPartition,
     UnknownTable,
 )
@@ -103,6 +104,11 @@ class OffsetAndTimestamp:
     timestamp: dt.datetime | None
 
 
+def checked_on(table: Table) -> tuple[str, int]:
+    """What rows converted for ``table`` are valid for: the same table (uuid) at the same schema."""
+    return str(table.metadata.table_uuid), table.metadata.current_schema_id
+
+
 @dataclass
 class AppendRequest(Request):
     """One append to one or more partitions in one commit.
@@ -118,6 +124,7 @@ class AppendRequest(Request):
     commit_id: str = ""
     producer: ProducerBatch | None = None  # checked at commit
     files: Mapping[int, list[DataFile]] = field(default_factory=dict)
+    checked_on: tuple[str, int] | None = None  # (table uuid, schema id) the payload was converted for
 
     def counts(self) -> dict[int, int]:
         if self.files:
@@ -128,6 +135,10 @@ class AppendRequest(Request):
         return write_log_files(table, rows)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        if self.checked_on is not None and self.checked_on != checked_on(table):
+            # A table dropped and re-created under the name (or its schema evolved) since the rows
+            # were checked: they were converted for the other one, and must not be written here.
+            raise TableChanged(table=self.table, reason=f"(uuid, schema id) {self.checked_on} -> {checked_on(table)}")
         counts = self.counts()
         for p in counts:
             if p >= state.partitions:
@@ -318,6 +329,8 @@ class LogTable:
                 self.catalog.drop_table(self.identifier)
         except NoSuchTableError as e:  # dropped meanwhile
             raise UnknownTable(table=self.identifier, catalog=self.catalog.name) from e
+        finally:
+            self._seen.forget(self.identifier)
         return location
 
     def payload_schema(self, table: Table | None = None) -> pa.Schema:
@@ -361,17 +374,27 @@ class LogTable:
         """
         import uuid
 
+        commit_id = commit_id or uuid.uuid4().hex
         seen = self._last_seen()
         table = seen or self.table()
-        try:
-            payload = self._validate(rows, expected_offsets or {}, LogState.from_metadata(table.metadata), table, producer)
-        except IcelogError:
-            if seen is None:
-                raise
-            table = self.table()  # judge the rows by the table as it is now, not as it was
-            payload = self._validate(rows, expected_offsets or {}, LogState.from_metadata(table.metadata), table, producer)
-        request = AppendRequest(self.identifier, payload, dict(expected_offsets or {}), commit_id or uuid.uuid4().hex, producer)
-        return self._commit(request, table).result
+        while True:  # at most twice: on the table as last seen, then as it is now
+            fresh = table is not seen
+            try:
+                payload = self._validate(rows, expected_offsets or {}, LogState.from_metadata(table.metadata), table, producer)
+                request = AppendRequest(
+                    self.identifier, payload, dict(expected_offsets or {}), commit_id, producer, checked_on=checked_on(table)
+                )
+            except IcelogError:
+                if fresh:
+                    raise
+                table = self.table()  # judge the rows by the table as it is now, not as it was
+                continue
+            try:
+                return self._commit(request, table).result
+            except TableChanged:  # re-created or evolved since it was last seen: check the rows again
+                if fresh:
+                    raise
+                table = self.table()
 
     def commit_files(
         self,

@@ -377,6 +377,27 @@ def test_a_stale_base_whose_files_maintenance_deleted_is_read_again(catalog):
     assert mine.read(0).column("key").to_pylist() == ["a", "b", "c", "d"]
 
 
+def test_rows_checked_for_a_table_since_re_created_are_checked_again_on_the_new_one(catalog):
+    """Another client drops the table and creates another under its name while this LogTable
+    still holds the old one as its first base. Rows checked and converted for the old table
+    must not land in the new one (they did, unreadable there): they are checked again on the
+    table as it is, refused if they do not fit it (nothing written, I8), and land at its
+    offsets if they do."""
+    mine, other = LogTable.create(catalog, "db.events", partitions=1), LogTable(catalog, "db.events")
+    mine.table()  # held as the first base: empty, at the offsets the new table starts at too
+    other.drop()
+    amounts = [{"name": "key", "type": "string"}, {"name": "amount", "type": "long", "required": True}]
+    LogTable.create(catalog, "db.events", partitions=1, payload=amounts)
+    with pytest.raises(SchemaMismatch):
+        mine.append({0: rows("b")})
+    assert other.watermarks()[0].end == 0 and other.table().current_snapshot() is None
+    other.drop()
+    LogTable.create(catalog, "db.events", partitions=1)  # the same schema, another table
+    assert mine.append({0: rows("c")}).ranges == {0: (0, 1)}
+    assert other.read(0).column("key").to_pylist() == ["c"]
+    assert check_contiguity(other.table(), deep=True).ok
+
+
 def test_a_manifest_merge_rewrites_a_bounded_bin_not_every_live_file(sqlite_spec):
     """A manifest merge must not rewrite the manifest of all live files (at pyiceberg's 8 MB
     target: a 2 s commit every 50 at 10,000 files, issue 20). Log tables set a target size, and
