@@ -560,18 +560,24 @@ def test_i5_a_commit_after_its_sends_reads_no_metadata_and_a_stale_base_never_de
     contiguous(b)
 
 
-@pytest.mark.parametrize("coordinator", ["recover", "a new instance"])
-def test_i5_a_transaction_a_coordinator_finished_after_prepare_is_acknowledged_not_missing(catalog, monkeypatch, coordinator):
-    """Between PREPARE and the atomic commit, a coordinator rolls the transaction forward and
-    deletes its staged files. The producer's commit, starting from the tables as its sends saw
-    them, then finds its staged files gone: it must look at the tables as they are, find its
-    transaction landed, and report its ranges (not PreparedFilesMissing, which invites a resend)."""
+def sent_to_both(catalog) -> tuple[LogTable, LogTable, TransactionalProducer]:
+    """Two tables, and a producer whose open transaction has one row staged for each."""
     a, b = two_tables(catalog)
     mine = TransactionalProducer(catalog, "mine")
     mine.init_transactions()
     mine.begin_transaction()
     mine.send("db.a", 0, [{"key": "m", "value": "1"}])
     mine.send("db.b", 0, [{"key": "m", "value": "1"}])
+    return a, b, mine
+
+
+@pytest.mark.parametrize("coordinator", ["recover", "a new instance"])
+def test_i5_a_transaction_a_coordinator_finished_after_prepare_is_acknowledged_not_missing(catalog, monkeypatch, coordinator):
+    """Between PREPARE and the atomic commit, a coordinator rolls the transaction forward and
+    deletes its staged files. The producer's commit, starting from the tables as its sends saw
+    them, then finds its staged files gone: it must look at the tables as they are, find its
+    transaction landed, and report its ranges (not PreparedFilesMissing, which invites a resend)."""
+    a, b, mine = sent_to_both(catalog)
     real = faults.checkpoint
 
     def finished_by_a_coordinator(point: str) -> None:
@@ -593,12 +599,7 @@ def test_i5_staged_files_deleted_while_the_commit_decides_on_a_fresh_read_are_lo
     them. One more read finds the transaction landed."""
     from storage.core import bases
 
-    a, b = two_tables(catalog)
-    mine = TransactionalProducer(catalog, "mine")
-    mine.init_transactions()
-    mine.begin_transaction()
-    mine.send("db.a", 0, [{"key": "m", "value": "1"}])
-    mine.send("db.b", 0, [{"key": "m", "value": "1"}])
+    a, b, mine = sent_to_both(catalog)
     monkeypatch.setattr(bases, "SEEN_MAX_AGE_S", -1.0)  # nothing cached: every base is a fresh read
     rewrite = tx.TxnAppend._rewrite
 
