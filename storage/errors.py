@@ -335,6 +335,18 @@ class TableChanged(ConflictError, TransientError):
     message = "{table} changed after its rows were checked ({reason}); nothing was written"
 
 
+class TransactionTableChanged(ConflictError, AbortableError):
+    """A table a transaction sent to was dropped and re-created under its name (or its schema
+    changed) before the transaction committed. Its rows were checked for the other table, so
+    the transaction can never commit: it is aborted, the table as it is stays untouched, and
+    the transactional id goes on with its next transaction."""
+
+    table: str
+    txn_id: str
+    reason: str
+    message = "{table} changed after transaction {txn_id} sent to it ({reason}); the transaction is aborted, nothing was written"
+
+
 class ForeignCommit(ConflictError, TerminalError):
     """The table's current snapshot was not made by icelog: building on it could break I1.
 

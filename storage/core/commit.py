@@ -461,13 +461,17 @@ def commit_tables(
     bound = log.bind(tables=identifiers, commit_id=commit_id)
     started = time.monotonic()
     written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
+    tables: dict[str, Table] = {}
     unknown: BaseException | None = None
     read_error: BaseException | None = None
     exclusive = any(getattr(request, "exclusive", False) for _, request in parts)
     lost = 0  # races lost in a row
     input_gone = False  # a decision found its input deleted on a fresh read
     attempt = rounds = 0
-    swapped = False
+    swapped = landed = False
+    # True from a swap call until it lost the race; for good once a swap's outcome was unknown
+    # (a server may still apply it). While in doubt, no file this commit wrote is deleted.
+    in_doubt = ever_unknown = False
     try:
         while attempt < max_attempts:
             attempt += 1
@@ -488,6 +492,12 @@ def commit_tables(
             read_error = None
             receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
             if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
+                if callers_base:
+                    # A hit on the caller's base speaks for that table only: the name may since hold a
+                    # re-created table, which this commit never reached. Acknowledge on a fresh read.
+                    attempt -= 1
+                    continue
+                landed = True
                 return [_landed(request, receipts[ident], attempt) for ident, request in parts]
             try:
                 if resent:
@@ -544,20 +554,21 @@ def commit_tables(
                         continue
                     raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
                 # E.g. a full disk, while a decision or this core writes data files or manifests. This
-                # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed.
-                for ident, (_, files) in written.items():
-                    _discard(tables[ident], files)
+                # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed
+                # (the files written so far are deleted on the way out).
                 raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
             try:
+                in_doubt = True
                 responses = swap(catalog, _one_instant(swaps))
             except CommitFailedException as e:
                 bound.debug("commit lost the race", attempt=attempt, reason=str(e))
-                unknown = None
+                in_doubt, unknown = ever_unknown, None
                 lost += 1
+                _discard_snapshot_files(swaps)  # nothing references a lost attempt's manifests
             except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
                 # The swap may or may not have happened: the next attempt looks for commit_id.
                 bound.warning("commit outcome unknown", attempt=attempt, error=repr(e))
-                unknown = e
+                unknown, ever_unknown = e, True
             else:
                 swapped = True  # (it ended any lease of ours)
                 faults.checkpoint(faults.AFTER_CATALOG_SWAP)
@@ -572,6 +583,11 @@ def commit_tables(
             raise CatalogUnavailable(table=where, reason=repr(read_error))
         raise CommitConflict(table=where, attempts=attempt)
     finally:
+        if not (swapped or landed or in_doubt):
+            # The commit ends without landing, and no attempt may have: what it wrote is nobody's
+            # (a stale writer's OffsetMismatch, a lost race, a duplicate found on a fresh read).
+            for ident, (_, files) in written.items():
+                _discard(tables[ident], files)
         if exclusive and lost >= EXCLUSIVE_AFTER and not swapped:  # it may hold the lease (it gave up, or
             _release_lease(catalog, identifiers, commit_id, bound)  # found nothing to do): no need to wait out the TTL
 
@@ -736,6 +752,32 @@ def _delete_superseded_metadata(base: Table, response: CommitTableResponse, grac
         metadata_files.delete_superseded(base.io, response.metadata, response.metadata_location, grace_ms, base.metadata)
     except Exception as e:  # noqa: BLE001 - a later commit or `maintain` sweeps again
         log.warning("could not sweep superseded metadata files", location=response.metadata_location, error=repr(e))
+
+
+def _discard_snapshot_files(swaps: Sequence[TableSwap]) -> None:
+    """After a lost race: delete the manifest lists and the new manifests the attempt staged.
+
+    A manifest is new when the parent snapshot's list does not name it (merged manifests
+    included). Best effort: what stays is an orphan for maintenance, never a loss.
+    """
+    for s in swaps:
+        io = s.base.io
+        for update in s.updates:
+            if not isinstance(update, AddSnapshotUpdate):
+                continue
+            snapshot = update.snapshot
+            try:
+                parent = s.base.metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+                kept = {m.manifest_path for m in parent.manifests(io)} if parent is not None else set()
+                new = [m.manifest_path for m in snapshot.manifests(io) if m.manifest_path not in kept]
+            except Exception as e:  # noqa: BLE001 - orphan cleanup gets them later
+                log.debug("lost attempt's manifests not listed", error=repr(e))
+                continue
+            for path in [*new, snapshot.manifest_list]:
+                try:
+                    io.delete(path)
+                except OSError:
+                    pass
 
 
 def _discard(table: Table, files: list[DataFile]) -> None:

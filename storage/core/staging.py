@@ -30,8 +30,10 @@ class StagedSend:
     """One send of a transaction: a staged payload file, or (``prewritten``) a data file with
     its offsets baked in from ``expected_offset`` (written by Spark executors; never rewritten).
 
-    ``prewritten`` is None for a send an older version recorded without the flag (4 elements,
-    not pre-written): it is written back as it was read.
+    ``table_uuid`` and ``schema_id`` name the table the rows were checked for: a send is made
+    against one table, never another created later under its name. Sends an older version
+    recorded lack them (None: not checked), and ``prewritten`` is None for a send recorded
+    without the flag (4 elements, not pre-written): each is written back as it was read.
     """
 
     partition: int
@@ -39,14 +41,22 @@ class StagedSend:
     path: str
     rows: int
     prewritten: bool | None = False
+    table_uuid: str | None = None
+    schema_id: int | None = None
 
     def to_json(self) -> list[Any]:
         fields = [self.partition, self.expected_offset, self.path, self.rows]
+        if self.table_uuid is not None:
+            return [*fields, bool(self.prewritten), self.table_uuid, self.schema_id]
         return fields if self.prewritten is None else [*fields, self.prewritten]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> StagedSend:
-        return cls(*raw) if len(raw) == 5 else cls(*raw, prewritten=None)
+        return cls(*raw) if len(raw) >= 5 else cls(*raw, prewritten=None)
+
+    def made_for(self) -> tuple[str, int] | None:
+        """``(table uuid, schema id)`` the send was checked for; None if unrecorded."""
+        return None if self.table_uuid is None else (self.table_uuid, int(self.schema_id or 0))
 
 
 @dataclass(frozen=True)

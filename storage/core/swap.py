@@ -159,6 +159,7 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
             )
             if result.rowcount != 1:
                 session.rollback()
+                _delete_metadata_files(staged)  # no pointer names them: a lost race leaves nothing behind
                 raise CommitFailedException(f"{namespace}.{name} has been updated by another process")
             if i < len(staged) - 1:
                 faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
@@ -168,6 +169,14 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
         for s, t in zip(ordered, staged, strict=True)
     }
     return [by_name[_key(s.base)] for s in swaps]
+
+
+def _delete_metadata_files(staged: Sequence[StagedTable]) -> None:
+    for table in staged:
+        try:
+            table.io.delete(table.metadata_location)
+        except OSError:
+            pass  # an orphan for maintenance
 
 
 def base_tags(metadata: TableMetadata) -> dict[str, int]:

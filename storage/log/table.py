@@ -440,7 +440,15 @@ class LogTable:
         described = prewritten_files(table, self.identifier, state.partitions, files, expected_offsets)
         if producer is not None:
             producer.validate({p: sum(f.record_count for f in fs) for p, fs in described.items()})
-        return AppendRequest(self.identifier, {}, dict(expected_offsets), commit_id or uuid.uuid4().hex, producer, described)
+        return AppendRequest(
+            self.identifier,
+            {},
+            dict(expected_offsets),
+            commit_id or uuid.uuid4().hex,
+            producer,
+            described,
+            checked_on=checked_on(table),
+        )
 
     def _commit(self, request: Any, loaded: Table | None = None) -> CommitOutcome:
         outcome = commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)

@@ -84,13 +84,14 @@ from storage.errors import (
     ProducerFenced,
     RecoveryIncomplete,
     TerminalError,
+    TransactionTableChanged,
     TransientError,
     UnknownPartition,
 )
 from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
 from storage.log import schema as cols
 from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
-from storage.log.table import LogTable, with_system_columns
+from storage.log.table import LogTable, checked_on, with_system_columns
 from storage.producers.idempotent import lease_producer_ids
 from storage.producers.journal import (
     PREPARE_COMMIT,
@@ -130,6 +131,7 @@ class TxnAppend(Request):
     _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        self._check_table(table)
         ranges: dict[int, tuple[int, int]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
         for send in self.sends:
@@ -158,6 +160,17 @@ class TxnAppend(Request):
             add_files=tuple(self._written[1]),
             lineage={TXN_ID: self.txn_id},
         )
+
+    def _check_table(self, table: Table) -> None:
+        """Every send was checked for this very table: not one dropped and re-created under the
+        name since (its rows would land in a table they were never checked for), nor an older
+        schema. Checked before anything is written, so the transaction aborts with nothing left."""
+        now = checked_on(table)
+        for send in self.sends:
+            made_for = send.made_for()
+            if made_for is not None and made_for != now:
+                reason = "re-created under its name" if made_for[0] != now[0] else f"schema {made_for[1]} -> {now[1]}"
+                raise TransactionTableChanged(table=self.table, txn_id=self.txn_id, reason=reason)
 
     def _rewrite(self, table: Table, ranges: Mapping[int, tuple[int, int]]) -> list[Any]:
         """Staged payload files -> data files with their offsets, one staged file in memory at a time."""
@@ -314,7 +327,7 @@ class TransactionalProducer:
         path = f"{staging_dir(current.metadata.location, txn_id)}/{partition}-{len(sends)}.parquet"
         with current.io.new_output(path).create(overwrite=True) as out:
             pq.write_table(payload, out)
-        sends.append(StagedSend(partition, expected_offset, path, payload.num_rows))
+        sends.append(StagedSend(partition, expected_offset, path, payload.num_rows, False, *checked_on(current)))
         faults.checkpoint(faults.AFTER_TXN_STAGE)
         return payload.num_rows
 
@@ -344,7 +357,7 @@ class TransactionalProducer:
         for p, data_files in prewritten_files(current, name, partitions, files, expected_offsets).items():
             cursor = expected_offsets[p]
             for f in data_files:
-                staged.append(StagedSend(p, cursor, f.file_path, f.record_count, prewritten=True))
+                staged.append(StagedSend(p, cursor, f.file_path, f.record_count, True, *checked_on(current)))
                 cursor += f.record_count
         new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
         if new:

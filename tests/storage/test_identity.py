@@ -1,0 +1,171 @@
+"""A table is its identity, not its name (I2, I5, I7): nothing decided against a table that was
+dropped and re-created under its name is committed into, or acknowledged from, the new one; and
+a commit that ends without landing leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from storage.core import faults
+from storage.errors import OffsetMismatch, TransactionTableChanged
+from storage.log.files import local_path
+from storage.log.table import LogTable
+from storage.producers import journal as coordinator
+from storage.producers import transactional as tx
+from storage.producers.transactional import TransactionalProducer
+from tests.support.transactions import (
+    SMALL,
+    contiguous,
+    journal_states,
+    kill_one_transaction,
+    past_timeout,
+    rows,
+    staged_files,
+    two_tables,
+    unreferenced_data_files,
+)
+
+OTHER_SCHEMA = [{"name": "n", "type": "long"}, {"name": "label", "type": "string"}]
+
+
+def recreate(catalog, name: str, schema: str) -> LogTable:
+    """Another client drops ``name`` and creates a table under it: the same payload, or another."""
+    LogTable(catalog, name).drop()
+    payload = None if schema == "same" else OTHER_SCHEMA
+    return LogTable.create(catalog, name, 1, payload=payload, properties=SMALL)
+
+
+def snapshot_files(log_table: LogTable) -> list[str]:
+    """Manifests and manifest lists on disk (every snapshot's, expired ones too)."""
+    location = local_path(log_table.table().metadata.location)
+    return sorted(glob.glob(f"{location}/metadata/*.avro"))
+
+
+# --- 1. a transaction never commits into a table re-created under its name -----------------------
+
+
+@pytest.mark.parametrize("schema", ["same", "another"])
+def test_i5_commit_into_a_table_recreated_since_its_sends_aborts_and_leaves_it_untouched(catalog, schema):
+    a, _ = two_tables(catalog)
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "mine", "value": "1"}])
+    producer.send("db.b", 0, [{"key": "mine", "value": "-1"}])
+    b = recreate(catalog, "db.b", schema)
+    before = b.table().metadata_location
+    with pytest.raises(TransactionTableChanged) as caught:
+        producer.commit_transaction()
+    assert (caught.value.table, caught.value.txn_id) == ("db.b", txn_id)
+    assert b.table().metadata_location == before, "the re-created table was written"
+    assert rows(a) == []
+    states = journal_states(catalog, txn_id)
+    assert states.count("ABORTED") == 1 and "COMMITTED" not in states, states
+    assert staged_files(a) == [] and staged_files(b) == []
+    # The transactional id goes on: its next transaction commits into the table as it is.
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "next", "value": "2"}])
+        if schema == "same":
+            producer.send("db.b", 0, [{"key": "next", "value": "-2"}])
+        else:
+            producer.send("db.b", 0, [{"n": 7, "label": "next"}])
+    assert rows(a) == [(0, "next", "2")]
+    assert b.read(0).num_rows == 1
+    contiguous(a)
+    contiguous(b)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("schema", ["same", "another"])
+@pytest.mark.parametrize("finisher", ["recover", "init_transactions"])
+def test_i5_prepared_transaction_whose_table_was_recreated_is_aborted_by_recovery_not_wedged(
+    sqlite_spec, tmp_path, schema, finisher
+):
+    """The producer is killed after PREPARE_COMMIT; then the table is dropped and re-created.
+    Rolling forward would write rows checked for the old table into the new one (unreadable with
+    another schema, or a KeyError that left the transaction prepared for good): recovery aborts it
+    instead, with nothing written, and the transactional id is usable again."""
+    catalog, a, _, before, txn_id, epoch = kill_one_transaction(sqlite_spec, tmp_path, faults.AFTER_TXN_PREPARE)
+    b = recreate(catalog, "db.b", schema)
+    untouched = b.table().metadata_location
+    if finisher == "recover":
+        report = tx.recover(catalog, clock=past_timeout())
+        assert report == {"rolled_forward": [], "aborted": [txn_id]}
+        producer = TransactionalProducer(catalog, "copier-1")
+        assert producer.init_transactions()["epoch"] == epoch + 1
+    else:
+        producer = TransactionalProducer(catalog, "copier-1")
+        assert producer.init_transactions()["epoch"] == epoch + 1
+    assert b.table().metadata_location == untouched, "the re-created table was written"
+    assert rows(a) == before[0]
+    states = journal_states(catalog, txn_id)
+    assert states.count("ABORTED") == 1 and "COMMITTED" not in states, states
+    assert coordinator.transactional_ids(catalog)["copier-1"].txn is None
+    assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    with producer.transaction():
+        producer.send("db.a", 0, [{"key": "next", "value": "1"}])
+    assert rows(a)[-1][1:] == ("next", "1")
+    contiguous(a)
+
+
+# --- 2. no acknowledgement by commit id from another table ------------------------------------------
+
+
+def test_i2_resent_commit_id_after_the_table_was_recreated_is_not_acknowledged_from_the_old_one(catalog):
+    """A long-lived LogTable appended with a commit id; another client drops and re-creates the
+    table. Re-sending the same id must not answer ``duplicate`` with the old table's offsets:
+    the new table never had it. The re-send lands in the table as it is."""
+    writer = LogTable.create(catalog, "db.t", 1, properties=SMALL)
+    writer.append({0: [{"key": "k", "value": "v"}] * 3})
+    first = writer.append({0: [{"key": "k", "value": "mine"}]}, commit_id="batch-1")
+    assert first.ranges == {0: (3, 4)} and not first.duplicate
+    recreate(catalog, "db.t", "same")  # another process; `writer` still holds the old table
+    again = writer.append({0: [{"key": "k", "value": "mine"}]}, commit_id="batch-1")
+    assert not again.duplicate, "acknowledged from the dropped table's registry"
+    assert again.ranges == {0: (0, 1)}
+    assert rows(LogTable(catalog, "db.t")) == [(0, "k", "mine")]
+    # A true re-send on the same table is still a duplicate, with the original offsets.
+    third = writer.append({0: [{"key": "k", "value": "mine"}]}, commit_id="batch-1")
+    assert third.duplicate and third.ranges == {0: (0, 1)}
+    contiguous(writer)
+
+
+# --- 3. a commit that ends without landing leaves nothing behind ------------------------------------
+
+
+def test_i7_stale_conditional_appends_that_lose_leave_no_file_behind(catalog):
+    """A writer whose cached base is stale decides on it, writes its data file, loses the swap,
+    and ends in OffsetMismatch on a fresh read: its data file, manifests and manifest list are
+    deleted (before, every such loss left one data file and its snapshot files)."""
+    stale = LogTable.create(catalog, "db.t", 1, properties=SMALL)
+    other = LogTable(catalog, "db.t")
+    stale.append({0: [{"key": "k", "value": "0"}]}, expected_offsets={0: 0})
+    start = len(snapshot_files(stale))
+    other.append({0: [{"key": "o", "value": "first"}]})
+    per_append = len(snapshot_files(stale)) - start  # what one landed append leaves
+    for i in range(5):
+        with pytest.raises(OffsetMismatch):
+            stale.append({0: [{"key": "k", "value": "late"}]}, expected_offsets={0: 1 + i})
+        other.append({0: [{"key": "o", "value": str(i)}]})  # moves the log end under `stale`'s cached base
+    assert unreferenced_data_files(stale) == []
+    assert len(snapshot_files(stale)) - start == 6 * per_append, "a lost attempt left manifests behind"
+    assert [r[1] for r in rows(stale)] == ["k", "o", "o", "o", "o", "o", "o"]
+
+
+def test_i7_lost_race_on_the_sql_catalog_leaves_no_metadata_file(sqlite_catalog):
+    """The SQL swap writes the new metadata file before its compare-and-swap; a lost race deletes it."""
+    stale = LogTable.create(sqlite_catalog, "db.t", 1, properties=SMALL)
+    stale.append({0: [{"key": "k", "value": "0"}]})
+    other = LogTable(sqlite_catalog, "db.t")
+    other.append({0: [{"key": "o", "value": "1"}]})  # `stale` keeps its base from before this
+    location = local_path(other.table().metadata.location)
+    before = set(glob.glob(f"{location}/metadata/*.metadata.json"))
+    with pytest.raises(OffsetMismatch):
+        stale.append({0: [{"key": "k", "value": "late"}]}, expected_offsets={0: 1})
+    assert set(glob.glob(f"{location}/metadata/*.metadata.json")) == before
+    assert all(os.path.exists(p) for p in before)
