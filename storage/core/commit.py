@@ -40,6 +40,7 @@ swap may fail a commit that landed.
 
 from __future__ import annotations
 
+import enum
 import json
 import random
 import time
@@ -157,9 +158,17 @@ class Decision:
 
 
 class CommitRequest(Protocol):
+    """What the core asks of a request; :class:`Request` has the defaults."""
+
     state_type: ClassVar[type[TableState]]
+    allow_foreign: ClassVar[bool]
+    exclusive: ClassVar[bool]
+    writes_read_only: ClassVar[bool]
+    writes_system: ClassVar[bool]
 
     def decide(self, state: Any, table: Table) -> Decision: ...
+
+    def properties_after(self, properties: Mapping[str, str]) -> Mapping[str, str]: ...
 
     def receipt(self, result: Any) -> Any: ...
 
@@ -189,6 +198,10 @@ class Request:
 
     def from_receipt(self, receipt: Any) -> Any:
         return receipt
+
+    def properties_after(self, properties: Mapping[str, str]) -> Mapping[str, str]:
+        """The table properties this commit leaves, as far as the core's own knobs go: unchanged."""
+        return properties
 
     def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
         """Write a decision's ``rows`` as data files: the core knows tables, the request knows its format."""
@@ -347,11 +360,11 @@ def refuse_system_table(identifier: str) -> None:
         )
 
 
-def check_writable(identifier: str, metadata: TableMetadata, request: Any) -> None:
+def check_writable(identifier: str, metadata: TableMetadata, request: CommitRequest) -> None:
     """Step 2: refuse a request on a table it may not write (a system table, a read-only mirror)."""
-    if not getattr(request, "writes_system", False):
+    if not request.writes_system:
         refuse_system_table(identifier)
-    if not getattr(request, "writes_read_only", False):
+    if not request.writes_read_only:
         refuse_read_only(identifier, metadata)
 
 
@@ -456,140 +469,226 @@ def commit_tables(
     if len(set(identifiers)) != len(identifiers):
         raise InvalidInput(reason=f"each table at most once per commit: {identifiers}")
     check_atomic(catalog, len(identifiers))
-    resent = commit_id is not None  # a caller's id may have been sent before; ours is new
-    commit_id = commit_id or new_commit_id()
-    bound = log.bind(tables=identifiers, commit_id=commit_id)
-    started = time.monotonic()
-    written: dict[str, tuple[str, list[DataFile]]] = {}  # per table: (ranges key, files) of the last attempt
-    tables: dict[str, Table] = {}
-    unknown: BaseException | None = None
-    read_error: BaseException | None = None
-    exclusive = any(getattr(request, "exclusive", False) for _, request in parts)
-    lost = 0  # races lost in a row
-    input_gone = False  # a decision found its input deleted on a fresh read
-    attempt = rounds = 0
-    swapped = landed = False
+    run = _Run(
+        catalog,
+        list(parts),
+        commit_id or new_commit_id(),
+        resent=commit_id is not None,  # a caller's id may have been sent before; ours is new
+        loaded=dict(loaded) if loaded and set(loaded) == set(identifiers) else None,
+        write_rows=write_rows,
+        max_attempts=max_attempts,
+        deadline_s=deadline_s,
+    )
+    return run.commit()
+
+
+class _Turn(enum.Enum):
+    """What a step tells the loop of :meth:`_Run.commit` when the commit is not over yet."""
+
+    FRESH = "read again at once; not an attempt (a cached base to prove, another commit's lease)"
+    NOW = "a new attempt at once"
+    LATER = "a new attempt after a backoff, unless past the deadline"
+    GIVE_UP = "past the deadline"
+
+
+@dataclass
+class _Run:
+    """One :func:`commit_tables` call: its requests, and what it learnt from its attempts so far.
+
+    :meth:`commit` is the protocol as a loop of named steps (read, look up, guard, decide,
+    write, stage, swap); each step either lets the attempt go on or ends it with a
+    :class:`_Turn` or the outcomes.
+    """
+
+    catalog: Catalog
+    parts: list[tuple[str, CommitRequest]]
+    commit_id: str
+    resent: bool
+    loaded: dict[str, Table] | None  # the caller's bases, for the first round only
+    write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None
+    max_attempts: int
+    deadline_s: float
+    started: float = field(default_factory=time.monotonic)
+    tables: dict[str, Table] = field(default_factory=dict)  # as the latest read found them
+    written: dict[str, tuple[str, list[DataFile]]] = field(default_factory=dict)  # per table: (ranges key, files)
+    attempt: int = 0
+    rounds: int = 0  # attempts and fresh reads: only the first round may use the caller's base
+    lost: int = 0  # races lost in a row
+    unknown: BaseException | None = None  # the last swap's, if its outcome was unknown
+    read_error: BaseException | None = None  # the last read's, if it failed
+    input_gone: bool = False  # a decision found its input deleted on a fresh read
+    swapped: bool = False
+    landed: bool = False  # found in the registry: an earlier attempt landed
     # True from a swap call until it lost the race; for good once a swap's outcome was unknown
     # (a server may still apply it). While in doubt, no file this commit wrote is deleted.
-    in_doubt = ever_unknown = False
-    try:
-        while attempt < max_attempts:
-            attempt += 1
-            rounds += 1  # attempts and waits: only the first round may use the caller's base
-            callers_base = rounds == 1 and bool(loaded) and set(loaded or ()) == set(identifiers)
-            try:
-                tables = dict(loaded or {}) if callers_base else _load_all(catalog, identifiers)
-            except (
-                SQLAlchemyError,
-                CatalogUnavailable,
-            ) as e:  # e.g. SQLite busy, a server restarting: nothing decided yet, read again
-                bound.warning("catalog read failed", attempt=attempt, error=repr(e))
-                read_error = e
-                if time.monotonic() - started > deadline_s:
+    in_doubt: bool = False
+    ever_unknown: bool = False
+
+    def __post_init__(self) -> None:
+        self.identifiers = [ident for ident, _ in self.parts]
+        self.exclusive = any(request.exclusive for _, request in self.parts)
+        self.bound = log.bind(tables=self.identifiers, commit_id=self.commit_id)
+
+    def commit(self) -> list[CommitOutcome]:
+        try:
+            while self.attempt < self.max_attempts:
+                self.attempt += 1
+                self.rounds += 1
+                turn = self._attempt(callers_base=self.rounds == 1 and self.loaded is not None)
+                if isinstance(turn, list):
+                    return turn
+                if turn is _Turn.FRESH:
+                    self.attempt -= 1
+                elif turn is _Turn.GIVE_UP or (turn is _Turn.LATER and self._past_deadline()):
                     break
-                _backoff(attempt)
-                continue
-            read_error = None
-            receipts = {ident: find_commit(tables[ident].metadata, commit_id) for ident in identifiers}
-            if any(r is not _NOT_FOUND for r in receipts.values()):  # the swap is atomic: all landed
-                if callers_base:
-                    # A hit on the caller's base speaks for that table only: the name may since hold a
-                    # re-created table, which this commit never reached. Acknowledge on a fresh read.
-                    attempt -= 1
-                    continue
-                landed = True
-                return [_landed(request, receipts[ident], attempt) for ident, request in parts]
+                elif turn is _Turn.LATER:
+                    _backoff(self.attempt)
+            raise self._failure()
+        finally:
+            self._clean_up()
+
+    def _attempt(self, callers_base: bool) -> _Turn | list[CommitOutcome]:
+        turn = self._read(callers_base)
+        if turn is None:
+            turn = self._look_up(callers_base) or self._guard(callers_base)
+        if turn is not None:
+            return turn
+        planned = self._decide_write_stage(callers_base)
+        if not isinstance(planned, tuple):
+            return planned
+        return self._swap(*planned)
+
+    def _past_deadline(self) -> bool:
+        return time.monotonic() - self.started > self.deadline_s
+
+    # --- the steps ---------------------------------------------------------------------------
+
+    def _read(self, callers_base: bool) -> _Turn | None:
+        """Step 1: the tables, as the caller last saw them (first round) or as the catalog has them."""
+        try:
+            self.tables = dict(self.loaded or {}) if callers_base else _load_all(self.catalog, self.identifiers)
+        except (SQLAlchemyError, CatalogUnavailable) as e:  # e.g. SQLite busy, a server restarting: read again
+            self.bound.warning("catalog read failed", attempt=self.attempt, error=repr(e))
+            self.read_error = e
+            return _Turn.LATER
+        self.read_error = None
+        return None
+
+    def _look_up(self, callers_base: bool) -> _Turn | list[CommitOutcome] | None:
+        """Step 1: an earlier attempt (or send) of this commit id that landed is the answer."""
+        receipts = {ident: find_commit(self.tables[ident].metadata, self.commit_id) for ident in self.identifiers}
+        if all(r is _NOT_FOUND for r in receipts.values()):
+            return None
+        if callers_base:
+            # A hit on the caller's base speaks for that table only: the name may since hold a
+            # re-created table, which this commit never reached. Acknowledge on a fresh read.
+            return _Turn.FRESH
+        self.landed = True  # the swap is atomic: every table has it
+        return [_landed(request, receipts[ident], self.attempt) for ident, request in self.parts]
+
+    def _guard(self, callers_base: bool) -> _Turn | None:
+        """Before deciding: a re-sent id the registry may have forgotten, and the lease (step 7)."""
+        if self.resent:
             try:
-                if resent:
-                    for ident in identifiers:
-                        check_not_forgotten(ident, tables[ident].metadata, commit_id)
+                for ident in self.identifiers:
+                    check_not_forgotten(ident, self.tables[ident].metadata, self.commit_id)
             except IcelogError:
                 if not callers_base:
                     raise
-                attempt -= 1  # the caller's base may be stale: judge on the table as it is now
-                continue
-            wait = max((_lease_wait(t.metadata, commit_id) for t in tables.values()), default=0.0)
-            if wait > 0:  # another commit's turn (step 7): not an attempt of ours
-                attempt -= 1
-                if time.monotonic() - started > deadline_s:
-                    break
-                time.sleep(min(wait, random.uniform(0.02, 0.1)))
-                continue
-            if exclusive and lost >= EXCLUSIVE_AFTER and not all(_holds_lease(t.metadata, commit_id) for t in tables.values()):
-                if time.monotonic() - started > deadline_s:
-                    break
-                if not _take_lease(catalog, list(tables.values()), commit_id, bound):
-                    _backoff(lost)
-                attempt -= 1
-                continue
-            deciding = True
-            try:
-                plans = _decide(parts, tables)
-                deciding = False
-                if not any(plan.decision.write for plan in plans):
-                    if callers_base:  # no swap proves this base (a duplicate judged on it may be fenced since)
-                        attempt -= 1
-                        continue
-                    return [CommitOutcome(plan.decision.result, plan.state.snapshot_id, attempt, True) for plan in plans]
-                _write_files(plans, written, write_rows)
-                faults.checkpoint(faults.AFTER_DATA_FILES)
-                staged = [plan for plan in plans if plan.decision.write]
-                swaps = [
-                    _stage(p.table, p.state, p.decision, written[p.ident][1], commit_id, p.request, p.settings) for p in staged
-                ]
-            except IcelogError:
-                if not (deciding and callers_base):
-                    raise
-                attempt -= 1  # decided on the caller's base, which may be stale: decide again on a fresh read
-                continue
-            except OSError as e:
-                if callers_base:
-                    # The caller's base may be stale: a coordinator finished the transaction and deleted its
-                    # staged files, or maintenance deleted a manifest list the base names. Judge on a fresh read.
-                    attempt -= 1
-                    continue
-                if deciding and isinstance(e, FileNotFoundError):
-                    if not input_gone:  # whoever deleted the input may have landed this commit: look once more
-                        input_gone = True
-                        continue
-                    raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
-                # E.g. a full disk, while a decision or this core writes data files or manifests. This
-                # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed
-                # (the files written so far are deleted on the way out).
-                raise StorageUnavailable(table=",".join(identifiers), reason=repr(e)) from e
-            try:
-                in_doubt = True
-                responses = swap(catalog, _one_instant(swaps))
-            except CommitFailedException as e:
-                bound.debug("commit lost the race", attempt=attempt, reason=str(e))
-                in_doubt, unknown = ever_unknown, None
-                lost += 1
-                _discard_snapshot_files(swaps)  # nothing references a lost attempt's manifests
-            except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
-                # The swap may or may not have happened: the next attempt looks for commit_id.
-                bound.warning("commit outcome unknown", attempt=attempt, error=repr(e))
-                unknown, ever_unknown = e, True
-            else:
-                swapped = True  # (it ended any lease of ours)
-                faults.checkpoint(faults.AFTER_CATALOG_SWAP)
-                return _landed_now(plans, staged, responses, attempt, bound)
-            if time.monotonic() - started > deadline_s:
-                break
-            _backoff(attempt)
-        where = ",".join(identifiers)
-        if unknown is not None:
-            raise CommitOutcomeUnknown(table=where, commit_id=commit_id, reason=repr(unknown))
-        if read_error is not None:
-            raise CatalogUnavailable(table=where, reason=repr(read_error))
-        raise CommitConflict(table=where, attempts=attempt)
-    finally:
-        if not (swapped or landed or in_doubt):
+                return _Turn.FRESH  # the caller's base may be stale: judge on the table as it is now
+        wait = max((_lease_wait(t.metadata, self.commit_id) for t in self.tables.values()), default=0.0)
+        if wait > 0:  # another commit's turn: not an attempt of ours
+            if self._past_deadline():
+                return _Turn.GIVE_UP
+            time.sleep(min(wait, random.uniform(0.02, 0.1)))
+            return _Turn.FRESH
+        if self.exclusive and self.lost >= EXCLUSIVE_AFTER:
+            if not all(_holds_lease(t.metadata, self.commit_id) for t in self.tables.values()):
+                if self._past_deadline():
+                    return _Turn.GIVE_UP
+                if not _take_lease(self.catalog, list(self.tables.values()), self.commit_id, self.bound):
+                    _backoff(self.lost)
+                return _Turn.FRESH
+        return None
+
+    def _decide_write_stage(
+        self, callers_base: bool
+    ) -> tuple[list[_Plan], list[_Plan], list[TableSwap]] | _Turn | list[CommitOutcome]:
+        """Steps 2 to 4: decide on the exact bases, write the rows, stage the catalog updates."""
+        deciding = True
+        try:
+            plans = _decide(self.parts, self.tables)
+            deciding = False
+            if not any(plan.decision.write for plan in plans):
+                if callers_base:  # no swap proves this base (a duplicate judged on it may be fenced since)
+                    return _Turn.FRESH
+                return [CommitOutcome(plan.decision.result, plan.state.snapshot_id, self.attempt, True) for plan in plans]
+            _write_files(plans, self.written, self.write_rows)
+            faults.checkpoint(faults.AFTER_DATA_FILES)
+            staged = [plan for plan in plans if plan.decision.write]
+            swaps = [
+                _stage(p.table, p.state, p.decision, self.written[p.ident][1], self.commit_id, p.request, p.settings)
+                for p in staged
+            ]
+        except IcelogError:
+            if not (deciding and callers_base):
+                raise
+            return _Turn.FRESH  # decided on the caller's base, which may be stale: decide again on a fresh read
+        except OSError as e:
+            if callers_base:
+                # The caller's base may be stale: a coordinator finished the transaction and deleted its
+                # staged files, or maintenance deleted a manifest list the base names. Judge on a fresh read.
+                return _Turn.FRESH
+            if deciding and isinstance(e, FileNotFoundError):
+                if not self.input_gone:  # whoever deleted the input may have landed this commit: look once more
+                    self.input_gone = True
+                    return _Turn.NOW
+                raise  # a decision's input is gone (a finished transaction's staged files): its caller judges
+            # E.g. a full disk, while a decision or this core writes data files or manifests. This
+            # attempt's lookup did not find commit_id, and nothing is swapped yet: nothing is committed
+            # (the files written so far are deleted on the way out).
+            raise StorageUnavailable(table=",".join(self.identifiers), reason=repr(e)) from e
+        return plans, staged, swaps
+
+    def _swap(self, plans: list[_Plan], staged: list[_Plan], swaps: list[TableSwap]) -> _Turn | list[CommitOutcome]:
+        """Step 5: every table's pointer from the exact base its decision read, all or nothing."""
+        try:
+            self.in_doubt = True
+            responses = swap(self.catalog, _one_instant(swaps))
+        except CommitFailedException as e:
+            self.bound.debug("commit lost the race", attempt=self.attempt, reason=str(e))
+            self.in_doubt, self.unknown = self.ever_unknown, None
+            self.lost += 1
+            _discard_snapshot_files(swaps)  # nothing references a lost attempt's manifests
+            return _Turn.LATER
+        except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
+            # The swap may or may not have happened: the next attempt looks for commit_id.
+            self.bound.warning("commit outcome unknown", attempt=self.attempt, error=repr(e))
+            self.unknown, self.ever_unknown = e, True
+            return _Turn.LATER
+        self.swapped = True  # (it ended any lease of ours)
+        faults.checkpoint(faults.AFTER_CATALOG_SWAP)
+        return _landed_now(plans, staged, responses, self.attempt, self.bound)
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def _failure(self) -> IcelogError:
+        where = ",".join(self.identifiers)
+        if self.unknown is not None:
+            return CommitOutcomeUnknown(table=where, commit_id=self.commit_id, reason=repr(self.unknown))
+        if self.read_error is not None:
+            return CatalogUnavailable(table=where, reason=repr(self.read_error))
+        return CommitConflict(table=where, attempts=self.attempt)
+
+    def _clean_up(self) -> None:
+        if not (self.swapped or self.landed or self.in_doubt):
             # The commit ends without landing, and no attempt may have: what it wrote is nobody's
             # (a stale writer's OffsetMismatch, a lost race, a duplicate found on a fresh read).
-            for ident, (_, files) in written.items():
-                _discard(tables[ident], files)
-        if exclusive and lost >= EXCLUSIVE_AFTER and not swapped:  # it may hold the lease (it gave up, or
-            _release_lease(catalog, identifiers, commit_id, bound)  # found nothing to do): no need to wait out the TTL
+            for ident, (_, files) in self.written.items():
+                _discard(self.tables[ident], files)
+        if self.exclusive and self.lost >= EXCLUSIVE_AFTER and not self.swapped:
+            # It may hold the lease (it gave up, or found nothing to do): no need to wait out the TTL.
+            _release_lease(self.catalog, self.identifiers, self.commit_id, self.bound)
 
 
 @dataclass
@@ -609,14 +708,13 @@ def _decide(parts: Sequence[tuple[str, CommitRequest]], tables: Mapping[str, Tab
     plans = []
     for ident, request in parts:
         table = tables[ident]
-        if not getattr(request, "allow_foreign", False):
+        if not request.allow_foreign:
             check_head(ident, table.metadata)
         check_writable(ident, table.metadata, request)
         state = request.state_type.from_metadata(table.metadata)
         # Read before anything is written; a request that changes these knobs runs under its new
         # values, so that a malformed one (set by another tool) can be fixed by a commit.
-        after = getattr(request, "properties_after", None)
-        settings = props.CommitSettings.of(after(table.metadata.properties) if after else table.metadata.properties, ident)
+        settings = props.CommitSettings.of(request.properties_after(table.metadata.properties), ident)
         # A decision may write files itself (compaction's merged files): the caller handles OSError.
         plans.append(_Plan(ident, request, table, state, settings, request.decide(state, table)))
     return plans
