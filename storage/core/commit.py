@@ -725,13 +725,18 @@ def _write_files(
     written: dict[str, tuple[str, list[DataFile]]],
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None,
 ) -> None:
-    """Step 4: write each decision's rows, reusing the last attempt's files while its offsets hold."""
+    """Step 4: write each decision's rows, reusing the last attempt's files while the offsets hold.
+
+    A file is reused only for the same table (uuid: a table re-created under the name may be at
+    the same offsets) and the same offsets in *every* table of the commit: one table's rows may
+    record what the others got (the journal's COMMITTED record names each table's offsets).
+    """
+    offsets = {plan.ident: sorted((int(p), list(r)) for p, r in plan.decision.ranges.items()) for plan in plans}
     for plan in plans:
         decision = plan.decision
         if not decision.write:
             continue
-        # The same offsets in the same table: a table re-created under the name may be at them too.
-        key = json.dumps([str(plan.table.metadata.table_uuid), sorted((int(p), list(r)) for p, r in decision.ranges.items())])
+        key = json.dumps([str(plan.table.metadata.table_uuid), offsets[plan.ident], sorted(offsets.items())])
         if plan.ident in written and written[plan.ident][0] == key:
             continue
         if plan.ident in written:

@@ -560,6 +560,26 @@ def test_i5_a_commit_after_its_sends_reads_no_metadata_and_a_stale_base_never_de
     contiguous(b)
 
 
+def test_i5_journal_records_the_offsets_the_tables_got_when_a_stale_base_loses(catalog):
+    """Plain appends move both tables after the sends (the journal stays where PREPARE left it):
+    the commit's first attempt decides on the stale bases and loses; the second gets other
+    offsets. The journal's COMMITTED record must name those, not the first attempt's (its row
+    file was once reused because the journal's own offsets had not moved)."""
+    a, b = two_tables(catalog)
+    mine = TransactionalProducer(catalog, "mine")
+    mine.init_transactions()
+    txn_id = mine.begin_transaction()
+    mine.send("db.a", 0, [{"key": "m", "value": "1"}])
+    mine.send("db.b", 0, [{"key": "m", "value": "-1"}])
+    LogTable(catalog, "db.a").append({0: [{"key": "other", "value": "0"}]})
+    LogTable(catalog, "db.b").append({0: [{"key": "other", "value": "0"}]})
+    acknowledged = mine.commit_transaction()
+    assert acknowledged == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
+    committed = next(r for r in journal(catalog) if r["txn_id"] == txn_id and r["txn_state"] == "COMMITTED")
+    assert json.loads(committed["detail"])["ranges"] == acknowledged
+    assert rows(a)[1] == (1, "m", "1") and rows(b)[1] == (1, "m", "-1")
+
+
 def sent_to_both(catalog) -> tuple[LogTable, LogTable, TransactionalProducer]:
     """Two tables, and a producer whose open transaction has one row staged for each."""
     a, b = two_tables(catalog)
