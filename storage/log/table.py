@@ -31,7 +31,7 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from storage import properties as icelog_properties
 from storage.core.bases import LastSeen
 from storage.core.catalog import ensure_namespace
-from storage.core.commit import CommitOutcome, Decision, Request, commit, load, refuse_system_table
+from storage.core.commit import CommitOutcome, Decision, Request, commit, load, new_commit_id, refuse_system_table
 from storage.core.state import FORMAT_VERSION, LogState, Watermark
 from storage.errors import (
     EmptyBatch,
@@ -372,9 +372,7 @@ class LogTable:
             CommitIdForgotten: the re-sent id may have landed before the registry's window.
             InvalidProperty: a malformed ``icelog.*`` table property; nothing written.
         """
-        import uuid
-
-        commit_id = commit_id or uuid.uuid4().hex
+        commit_id = commit_id or new_commit_id()
         seen = self._last_seen()
         table = seen or self.table()
         while True:  # at most twice: on the table as last seen, then as it is now
@@ -433,8 +431,6 @@ class LogTable:
         commit_id: str | None = None,
     ) -> AppendRequest:
         """The checked request of :meth:`commit_files`, to run alone or in a multi-table commit."""
-        import uuid
-
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         described = prewritten_files(table, self.identifier, state.partitions, files, expected_offsets)
@@ -444,7 +440,7 @@ class LogTable:
             self.identifier,
             {},
             dict(expected_offsets),
-            commit_id or uuid.uuid4().hex,
+            commit_id or new_commit_id(),
             producer,
             described,
             checked_on=checked_on(table),

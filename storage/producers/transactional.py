@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -57,6 +56,7 @@ from storage.core.commit import (
     Request,
     commit,
     commit_tables,
+    new_commit_id,
     refuse_read_only,
     refuse_system_table,
 )
@@ -295,7 +295,7 @@ class TransactionalProducer:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason="call init_transactions() first")
         if self.txn_id is not None:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is still open")
-        self.txn_id = uuid.uuid4().hex
+        self.txn_id = new_commit_id()  # the commit id of its atomic commit
         self._sends, self._registered, self._offsets, self._prepared = {}, {}, None, None
         return self.txn_id
 

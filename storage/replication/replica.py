@@ -17,7 +17,6 @@ Writing with offsets needs the ``replicator-write`` permission (``storage.replic
 from __future__ import annotations
 
 import itertools
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -27,7 +26,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, commit
+from storage.core.commit import Decision, Request, commit, new_commit_id
 from storage.core.state import LogState
 from storage.errors import (
     CorruptBatch,
@@ -280,6 +279,6 @@ def write_with_offsets(
             raise cols.SchemaMismatch(table=log_table.identifier, reason=str(e)) from e
     spans = batch_spans(table, log_table.identifier, batches, {})
     request = OffsetWriteRequest(
-        log_table.identifier, spans, rows=batches, log_starts=dict(log_starts or {}), commit_id=commit_id or uuid.uuid4().hex
+        log_table.identifier, spans, rows=batches, log_starts=dict(log_starts or {}), commit_id=commit_id or new_commit_id()
     )
     return commit(catalog, log_table.identifier, request, commit_id=request.commit_id).result
