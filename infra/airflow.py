@@ -35,6 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv's bin (not resolved: that would leave the venv)
 # What `airflow standalone` runs; a DAG run needs the first three (no deferrable tasks here).
 COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+# How task processes call the API server's execution API ([workers] execution_api_*). The
+# scheduler runs a task before the API server listens (it starts in 25-35 s on a busy 2-core
+# machine), and the API server builds the execution API on its first request with its one event
+# loop blocked (7-30 s there). Airflow's defaults (5 s a request, 5 tries within about 15 s)
+# fail such a task; these give it minutes: 60 s a request, 10 tries at least 5 s apart.
+EXECUTION_API_CLIENT = {"TIMEOUT": "60", "RETRIES": "10", "RETRY_WAIT_MIN": "5"}
 
 
 def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -58,6 +64,10 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{airflow_home / 'airflow.db'}"
         ),
         "NO_PROXY": "*",
+        **{
+            f"AIRFLOW__WORKERS__EXECUTION_API_{key}": os.environ.get(f"AIRFLOW__WORKERS__EXECUTION_API_{key}", value)
+            for key, value in EXECUTION_API_CLIENT.items()
+        },
     }
     if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
         env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "pipelines.airflow_db.SQLITE_CONNECT_ARGS")

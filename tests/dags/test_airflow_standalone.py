@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,6 +61,81 @@ def test_standalone_refuses_a_taken_port_before_starting_anything(tmp_path, caps
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "ICELOG_AIRFLOW_PORT" in err, err
     assert not (tmp_path / "airflow" / "standalone.log").exists()  # airflow standalone never started
+
+
+# A task process's call to the execution API, made with Airflow's own client (its retries, timeouts).
+EXECUTION_API_CALL = """
+import sys, time
+from airflow.sdk.api.client import Client
+
+client = Client(base_url=sys.argv[1], token="a-task-token")
+print("calling", flush=True)
+began = time.monotonic()
+response = client.get("health")
+print(response.json()["status"], f"{time.monotonic() - began:.0f}", flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_task_waits_for_an_api_server_that_starts_late_and_is_slow_to_answer_its_first_request(tmp_path):
+    """On a busy 2-core machine the scheduler runs a task before the API server listens (it
+    starts in 25-35 s there), and the API server's first execution API request builds that API
+    with its one event loop blocked (7-30 s). The task's client must outlast both: here the
+    server listens 18 s after the first call (Airflow's default client gives up within 15 s)
+    and holds its first request 7 s, longer than Airflow's default timeout of 5 s."""
+    import http.server
+    import threading
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        held = False
+
+        def do_GET(self):
+            if not Slow.held:  # one request at a time: later ones wait in the backlog meanwhile
+                Slow.held = True
+                time.sleep(7)
+            body = json.dumps({"status": "healthy"}).encode()
+            with contextlib.suppress(OSError):  # a client that timed out has gone
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    # Bound but not listening: connections are refused, and no one else takes the port.
+    server = http.server.HTTPServer(("127.0.0.1", 0), Slow, bind_and_activate=False)  # one thread, like one event loop
+    server.server_bind()
+    env = airflow_env(tmp_path / "airflow", {"ICELOG_HOME": str(tmp_path)})
+    task = subprocess.Popen(
+        [sys.executable, "-c", EXECUTION_API_CALL, f"http://127.0.0.1:{server.server_address[1]}/execution/"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    serving = None
+    try:
+        for line in task.stdout:  # Airflow logs to stdout too
+            if line.strip() == "calling":
+                break
+        else:
+            raise AssertionError(task.stderr.read()[-3000:])
+        time.sleep(18)
+        server.server_activate()
+        serving = threading.Thread(target=server.serve_forever, daemon=True)
+        serving.start()
+        out, err = task.communicate(timeout=240)
+    finally:
+        task.kill()
+        if serving:
+            server.shutdown()
+        server.server_close()
+    assert task.returncode == 0 and "healthy" in [line.split()[0] for line in out.splitlines() if line.strip()], (
+        out,
+        err[-3000:],
+    )
 
 
 @pytest.mark.integration
