@@ -110,14 +110,26 @@ class OffsetRun:
     count: int
 
 
-def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpan]:
-    """Per-file spans from the manifests alone: each file's offset bounds and row count."""
+def metadata_spans(table: Table, snapshot_id: int | None = None) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
+    """Per-file spans from the manifests alone: each file's offset bounds and row count.
+
+    A file whose manifest entry has no offset bounds (a foreign writer's without statistics, or
+    one written under ``write.metadata.metrics.default=none`` by another tool) is read instead,
+    as the deep check reads it: its spans, the offset counts of those that fail their proof, and
+    the violations of that reading (damaged files, misplaced rows)."""
     offset_id = table.schema().find_field(cols.OFFSET).field_id
-    spans = []
+    spans, unbounded, rows = [], {}, {}
     for f in live_files(table, [offset_id], snapshot_id):
-        first, nxt = offset_range(f.lower, f.upper, offset_id)
-        spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
-    return spans
+        if offset_id in f.lower and offset_id in f.upper:
+            first, nxt = offset_range(f.lower, f.upper, offset_id)
+            spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
+        else:
+            path = local_path(f.path)
+            unbounded[path], rows[path] = f.partition[0], f.record_count
+    if not unbounded:
+        return spans, [], []
+    read, runs, violations = scan_files(".".join(table.name()[-2:]), unbounded, rows=rows, io=table.io)
+    return spans + read, runs, violations
 
 
 def deep_spans(
@@ -685,10 +697,11 @@ def tile(
         table: Name used in violations.
         spans: Per-file spans.
         state: Watermarks to compare with; ``None`` checks contiguity only (old snapshots).
-        trust_files: Metadata mode: every file counts as holding each offset of its bounds
-            once, and a file whose record count differs from its bounds is reported as
-            suspect. Otherwise (deep mode) files that are not ``exact`` count by ``runs``.
-        runs: Exact offset counts of the files that are not ``exact`` (deep mode).
+        trust_files: Metadata mode: every file without ``runs`` counts as holding each offset
+            of its bounds once, and one whose record count differs from its bounds is reported
+            as suspect. Otherwise (deep mode) files that are not ``exact`` count by ``runs``.
+        runs: Exact offset counts of files that are not ``exact`` (every such file in deep
+            mode; in metadata mode, the files that were read for want of bounds).
     """
     by_partition: dict[int, list[FileSpan]] = defaultdict(list)
     for span in spans:
@@ -696,6 +709,7 @@ def tile(
     runs_by_partition: dict[int, list[OffsetRun]] = defaultdict(list)
     for run in runs:
         runs_by_partition[run.partition].append(run)
+    counted = {(r.path, r.partition) for r in runs}
     violations: list[Violation] = []
     partitions = set(by_partition) | (set(state.watermarks) if state else set())
     for p in sorted(partitions):
@@ -707,23 +721,14 @@ def tile(
                 )
             )
             continue
-        for s in files:
-            if trust_files and not s.exact:
-                kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
-                violations.append(
-                    Violation(
-                        CHECK,
-                        table,
-                        kind,
-                        f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}",
-                        partition=p,
-                        first=s.first,
-                        last=s.last,
-                    )
-                )
-        pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.exact]
-        if not trust_files:
-            pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
+        # metadata mode: a file not read is taken on its bounds, and reported when its count disagrees
+        suspect = [s for s in files if trust_files and not s.exact and (s.path, p) not in counted]
+        for s in suspect:
+            kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
+            detail = f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}"
+            violations.append(Violation(CHECK, table, kind, detail, partition=p, first=s.first, last=s.last))
+        pieces = [(s.first, s.last, 1, s.path) for s in files if s.exact] + [(s.first, s.last, 1, s.path) for s in suspect]
+        pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
         mark = state.watermarks[p] if state is not None else None
         if files:
             data_first = files[0].first
@@ -802,8 +807,9 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
         paths, rows, sizes = _described(t.file for t in table.scan(snapshot_id=snapshot_id).plan_files())
         violations, rows = check_files(name, paths, state, rows=rows, io=table.io, sizes=sizes)
     else:
-        spans = metadata_spans(table, snapshot_id)
-        violations, rows = tile(name, spans, state, trust_files=True), sum(s.rows for s in spans)
+        spans, runs, violations = metadata_spans(table, snapshot_id)
+        violations += tile(name, spans, state, trust_files=True, runs=runs)
+        rows = sum(s.rows for s in spans)
     return CheckReport(
         table=name,
         snapshot_id=snapshot_id or table.metadata.current_snapshot_id,

@@ -17,7 +17,8 @@ from storage.log import schema as cols
 from storage.log.files import data_files_from_parquet
 from storage.log.manifests import live_files
 from storage.log.table import LogTable
-from tests.support.planting import rows_at
+from tests.support.cli import Cli
+from tests.support.planting import plant, rows_at
 from validations import contiguity
 from validations.contiguity import check_contiguity
 
@@ -78,3 +79,75 @@ def test_files_described_from_parquet_keep_offset_bounds(sqlite_catalog, propert
     offset_id = table.schema().find_field(cols.OFFSET).field_id
     assert described.lower_bounds[offset_id] == (0).to_bytes(8, "little")
     assert described.upper_bounds[offset_id] == (2).to_bytes(8, "little")
+
+
+@pytest.fixture
+def unbounded(sqlite_catalog) -> LogTable:
+    """Offsets 0..4 by icelog, then the table's metrics turned off by another tool, as foreign
+    writers then write (pyiceberg's own writer keeps no bounds)."""
+    t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
+    t.append({0: [{"key": str(i)} for i in range(5)]})
+    set_properties(t, {"write.metadata.metrics.default": "none"})
+    return t
+
+
+def diagnosis(report) -> list[tuple]:
+    return sorted((v.check, v.kind, v.partition, v.first, v.last) for v in report.violations)
+
+
+def test_a_foreign_file_without_bounds_that_extends_the_log_is_proven_by_reading_it(unbounded):
+    plant(unbounded, 0, [7, 5, 6])
+    table = unbounded.table()
+    assert sorted(bounded(table, cols.OFFSET).values()) == [False, True]
+    report = check_contiguity(table)
+    # the stored watermark is icelog's (5); the foreign rows extend the data to 8, nothing else
+    assert diagnosis(report) == [("watermark", "watermark", 0, 5, 7)]
+    assert report.rows == 8
+    assert diagnosis(report) == diagnosis(check_contiguity(table, deep=True))
+
+
+@pytest.mark.parametrize(
+    ("offsets", "expected"),
+    [
+        ([4, 5], [("contiguity", "duplicate", 0, 4, 4), ("watermark", "watermark", 0, 5, 5)]),
+        ([6], [("contiguity", "gap", 0, 5, 5), ("watermark", "watermark", 0, 5, 6)]),
+        ([5, 5, 7], [("contiguity", "duplicate", 0, 5, 5), ("contiguity", "gap", 0, 6, 6), ("watermark", "watermark", 0, 5, 7)]),
+    ],
+)
+def test_a_foreign_file_without_bounds_that_breaks_the_log_is_diagnosed(unbounded, offsets, expected):
+    plant(unbounded, 0, offsets)
+    report = check_contiguity(unbounded.table())
+    assert diagnosis(report) == expected == diagnosis(check_contiguity(unbounded.table(), deep=True))
+    planted = next(path for path, has in bounded(unbounded.table(), cols.OFFSET).items() if not has)
+    assert any(planted.removeprefix("file://") in v.detail for v in report.violations if v.check == "contiguity") == (
+        offsets != [6]  # a duplicate names its files, a gap none
+    )
+
+
+def test_a_damaged_file_without_bounds_is_a_bad_file(unbounded):
+    plant(unbounded, 0, [5, 6])
+    planted = next(path for path, has in bounded(unbounded.table(), cols.OFFSET).items() if not has)
+    with open(planted.removeprefix("file://"), "wb") as out:
+        out.write(b"not parquet" * 10)
+    report = check_contiguity(unbounded.table())
+    bad = [v for v in report.violations if v.kind == "bad_file"]
+    assert [(v.partition, v.extra["path"]) for v in bad] == [(0, planted.removeprefix("file://"))]
+
+
+def test_a_file_without_bounds_on_s3_is_read_by_the_metadata_check(rest_catalog):
+    t = LogTable.create(rest_catalog, "db.events", partitions=1)
+    t.append({0: [{"key": str(i)} for i in range(5)]})
+    set_properties(t, {"write.metadata.metrics.default": "none"})
+    plant(t, 0, [5, 5])
+    table = t.table()
+    assert any(path.startswith("s3://") and not has for path, has in bounded(table, cols.OFFSET).items())
+    assert diagnosis(check_contiguity(table)) == [("contiguity", "duplicate", 0, 5, 5), ("watermark", "watermark", 0, 5, 5)]
+
+
+def test_validate_without_deep_reports_a_file_without_bounds_exit_1(unbounded, sqlite_spec):
+    plant(unbounded, 0, [5, 5])
+    report = Cli(sqlite_spec)("validate", "db.events", code=1)
+    assert [(v["check"], v["kind"], v["first"], v["last"]) for v in report["violations"]] == [
+        ("contiguity", "duplicate", 5, 5),
+        ("watermark", "watermark", 5, 5),
+    ]
