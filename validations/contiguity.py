@@ -27,6 +27,18 @@ The two modes differ in how they learn the coverage:
   replace the file's bounds. The result is exact whatever the files hold: duplicates, holes
   and row order.
 
+A file must be readable Parquet with integer partition and offset columns, no null partition,
+and offsets in ``0..2^63-1``; a file that is not (replaced in place, damaged, gone, offsets as
+text or floats, or wrapped past 2^63) is a ``bad_file`` violation naming it and the reason, and
+holds no offsets. The footer is checked before any proof for every file on an object store
+(read whole anyway), every large local file (its footer chooses the proof) and every small
+local file whose size is not the one its metadata says (replaced in place). A small file of
+its committed size skips that read, which costs a small file about as much as its query: the
+grouped query reads every file as the first one's column types, and a query that fails, or
+whose types are not integers, sends every file to the footer check. The one case left: a
+committed foreign file of text or floats read after a file of integers is cast (whole values
+are the offsets they are, fractions are rounded).
+
 Files on an object store (``s3://…``) are read with pyarrow through the table's FileIO, since
 DuckDB reads them only through its httpfs extension: each file's two columns are read once
 (several files at a time), and the same proofs run on them in memory (numpy); a file that
@@ -51,12 +63,13 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import arrow_location, file_partition, is_local, local_path, offset_range
+from storage.log.files import arrow_location, file_partition, is_local, local_path, offset_range, store_reachable
 from storage.log.manifests import live_files
 from validations.violations import CheckReport, Violation
 
@@ -70,6 +83,7 @@ OWN_QUERY_ROWS = 1_000_000
 # Files on an object store read at once: a file's two columns are a few ranged GETs, so the
 # latency of one hides behind the others (and behind the proofs of the files already read).
 REMOTE_READS = 8
+MAX_OFFSET = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -96,14 +110,26 @@ class OffsetRun:
     count: int
 
 
-def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpan]:
-    """Per-file spans from the manifests alone: each file's offset bounds and row count."""
+def metadata_spans(table: Table, snapshot_id: int | None = None) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
+    """Per-file spans from the manifests alone: each file's offset bounds and row count.
+
+    A file whose manifest entry has no offset bounds (a foreign writer's without statistics, or
+    one written under ``write.metadata.metrics.default=none`` by another tool) is read instead,
+    as the deep check reads it: its spans, the offset counts of those that fail their proof, and
+    the violations of that reading (damaged files, misplaced rows)."""
     offset_id = table.schema().find_field(cols.OFFSET).field_id
-    spans = []
+    spans, unbounded, rows = [], {}, {}
     for f in live_files(table, [offset_id], snapshot_id):
-        first, nxt = offset_range(f.lower, f.upper, offset_id)
-        spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
-    return spans
+        if offset_id in f.lower and offset_id in f.upper:
+            first, nxt = offset_range(f.lower, f.upper, offset_id)
+            spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
+        else:
+            path = local_path(f.path)
+            unbounded[path], rows[path] = f.partition[0], f.record_count
+    if not unbounded:
+        return spans, [], []
+    read, runs, violations = scan_files(".".join(table.name()[-2:]), unbounded, rows=rows, io=table.io)
+    return spans + read, runs, violations
 
 
 def deep_spans(
@@ -113,8 +139,17 @@ def deep_spans(
     files whose proof failed, and misplaced rows."""
     name = ".".join(table.name()[-2:])
     files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-    rows = {local_path(f.file_path): f.record_count for f in files}
-    return scan_files(name, {local_path(f.file_path): file_partition(f) for f in files}, con, rows, table.io)
+    paths, rows, sizes = _described(files)
+    return scan_files(name, paths, con, rows, table.io, sizes)
+
+
+def _described(files: Iterable[DataFile]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Each data file's partition, record count and size, by local path (or URI), as its metadata says."""
+    paths, rows, sizes = {}, {}, {}
+    for f in files:
+        path = local_path(f.file_path)
+        paths[path], rows[path], sizes[path] = file_partition(f), f.record_count, f.file_size_in_bytes
+    return paths, rows, sizes
 
 
 def scan_files(
@@ -123,6 +158,7 @@ def scan_files(
     con: duckdb.DuckDBPyConnection | None = None,
     rows: Mapping[str, int] | None = None,
     io: FileIO | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
     """Deep scan of Parquet files of a log table.
 
@@ -133,6 +169,9 @@ def scan_files(
         rows: Each file's record count as its metadata says (it only chooses the query; the
             footers are read when it is not given).
         io: The table's FileIO: how to reach files that are not local.
+        sizes: Each file's size in bytes as its metadata says: a small local file of that size
+            is taken to be the file committed, and its footer is not read (see the module's
+            docstring).
 
     Raises:
         InvalidInput: a path that is not local, without ``io`` or of a scheme no pyarrow
@@ -142,42 +181,167 @@ def scan_files(
         return [], [], []
     if con is None:
         with _cursor() as own:
-            return scan_files(table, paths, own, rows, io)
+            return scan_files(table, paths, own, rows, io, sizes)
     remote = {p: paths[p] for p in paths if not is_local(p)}
     if remote:
         local = {p: paths[p] for p in paths if p not in remote}
         spans, runs, violations = _scan_remote(table, remote, con, io)
-        more = scan_files(table, local, con, rows) if local else ([], [], [])
+        more = scan_files(table, local, con, rows, sizes=sizes) if local else ([], [], [])
         return spans + more[0], runs + more[1], violations + more[2]
-    spans, grouped = [], []
+    spans, grouped, unfit, footers = [], [], {}, {}
     for path in sorted(paths):
-        size = rows[path] if rows is not None and path in rows else _footer_rows(path)
-        span = _proven_file(con, path, paths[path]) if size >= OWN_QUERY_ROWS else None
+        size = rows.get(path) if rows is not None else None
+        # A large file's footer chooses its proof. A small one's is read only when the file is not
+        # the bytes its metadata describes (another size: replaced in place, or no metadata given),
+        # since a footer costs a small file about its whole query.
+        if size is None or size >= OWN_QUERY_ROWS or not _committed(path, sizes):
+            footer, why = _footer(path)
+            if why is not None:
+                unfit[path] = why
+                continue
+            footers[path] = footer
+            size = footer.num_rows if size is None else size
+        span = _proven_file(con, path, paths[path], footers[path]) if size >= OWN_QUERY_ROWS else None
         if span is None:
             grouped.append(path)
         else:
             spans.append(span)
-    if not grouped:
-        return spans, [], []
-    rows = con.execute(
-        f"SELECT filename, {_GROUP_STATS} FROM read_parquet($paths, filename = true, file_row_number = true) GROUP BY ALL",
-        {"paths": grouped},
-    ).fetchall()
-    violations = _group_spans(table, rows, paths, spans)
+    stats, more = _grouped_stats(con, grouped, footers) if grouped else ([], {})
+    unfit.update(more)
+    violations = _group_spans(table, stats, paths, spans)
     # A small file out of offset order (the key-hash layout) that may still be a permutation of
     # its range gets the bitmap proof, a fraction of counting it offset by offset.
     groups_of = Counter(s.path for s in spans)
     for i, s in enumerate(spans):
         if not s.exact and groups_of[s.path] == 1 and s.partition == paths[s.path] and s.rows == s.last - s.first + 1:
-            spans[i] = _proven_file(con, s.path, s.partition) or s
+            footer, why = (footers[s.path], None) if s.path in footers else _footer(s.path)
+            if why is not None:  # read cast by the grouped query
+                unfit[s.path] = why
+            else:
+                spans[i] = _proven_file(con, s.path, s.partition, footer) or s
+    spans, violations = _refuse_bad_values(spans, violations, unfit)
     irregular = {(s.path, s.partition) for s in spans if not s.exact}
     runs = _offset_runs(sorted({path for path, _ in irregular})) if irregular else []
+    violations += _bad_files(table, unfit, paths)
     return spans, [r for r in runs if (r.path, r.partition) in irregular], violations
 
 
 # Per (file, partition): rows, offset bounds, and "offsets consecutive in row order, none null".
 _GROUP_STATS = f"""{cols.PARTITION}, count(*), min({cols.OFFSET}), max({cols.OFFSET}),
     count({cols.OFFSET}) = count(*) AND min({cols.OFFSET} - file_row_number) = max({cols.OFFSET} - file_row_number)"""
+# The same without overflow: offsets near -2^63 (wrapped past 2^63) overflow ``offset - row
+# number`` in BIGINT. Slower than BIGINT, so only files whose first query failed get it.
+_WIDE_GROUP_STATS = _GROUP_STATS.replace(f"{cols.OFFSET} - file_row_number", f"{cols.OFFSET}::HUGEINT - file_row_number")
+# No Hive partitioning: a data file's folder (``log_partition=0/``) is no column of it; DuckDB
+# would otherwise read its partition from the folder instead of from the rows.
+_GROUPED_QUERY = (
+    "SELECT filename, {stats} FROM read_parquet($paths, filename = true, file_row_number = true, hive_partitioning = false)"
+    " GROUP BY ALL"
+)
+_INTEGER_TYPES = frozenset(
+    ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
+)
+
+
+def _committed(path: str, sizes: Mapping[str, int] | None) -> bool:
+    """Whether a local file is as many bytes as its metadata says (a file replaced in place rarely is)."""
+    try:
+        return sizes is not None and os.stat(path).st_size == sizes.get(path)
+    except OSError:
+        return False
+
+
+def _grouped_stats(
+    con: duckdb.DuckDBPyConnection, paths: list[str], footers: Mapping[str, pq.FileMetaData]
+) -> tuple[list[tuple], dict[str, str]]:
+    """``_GROUP_STATS`` per (file, partition) of local files in one query, and the files that
+    cannot be read as offsets, with why (``footers``: the files already checked).
+
+    The query reads every file as the first one's column types. When it fails (a file
+    unreadable, of another shape, text or NaN that does not cast, offsets near -2^63 that
+    overflow) or its types are not integers, the footers not yet read are checked, and the files
+    that pass are read again with overflow-proof stats, together, then one by one when that
+    fails too.
+    """
+    try:
+        result = con.execute(_GROUPED_QUERY.format(stats=_GROUP_STATS), {"paths": paths})
+        # (filename, partition, count, min offset, ...): the types the first file gave the query
+        if {str(result.description[1][1]), str(result.description[3][1])} <= _INTEGER_TYPES:
+            return result.fetchall(), {}
+    except duckdb.Error:
+        pass
+    unfit = {path: why for path in paths if path not in footers and (why := _footer(path)[1]) is not None}
+    rest = [path for path in paths if path not in unfit]
+    wide = _GROUPED_QUERY.format(stats=_WIDE_GROUP_STATS)
+    try:
+        return (con.execute(wide, {"paths": rest}).fetchall() if rest else []), unfit
+    except duckdb.Error:
+        pass
+    stats = []
+    for path in rest:
+        try:
+            stats += con.execute(wide, {"paths": [path]}).fetchall()
+        except duckdb.Error as e:
+            unfit[path] = f"cannot be read ({e})"
+    return stats, unfit
+
+
+def _unfit_columns(schema: pa.Schema) -> str | None:
+    """Why a file of this schema cannot hold a log's offsets (None: it can): another engine
+    would not read the table's long and int columns from it either."""
+    for name in (cols.PARTITION, cols.OFFSET):
+        if schema.get_field_index(name) < 0:
+            return f"no {name} column"
+        kind = schema.field(name).type
+        if not pa.types.is_integer(kind):
+            return f"{name} is {kind}, not an integer column"
+    return None
+
+
+def _unfit_file(path: str, fs: pafs.FileSystem, table: str) -> str | None:
+    """Why a file cannot hold a log's offsets, from its footer (None: it can)."""
+    try:
+        schema = pq.read_schema(path, filesystem=fs)
+    except _READ_ERRORS as e:
+        return _unreadable(e, path, fs, table)
+    return _unfit_columns(schema)
+
+
+_READ_ERRORS = (OSError, pa.ArrowException)
+
+
+def _unreadable(error: Exception, path: str, fs: pafs.FileSystem | None, table: str) -> str:
+    """Why a file could not be read, the file being to blame: a local file always is; on an
+    object store, when the store answers for it (an unreachable store raises
+    :class:`StorageUnreachable`: run again)."""
+    if fs is not None and isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError)):
+        with store_reachable(table):
+            fs.get_file_info(path)
+    return f"cannot be read ({error})"
+
+
+def _refuse_bad_values(
+    spans: list[FileSpan], violations: list[Violation], unfit: dict[str, str]
+) -> tuple[list[FileSpan], list[Violation]]:
+    """``spans`` and ``violations`` without the files holding a null partition or an offset
+    outside ``0..2^63-1`` (a log's offsets never are: int64 arithmetic that wrapped past 2^63, a
+    foreign file's), which join ``unfit``."""
+    for s in spans:
+        if s.partition is None:
+            unfit.setdefault(s.path, f"null {cols.PARTITION}")
+        elif s.first < 0 or s.last > MAX_OFFSET:
+            unfit.setdefault(s.path, f"offset {s.first if s.first < 0 else s.last}, outside 0..2^63-1")
+    if not unfit:
+        return spans, violations
+    kept = [v for v in violations if v.extra.get("path") not in unfit]
+    return [s for s in spans if s.path not in unfit], kept
+
+
+def _bad_files(table: str, unfit: Mapping[str, str], paths: Mapping[str, int]) -> list[Violation]:
+    return [
+        Violation(CHECK, table, "bad_file", f"{path}: {why}", partition=paths[path], extra={"path": path})
+        for path, why in sorted(unfit.items())
+    ]
 
 
 def _group_spans(table: str, rows: Iterable[tuple], paths: Mapping[str, int], spans: list[FileSpan]) -> list[Violation]:
@@ -195,8 +359,11 @@ def _group_spans(table: str, rows: Iterable[tuple], paths: Mapping[str, int], sp
                     partition=partition,
                     first=lo,
                     last=hi,
+                    extra={"path": path},
                 )
             )
+        if lo is None:  # every offset null: rows that hold no offset
+            continue
         spans.append(FileSpan(path, partition, lo, hi, n, bool(ordered) and n == hi - lo + 1))
     return violations
 
@@ -212,44 +379,59 @@ def _scan_remote(
     spans: list[FileSpan] = []
     runs: list[OffsetRun] = []
     violations: list[Violation] = []
-    for uri, offsets, span in _read_offsets(located, paths):
-        if span is not None:
+    unfit: dict[str, str] = {}
+    for uri, offsets, span, why in _read_offsets(table, located, paths):
+        if why is not None:
+            unfit[uri] = why
+        elif span is not None:
             spans.append(span)
-            continue
-        mine: list[FileSpan] = []
-        violations += _group_spans(
-            table, _rows_query(con, offsets, f"SELECT $uri, {_GROUP_STATS} FROM file_offsets GROUP BY ALL", uri), paths, mine
-        )
-        spans += mine
-        irregular = {s.partition for s in mine if not s.exact}
-        runs += [r for r in _runs_of(uri, offsets) if r.partition in irregular]
-    return spans, runs, violations
+        else:  # failed its proof: the slow path, where overflow-proof stats cost nothing that matters
+            stats = _rows_query(con, offsets, f"SELECT $uri, {_WIDE_GROUP_STATS} FROM file_offsets GROUP BY ALL", uri)
+            mine, found = _refuse_bad_values(*_spans_of(table, stats, paths), unfit)
+            spans += mine
+            violations += found
+            irregular = {s.partition for s in mine if not s.exact}
+            runs += [r for r in _runs_of(uri, offsets) if r.partition in irregular] if irregular else []
+    return spans, runs, violations + _bad_files(table, unfit, paths)
+
+
+def _spans_of(table: str, stats: Iterable[tuple], paths: Mapping[str, int]) -> tuple[list[FileSpan], list[Violation]]:
+    """:func:`_group_spans` into a list of its own."""
+    spans: list[FileSpan] = []
+    return spans, _group_spans(table, stats, paths, spans)
 
 
 def _read_offsets(
-    located: Mapping[str, tuple[pafs.FileSystem, str]], partitions: Mapping[str, int]
-) -> Iterator[tuple[str, pa.Table | None, FileSpan | None]]:
-    """``(uri, partition and offset columns, span)`` of each file, in order, ``REMOTE_READS``
+    table: str, located: Mapping[str, tuple[pafs.FileSystem, str]], partitions: Mapping[str, int]
+) -> Iterator[tuple[str, pa.Table | None, FileSpan | None, str | None]]:
+    """``(uri, partition and offset columns, span, why)`` of each file, in order, ``REMOTE_READS``
     files in flight: each file is proven (:func:`_proven_rows`) by the thread that read it, as
     soon as it is read, so that proofs overlap the reads of the next files and each other (numpy
     releases the GIL). ``span`` is the proven span, and then the columns are None (released at
-    once); otherwise the columns, for the caller to diagnose."""
+    once); ``why`` says why a file cannot hold a log's offsets, and then both are None;
+    otherwise the columns, for the caller to diagnose."""
 
-    def read(uri: str) -> tuple[pa.Table | None, FileSpan | None]:
+    def read(uri: str) -> tuple[pa.Table | None, FileSpan | None, str | None]:
         fs, path = located[uri]
-        offsets = pq.read_table(path, filesystem=fs, columns=[cols.PARTITION, cols.OFFSET])
+        try:
+            offsets = pq.read_table(path, filesystem=fs, columns=[cols.PARTITION, cols.OFFSET])
+        except _READ_ERRORS as e:  # a missing column reads as an error too: the footer says which
+            return None, None, _unfit_file(path, fs, table) or _unreadable(e, path, fs, table)
+        why = _unfit_columns(offsets.schema)
+        if why is not None:
+            return None, None, why
         span = _proven_rows(uri, partitions[uri], offsets)
-        return (None, span) if span is not None else (offsets, None)
+        return (None, span, None) if span is not None else (offsets, None, None)
 
     uris = list(located)
     with ThreadPoolExecutor(REMOTE_READS) as pool:
         pending = [pool.submit(read, uri) for uri in uris[:REMOTE_READS]]
         for i, uri in enumerate(uris):
-            offsets, span = pending[i].result()
+            offsets, span, why = pending[i].result()
             if i + REMOTE_READS < len(uris):
                 pending.append(pool.submit(read, uris[i + REMOTE_READS]))
             pending[i] = None  # the file's columns live only while it is checked
-            yield uri, offsets, span
+            yield uri, offsets, span, why
 
 
 def _rows_query(con: duckdb.DuckDBPyConnection, offsets: pa.Table, query: str, uri: str | None = None) -> list[tuple]:
@@ -277,16 +459,18 @@ def _proven_rows(uri: str, partition: int, offsets: pa.Table) -> FileSpan | None
     p = pc.min_max(parts).as_py()
     if not p["min"] == p["max"] == partition:
         return None
-    if column.type != pa.int64():  # a foreign file's: numbers only, and only those that are int64s
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+    if column.type != pa.int64():  # a foreign file's: integers only, and only those that are int64s
+        if not pa.types.is_integer(column.type):
             return None
         try:
             column = column.cast(pa.int64())
-        except pa.ArrowInvalid:  # out of range, or a fraction: diagnosed exactly
+        except pa.ArrowInvalid:  # beyond int64: diagnosed exactly
             return None
     chunks = [c.to_numpy() for c in column.chunks if len(c)]
     first = int(chunks[0][0])
-    if _consecutive(chunks, first):  # offset - row number constant: exactly first..first + n - 1
+    # offset - row number constant: exactly first..first + n - 1, unless that passes 2^63 (the
+    # offsets wrapped to -2^63 and on, and the difference stays constant across the wrap)
+    if first + n - 1 <= MAX_OFFSET and _consecutive(chunks, first):
         return FileSpan(uri, partition, first, first + n - 1, n, True)
     bounds = pc.min_max(column).as_py()
     lo, hi = bounds["min"], bounds["max"]
@@ -339,14 +523,17 @@ def _cursor() -> duckdb.DuckDBPyConnection:
     return _shared[1].cursor()
 
 
-def _footer_rows(path: str) -> int:
+def _footer(path: str) -> tuple[pq.FileMetaData | None, str | None]:
+    """A local file's footer, or why the file cannot hold a log's offsets."""
     try:
-        return pq.read_metadata(path).num_rows
-    except (OSError, pa.ArrowException):  # unreadable: the grouped query reads it (or says why not)
-        return 0
+        footer = pq.read_metadata(path)
+    except _READ_ERRORS as e:
+        return None, _unreadable(e, path, None, "")
+    why = _unfit_columns(footer.schema.to_arrow_schema())
+    return (None, why) if why is not None else (footer, None)
 
 
-def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int) -> FileSpan | None:
+def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int, footer: pq.FileMetaData) -> FileSpan | None:
     """The span of one file whose offsets are proven exact, in one ungrouped scan; None when
     its proof fails (the caller then diagnoses the file exactly).
 
@@ -354,8 +541,7 @@ def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int) -> F
     bitmap over the range they give. Either proof reads every offset, so a wrong or
     missing statistic costs speed, never a wrong answer.
     """
-    footer = pq.read_metadata(path)
-    if cols.OFFSET not in footer.schema.names or footer.num_rows == 0:
+    if footer.num_rows == 0:
         return None
     column = footer.schema.names.index(cols.OFFSET)
     groups = [footer.row_group(g) for g in range(footer.num_row_groups)]
@@ -366,8 +552,6 @@ def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int) -> F
     in_order = all(s.max - s.min + 1 == g.num_rows for s, g in zip(stats, groups, strict=True)) and all(
         b.min == a.max + 1 for a, b in itertools.pairwise(stats)
     )
-    if cols.PARTITION not in footer.schema.names:
-        return None
     # A column Parquet stores as required holds no null by construction (it has no definition
     # levels); counting its values would cost the scan ~80% more, so only optional ones are counted.
     counted = [
@@ -377,16 +561,17 @@ def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int) -> F
     common = f"count(*), {nulls}, min({cols.PARTITION}), max({cols.PARTITION})"
     if in_order:  # offset - row number is constant exactly when the offsets are consecutive in row order
         query = f"""SELECT {common}, min({cols.OFFSET} - file_row_number), max({cols.OFFSET} - file_row_number)
-                    FROM read_parquet($path, file_row_number = true)"""
+                    FROM read_parquet($path, file_row_number = true, hive_partitioning = false)"""
     elif hi - lo + 1 == footer.num_rows:
         # n offsets in lo..hi (bitstring_agg raises on one outside) setting n distinct bits are
         # exactly lo..hi, in any row order. lo and hi are ints from the footer, safe to inline.
-        query = f"SELECT {common}, bit_count(bitstring_agg({cols.OFFSET}, {int(lo)}, {int(hi)})) FROM read_parquet($path)"
+        query = f"""SELECT {common}, bit_count(bitstring_agg({cols.OFFSET}, {int(lo)}, {int(hi)}))
+                    FROM read_parquet($path, hive_partitioning = false)"""
     else:
         return None
     try:
         n, nulls, p_min, p_max, *proof = con.execute(query, {"path": path}).fetchone()
-    except duckdb.OutOfRangeException:  # an offset outside the footer's bounds
+    except duckdb.Error:  # an offset outside the footer's bounds (or overflowing), a damaged page: diagnosed
         return None
     if not (nulls == 0 and p_min == p_max == partition):
         return None
@@ -512,10 +697,11 @@ def tile(
         table: Name used in violations.
         spans: Per-file spans.
         state: Watermarks to compare with; ``None`` checks contiguity only (old snapshots).
-        trust_files: Metadata mode: every file counts as holding each offset of its bounds
-            once, and a file whose record count differs from its bounds is reported as
-            suspect. Otherwise (deep mode) files that are not ``exact`` count by ``runs``.
-        runs: Exact offset counts of the files that are not ``exact`` (deep mode).
+        trust_files: Metadata mode: every file without ``runs`` counts as holding each offset
+            of its bounds once, and one whose record count differs from its bounds is reported
+            as suspect. Otherwise (deep mode) files that are not ``exact`` count by ``runs``.
+        runs: Exact offset counts of files that are not ``exact`` (every such file in deep
+            mode; in metadata mode, the files that were read for want of bounds).
     """
     by_partition: dict[int, list[FileSpan]] = defaultdict(list)
     for span in spans:
@@ -523,6 +709,7 @@ def tile(
     runs_by_partition: dict[int, list[OffsetRun]] = defaultdict(list)
     for run in runs:
         runs_by_partition[run.partition].append(run)
+    counted = {(r.path, r.partition) for r in runs}
     violations: list[Violation] = []
     partitions = set(by_partition) | (set(state.watermarks) if state else set())
     for p in sorted(partitions):
@@ -534,23 +721,14 @@ def tile(
                 )
             )
             continue
-        for s in files:
-            if trust_files and not s.exact:
-                kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
-                violations.append(
-                    Violation(
-                        CHECK,
-                        table,
-                        kind,
-                        f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}",
-                        partition=p,
-                        first=s.first,
-                        last=s.last,
-                    )
-                )
-        pieces = [(s.first, s.last, 1, s.path) for s in files if trust_files or s.exact]
-        if not trust_files:
-            pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
+        # metadata mode: a file not read is taken on its bounds, and reported when its count disagrees
+        suspect = [s for s in files if trust_files and not s.exact and (s.path, p) not in counted]
+        for s in suspect:
+            kind = "duplicate" if s.rows > s.last - s.first + 1 else "gap"
+            detail = f"{s.path} holds {s.rows} rows for offsets {s.first}..{s.last}"
+            violations.append(Violation(CHECK, table, kind, detail, partition=p, first=s.first, last=s.last))
+        pieces = [(s.first, s.last, 1, s.path) for s in files if s.exact] + [(s.first, s.last, 1, s.path) for s in suspect]
+        pieces += [(r.first, r.last, r.count, r.path) for r in runs_by_partition.get(p, [])]
         mark = state.watermarks[p] if state is not None else None
         if files:
             data_first = files[0].first
@@ -608,9 +786,10 @@ def check_files(
     con: duckdb.DuckDBPyConnection | None = None,
     rows: Mapping[str, int] | None = None,
     io: FileIO | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[list[Violation], int]:
     """The deep check over explicit files (local paths, or URIs read through ``io``): ``(violations, rows)``."""
-    spans, runs, violations = scan_files(table, paths, con, rows, io)
+    spans, runs, violations = scan_files(table, paths, con, rows, io, sizes)
     return violations + tile(table, spans, state, runs=runs), sum(s.rows for s in spans)
 
 
@@ -625,13 +804,12 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
     current = snapshot_id is None or snapshot_id == table.metadata.current_snapshot_id
     state = LogState.from_metadata(table.metadata) if current else None
     if deep:
-        files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-        paths = {local_path(f.file_path): file_partition(f) for f in files}
-        rows = {local_path(f.file_path): f.record_count for f in files}
-        violations, rows = check_files(name, paths, state, rows=rows, io=table.io)
+        paths, rows, sizes = _described(t.file for t in table.scan(snapshot_id=snapshot_id).plan_files())
+        violations, rows = check_files(name, paths, state, rows=rows, io=table.io, sizes=sizes)
     else:
-        spans = metadata_spans(table, snapshot_id)
-        violations, rows = tile(name, spans, state, trust_files=True), sum(s.rows for s in spans)
+        spans, runs, violations = metadata_spans(table, snapshot_id)
+        violations += tile(name, spans, state, trust_files=True, runs=runs)
+        rows = sum(s.rows for s in spans)
     return CheckReport(
         table=name,
         snapshot_id=snapshot_id or table.metadata.current_snapshot_id,

@@ -27,7 +27,7 @@ import posixpath
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 import numpy as np
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-from pyiceberg.schema import sanitize_column_names
+from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.table import Table, TableProperties, WriteTask
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
@@ -49,11 +49,18 @@ from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, StorageUn
 from storage.log import schema as cols
 from storage.log.keys import HASH_SPACE, encoded_key_hashes
 
+if TYPE_CHECKING:
+    from pyiceberg.io.pyarrow import StatisticsCollector
+
 MAX_ROWS_PER_FILE = 10_000_000
 PARALLEL_FILE_ROWS = 1_000_000  # a batch is cut into files for parallel writes down to this size
 GROUPS = 32  # hash slices of a clustered file, one row group each: a quarter of the hash space opens 8
 MIN_GROUP_ROWS = 1_024  # smaller row groups cost more in footers than they save
 DELTA_COLUMNS = frozenset((cols.OFFSET, cols.TIMESTAMP, cols.PRODUCER_SEQ))
+# Columns whose bounds every data file's manifest entry keeps, whatever the table's
+# ``write.metadata.metrics.*`` properties (another tool may set them to ``none``): the offset
+# bounds prove I1 from the manifests, and locate a file's offsets for maintenance and mirrors.
+BOUNDED_COLUMNS = (cols.PARTITION, cols.OFFSET)
 
 
 def with_key_hash(rows: pa.Table, key_column: str | None) -> pa.Table:
@@ -264,11 +271,7 @@ class _FileWriter:
         )
 
     def write(self, task: WriteTask, rows: pa.Table) -> DataFile:
-        from pyiceberg.io.pyarrow import (
-            compute_statistics_plan,
-            data_file_statistics_from_parquet_metadata,
-            parquet_path_to_id_mapping,
-        )
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
 
         path = self.locations.new_data_location(
             data_file_name=task.generate_data_file_filename("parquet"), partition_key=task.partition_key
@@ -283,7 +286,7 @@ class _FileWriter:
                 writer.write_table(group, row_group_size=self.row_group_limit)
         statistics = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata,
-            stats_columns=compute_statistics_plan(self.schema, self.metadata.properties),
+            stats_columns=statistics_plan(self.schema, self.metadata.properties),
             parquet_column_mapping=parquet_path_to_id_mapping(self.schema),
         )
         return DataFile.from_args(
@@ -300,6 +303,15 @@ class _FileWriter:
         )
 
 
+def statistics_plan(schema: Schema, properties: Mapping[str, str]) -> dict[int, StatisticsCollector]:
+    """pyiceberg's statistics plan for a data file under the table's ``properties``, with full
+    bounds of ``BOUNDED_COLUMNS`` whatever the properties say of them."""
+    from pyiceberg.io.pyarrow import compute_statistics_plan
+
+    full = {f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{name}": "full" for name in BOUNDED_COLUMNS}
+    return compute_statistics_plan(schema, {**properties, **full})
+
+
 def data_files_from_parquet(table: Table, paths: Iterable[str]) -> list[DataFile]:
     """Describe Parquet files written elsewhere (e.g. by Spark executors) as data files.
 
@@ -313,7 +325,6 @@ def data_files_from_parquet(table: Table, paths: Iterable[str]) -> list[DataFile
 def _data_file(table: Table, path: str) -> DataFile:
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
-        compute_statistics_plan,
         data_file_statistics_from_parquet_metadata,
         parquet_path_to_id_mapping,
     )
@@ -333,7 +344,7 @@ def _data_file(table: Table, path: str) -> DataFile:
     _check_pyarrow_schema_compatible(schema, arrow, format_version=metadata.format_version)
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=footer,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        stats_columns=statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
     return DataFile.from_args(

@@ -72,3 +72,13 @@ def test_a_foreign_offset_column_that_is_not_int64_is_cast_or_diagnosed():
     assert _proven_rows("f", 0, as_int32) is not None
     assert _proven_rows("f", 0, as_fraction) is None
     assert _proven_rows("f", 0, as_text) is None  # left to the exact diagnosis, no crash
+
+
+@pytest.mark.parametrize("rows", [5, contiguity.PROOF_BLOCK + 5])
+def test_offsets_that_wrap_past_2_63_in_the_last_block_are_not_proven(rows):
+    """int64 offsets 2^63 - 3, 2^63 - 2, 2^63 - 1, then -2^63, ...: offset minus row number
+    stays constant across the wrap, so the proof must not take them for a range past 2^63."""
+    offsets = np.arange(rows, dtype=np.int64) + np.int64(2**63 - 1 - (rows - 3))  # wraps 2 rows before the end
+    assert offsets[-1] < 0 < offsets[-3]
+    table = pa.table({"log_partition": pa.array([0] * rows, pa.int32()), "log_offset": pa.array(offsets)})
+    assert _proven_rows("f", 0, table) is None
