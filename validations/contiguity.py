@@ -56,7 +56,7 @@ from pyiceberg.table import Table
 from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import arrow_location, file_partition, is_local, local_path, offset_range
+from storage.log.files import arrow_location, is_local, local_path, offset_range, spec_partitions
 from storage.log.manifests import live_files
 from validations.violations import CheckReport, Violation
 
@@ -96,25 +96,61 @@ class OffsetRun:
     count: int
 
 
-def metadata_spans(table: Table, snapshot_id: int | None = None) -> list[FileSpan]:
-    """Per-file spans from the manifests alone: each file's offset bounds and row count."""
+def metadata_spans(table: Table, snapshot_id: int | None = None) -> tuple[list[FileSpan], list[Violation]]:
+    """Per-file spans from the manifests alone: each file's offset bounds and row count; and a
+    violation per file whose partition spec does not name its log partition."""
     offset_id = table.schema().find_field(cols.OFFSET).field_id
-    spans = []
+    where = spec_partitions(table.metadata)
+    spans, unplaced = [], []
     for f in live_files(table, [offset_id], snapshot_id):
+        partition = where(f.spec_id, f.partition)
+        if partition is None:
+            unplaced.append(_unplaced(table, f.path, f.spec_id))
+            continue
         first, nxt = offset_range(f.lower, f.upper, offset_id)
-        spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
-    return spans
+        spans.append(FileSpan(f.path, partition, first, nxt - 1, f.record_count, f.record_count == nxt - first))
+    return spans, unplaced
+
+
+def _planned_partitions(table: Table, snapshot_id: int | None) -> tuple[dict[str, int], dict[str, int], list[Violation]]:
+    """The deep check's files: ``(partition per path, rows per path, violations of the files
+    whose partition spec does not name their log partition)``."""
+    where = spec_partitions(table.metadata)
+    paths, rows, unplaced = {}, {}, []
+    for f in table.scan(snapshot_id=snapshot_id).plan_files():
+        partition = where(f.file.spec_id, f.file.partition)
+        if partition is None:
+            unplaced.append(_unplaced(table, f.file.file_path, f.file.spec_id))
+            continue
+        paths[local_path(f.file.file_path)] = partition
+        rows[local_path(f.file.file_path)] = f.file.record_count
+    return paths, rows, unplaced
+
+
+def _unplaced(table: Table, path: str, spec_id: int) -> Violation:
+    name = ".".join(table.name()[-2:])
+    return Violation(
+        check=CHECK,
+        table=name,
+        kind="partition_spec",
+        detail=(
+            f"{path} was written under partition spec {spec_id}, which has no identity(log_partition) field "
+            f"(another writer's): its log partition is unknown and its rows are not checked; `icelog repair {name}` "
+            "rolls back the foreign snapshots that added such files"
+        ),
+        extra={"path": path, "spec_id": spec_id},
+    )
 
 
 def deep_spans(
     table: Table, snapshot_id: int | None = None, con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
     """Per-file spans computed from the offsets themselves, the exact offset counts of the
-    files whose proof failed, and misplaced rows."""
+    files whose proof failed, and misplaced rows (and files whose spec names no log partition)."""
     name = ".".join(table.name()[-2:])
-    files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-    rows = {local_path(f.file_path): f.record_count for f in files}
-    return scan_files(name, {local_path(f.file_path): file_partition(f) for f in files}, con, rows, table.io)
+    paths, rows, unplaced = _planned_partitions(table, snapshot_id)
+    spans, runs, violations = scan_files(name, paths, con, rows, table.io)
+    return spans, runs, unplaced + violations
 
 
 def scan_files(
@@ -625,13 +661,12 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
     current = snapshot_id is None or snapshot_id == table.metadata.current_snapshot_id
     state = LogState.from_metadata(table.metadata) if current else None
     if deep:
-        files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-        paths = {local_path(f.file_path): file_partition(f) for f in files}
-        rows = {local_path(f.file_path): f.record_count for f in files}
-        violations, rows = check_files(name, paths, state, rows=rows, io=table.io)
+        paths, counts, unplaced = _planned_partitions(table, snapshot_id)
+        violations, rows = check_files(name, paths, state, rows=counts, io=table.io)
     else:
-        spans = metadata_spans(table, snapshot_id)
+        spans, unplaced = metadata_spans(table, snapshot_id)
         violations, rows = tile(name, spans, state, trust_files=True), sum(s.rows for s in spans)
+    violations = unplaced + violations
     return CheckReport(
         table=name,
         snapshot_id=snapshot_id or table.metadata.current_snapshot_id,

@@ -135,6 +135,7 @@ class AppendRequest(Request):
         return write_log_files(table, rows)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        cols.check_log_spec(self.table, table.metadata)
         if self.checked_on is not None and self.checked_on != checked_on(table):
             # A table dropped and re-created under the name (or its schema evolved) since the rows
             # were checked: they were converted for the other one, and must not be written here.

@@ -130,6 +130,7 @@ class TxnAppend(Request):
     _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        cols.check_log_spec(self.table, table.metadata)
         ranges: dict[int, tuple[int, int]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
         for send in self.sends:

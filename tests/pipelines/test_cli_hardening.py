@@ -640,3 +640,21 @@ def test_i8_sql_shows_the_tables_columns_not_folder_names(icelog, sqlite_spec):
     out = icelog("sql", "select * from db.staged")
     assert "p" not in out["columns"]
     assert out["columns"] == [f.name for f in LogTable.open(sqlite_spec.open(), "db.staged").table().schema().fields]
+
+
+# --- a foreign partition spec: produce refused (exit 3, nothing written), repair sets it back -----
+
+
+def test_i8_produce_under_a_foreign_partition_spec_exits_3_and_repair_says_what_it_did(events, sqlite_spec):
+    from pyiceberg.transforms import BucketTransform
+
+    table = sqlite_spec.open().load_table("db.events")
+    with table.update_spec() as update:
+        update.add_field("key", BucketTransform(4), "key_bucket")
+    before = events.state()
+    error = events("produce", "db.events", "--partition", "0", input=lines({"key": "d"}), code=3)
+    assert error["error"] == "ForeignPartitionSpec" and error["spec_id"] == 1 and "icelog repair db.events" in error["message"]
+    assert events.state() == before
+    text = events.raw("repair", "db.events", json_output=False)
+    assert text.exit_code == 0 and "default partition spec set back from 1" in text.stdout, text.stdout
+    events("produce", "db.events", "--partition", "0", input=lines({"key": "d"}))
