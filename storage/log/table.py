@@ -538,9 +538,13 @@ class LogTable:
 
         Raises:
             UnknownPartition: a partition the table lacks.
+            InvalidInput: ``at_us`` is not an integer time within the dates a ``log_timestamp``
+                reads back as (years 1 to 9999).
         """
         import pyarrow.compute as pc
 
+        if not _is_date(at_us):
+            raise InvalidInput(reason=f"a time is epoch microseconds within years 1 to 9999, not {at_us!r}")
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         chosen = sorted(state.watermarks) if partitions is None else list(partitions)
@@ -590,6 +594,17 @@ class LogTable:
             "location": table.metadata.location,
             "producers": len(state.producers),
         }
+
+
+def _is_date(at_us: Any) -> bool:
+    """An integer time that reads back as a date (a ``log_timestamp`` is one, years 1 to 9999)."""
+    if not isinstance(at_us, int) or isinstance(at_us, bool):
+        return False
+    try:
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=at_us)
+    except OverflowError:
+        return False
+    return True
 
 
 def list_log_tables(catalog: Catalog) -> list[str]:
