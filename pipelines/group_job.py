@@ -45,6 +45,7 @@ from pipelines.spark import read_log
 from storage.core import faults
 from storage.core.catalog import open_catalog
 from storage.core.commit import commit_tables
+from storage.core.swap import check_atomic
 from storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
 from storage.groups import membership
 from storage.groups.consumer import (
@@ -152,11 +153,13 @@ def group_job(
         StaleGeneration: a rebalance happened before the commit; nothing written.
         OffsetMismatch: the target kept moving for ``attempts`` tries; nothing written.
         InvalidRange: another run of this member committed these offsets first; nothing written.
+        AtomicCommitUnsupported: the catalog cannot commit the output and the offsets at once
+            (a REST catalog): refused before the group is joined.
     """
     started = time.perf_counter()
     _check_arguments(mode, chunk_size, max_records, attempts, transform)
     catalog = open_catalog(catalog_name)
-    src, tgt = LogTable.open(catalog, source), LogTable.open(catalog, target)
+    src, tgt = check_catalog(catalog, source, target)
     key_column = key_column or cols.declared_key_column(src.table().metadata.properties)
     if mode == "key" and key_column not in src.payload_schema().names:
         raise InvalidInput(reason=f"{src.identifier} has no payload column {key_column!r}")
@@ -180,6 +183,14 @@ def group_job(
     result.seconds = time.perf_counter() - started
     bound.info("group job done", rows=result.rows, consumed=result.consumed, written=result.written)
     return result
+
+
+def check_catalog(catalog: Any, source: str, target: str) -> tuple[LogTable, LogTable]:
+    """What a group job needs of its catalog, checked before it joins the group or starts Spark:
+    both log tables, and one atomic commit across the target and the group offsets table (its
+    output and the offsets it consumed land together, I5)."""
+    check_atomic(catalog, 2)
+    return LogTable.open(catalog, source), LogTable.open(catalog, target)
 
 
 def _check_arguments(mode: str, chunk_size: int, max_records: int | None, attempts: int, transform: Any) -> None:

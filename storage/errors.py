@@ -364,6 +364,24 @@ class ForeignCommit(ConflictError, TerminalError):
     )
 
 
+class ForeignPartitionSpec(ConflictError, TerminalError):
+    """Another tool changed the log table's default partition spec (``update_spec()``): icelog
+    writes each data file into exactly one log partition, under ``identity(log_partition)``
+    alone, so it refuses to write under any other spec. Reads still work.
+
+    ``icelog repair TABLE`` sets the default spec back to ``identity(log_partition)`` (the
+    table keeps its older specs, and files written under them stay readable).
+    """
+
+    table: str
+    spec_id: int
+    spec: str
+    message = (
+        "{table}: the default partition spec {spec_id} ({spec}) was set by another writer; icelog writes "
+        "only under identity(log_partition) and wrote nothing. Run `icelog repair {table}` to set it back"
+    )
+
+
 class CatalogUnavailable(TransientError):
     """The catalog could not be read (e.g. a busy SQLite database) for every attempt."""
 

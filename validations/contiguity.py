@@ -63,13 +63,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
-from storage.log.files import arrow_location, file_partition, is_local, local_path, offset_range, store_reachable
+from storage.log.files import arrow_location, is_local, local_path, offset_range, spec_partitions, store_reachable
 from storage.log.manifests import live_files
 from validations.violations import CheckReport, Violation
 
@@ -116,40 +115,69 @@ def metadata_spans(table: Table, snapshot_id: int | None = None) -> tuple[list[F
     A file whose manifest entry has no offset bounds (a foreign writer's without statistics, or
     one written under ``write.metadata.metrics.default=none`` by another tool) is read instead,
     as the deep check reads it: its spans, the offset counts of those that fail their proof, and
-    the violations of that reading (damaged files, misplaced rows)."""
+    the violations of that reading (damaged files, misplaced rows). A file whose partition spec
+    does not name its log partition is a violation of its own."""
     offset_id = table.schema().find_field(cols.OFFSET).field_id
-    spans, unbounded, rows = [], {}, {}
+    where = spec_partitions(table.metadata)
+    spans, unbounded, rows, unplaced = [], {}, {}, []
     for f in live_files(table, [offset_id], snapshot_id):
-        if offset_id in f.lower and offset_id in f.upper:
+        partition = where(f.spec_id, f.partition)
+        if partition is None:
+            unplaced.append(_unplaced(table, f.path, f.spec_id))
+        elif offset_id in f.lower and offset_id in f.upper:
             first, nxt = offset_range(f.lower, f.upper, offset_id)
-            spans.append(FileSpan(f.path, f.partition[0], first, nxt - 1, f.record_count, f.record_count == nxt - first))
+            spans.append(FileSpan(f.path, partition, first, nxt - 1, f.record_count, f.record_count == nxt - first))
         else:
             path = local_path(f.path)
-            unbounded[path], rows[path] = f.partition[0], f.record_count
+            unbounded[path], rows[path] = partition, f.record_count
     if not unbounded:
-        return spans, [], []
+        return spans, [], unplaced
     read, runs, violations = scan_files(".".join(table.name()[-2:]), unbounded, rows=rows, io=table.io)
-    return spans + read, runs, violations
+    return spans + read, runs, unplaced + violations
+
+
+def _planned_files(
+    table: Table, snapshot_id: int | None
+) -> tuple[dict[str, int], dict[str, int], dict[str, int], list[Violation]]:
+    """The deep check's files: partition, record count and size per path (a local path or URI), as
+    their metadata says; and a violation per file whose partition spec does not name its log partition."""
+    where = spec_partitions(table.metadata)
+    paths, rows, sizes, unplaced = {}, {}, {}, []
+    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        f = task.file
+        partition = where(f.spec_id, f.partition)
+        if partition is None:
+            unplaced.append(_unplaced(table, f.file_path, f.spec_id))
+            continue
+        path = local_path(f.file_path)
+        paths[path], rows[path], sizes[path] = partition, f.record_count, f.file_size_in_bytes
+    return paths, rows, sizes, unplaced
+
+
+def _unplaced(table: Table, path: str, spec_id: int) -> Violation:
+    name = ".".join(table.name()[-2:])
+    return Violation(
+        check=CHECK,
+        table=name,
+        kind="partition_spec",
+        detail=(
+            f"{path} was written under partition spec {spec_id}, which has no identity(log_partition) field "
+            f"(another writer's): its log partition is unknown and its rows are not checked; `icelog repair {name}` "
+            "rolls back the foreign snapshots that added such files"
+        ),
+        extra={"path": path, "spec_id": spec_id},
+    )
 
 
 def deep_spans(
     table: Table, snapshot_id: int | None = None, con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[list[FileSpan], list[OffsetRun], list[Violation]]:
     """Per-file spans computed from the offsets themselves, the exact offset counts of the
-    files whose proof failed, and misplaced rows."""
+    files whose proof failed, and misplaced rows (and files whose spec names no log partition)."""
     name = ".".join(table.name()[-2:])
-    files = [t.file for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-    paths, rows, sizes = _described(files)
-    return scan_files(name, paths, con, rows, table.io, sizes)
-
-
-def _described(files: Iterable[DataFile]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """Each data file's partition, record count and size, by local path (or URI), as its metadata says."""
-    paths, rows, sizes = {}, {}, {}
-    for f in files:
-        path = local_path(f.file_path)
-        paths[path], rows[path], sizes[path] = file_partition(f), f.record_count, f.file_size_in_bytes
-    return paths, rows, sizes
+    paths, rows, sizes, unplaced = _planned_files(table, snapshot_id)
+    spans, runs, violations = scan_files(name, paths, con, rows, table.io, sizes)
+    return spans, runs, unplaced + violations
 
 
 def scan_files(
@@ -804,8 +832,9 @@ def check_contiguity(table: Table, *, deep: bool = False, snapshot_id: int | Non
     current = snapshot_id is None or snapshot_id == table.metadata.current_snapshot_id
     state = LogState.from_metadata(table.metadata) if current else None
     if deep:
-        paths, rows, sizes = _described(t.file for t in table.scan(snapshot_id=snapshot_id).plan_files())
-        violations, rows = check_files(name, paths, state, rows=rows, io=table.io, sizes=sizes)
+        paths, counts, sizes, unplaced = _planned_files(table, snapshot_id)
+        violations, rows = check_files(name, paths, state, rows=counts, io=table.io, sizes=sizes)
+        violations = unplaced + violations
     else:
         spans, runs, violations = metadata_spans(table, snapshot_id)
         violations += tile(name, spans, state, trust_files=True, runs=runs)

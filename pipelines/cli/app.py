@@ -345,7 +345,8 @@ class LazyChoice(click.Choice):
 
 
 class LogTime(click.ParamType):
-    """A time on the command line: ISO 8601 (UTC without an offset) or epoch milliseconds.
+    """A time on the command line: ISO 8601 (UTC without an offset) or epoch milliseconds >= 0,
+    within the dates a ``log_timestamp`` reads back as (years 1 to 9999).
 
     Converts to epoch microseconds, the precision of ``log_timestamp``.
     """
@@ -353,18 +354,26 @@ class LogTime(click.ParamType):
     name = "time"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
+        if isinstance(value, int):  # converted already
             return value
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         text = str(value).strip()
+        if text[:1] == "-" and text[1:].isdigit():
+            self.fail(f"{clip(text)}: epoch milliseconds are >= 0; give a time before 1970 in ISO 8601.", param, ctx)
         try:
             if text.isdigit():
-                return int(text) * 1000
-            moment = dt.datetime.fromisoformat(text)
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=dt.UTC)
-            return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
-        except (ValueError, OverflowError):
-            self.fail(f"{value!r} is neither an ISO 8601 time nor epoch milliseconds.", param, ctx)
+                if len(text) > 20:  # before int(): no 4300-digit conversions
+                    raise OverflowError(text)
+                at_us = int(text) * 1000
+            else:
+                moment = dt.datetime.fromisoformat(text)
+                at_us = (moment.replace(tzinfo=moment.tzinfo or dt.UTC) - epoch) // dt.timedelta(microseconds=1)
+            epoch + dt.timedelta(microseconds=at_us)  # a date in UTC, as the answer shows it
+        except ValueError:
+            self.fail(f"{clip(text)!r} is neither an ISO 8601 time nor epoch milliseconds.", param, ctx)
+        except OverflowError:
+            self.fail(f"{clip(text)!r} is beyond any date (years 1 to 9999 in UTC).", param, ctx)
+        return at_us
 
 
 PARTITION_COUNT = click.IntRange(1, MAX_PARTITIONS)

@@ -78,9 +78,12 @@ def consume_produce(
     """Consume this member's share of SOURCE (its key-hash ranges of GROUP, records not yet
     committed), transform it, and append it to TARGET: the output and the consumed offsets
     (as ranges) land in one atomic commit, exactly once."""
-    from pipelines.group_job import group_job
+    from pipelines.group_job import check_catalog, group_job
     from pipelines.spark import spark_session
 
+    # Refused before Spark starts (tens of seconds) or the group is joined.
+    transform = None if transform_spec is None else load_transform(transform_spec)
+    check_catalog(ctx.catalog, source, target)
     result = group_job(
         spark_session(app_name=f"icelog-consume-produce-{group}"),
         source,
@@ -89,7 +92,7 @@ def consume_produce(
         member_id=member,
         partitions=None if partition is None else [partition],
         key_range=key_range,
-        transform=None if transform_spec is None else load_transform(transform_spec),
+        transform=transform,
         mode=mode,
         key_column=key_column,
         chunk_size=chunk_size,

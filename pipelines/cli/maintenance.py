@@ -64,17 +64,26 @@ def maintain(
 )
 @click.pass_obj
 def repair(ctx: Context, table: str, mode: str) -> None:
-    """Repair TABLE after a foreign (non-icelog) commit: adopt it, or roll back to icelog's last snapshot."""
+    """Repair TABLE after a foreign (non-icelog) commit: adopt it, or roll back to icelog's last snapshot.
+
+    A default partition spec another tool set is put back to identity(log_partition) as well.
+    """
     from storage.log.repair import repair as run
 
     report = run(ctx.catalog, table, mode)  # type: ignore[arg-type]
 
     def text(d: dict) -> None:
+        if "partition_spec" in d:
+            spec = d["partition_spec"]
+            click.echo(
+                f"{d['table']}: default partition spec set back from {spec['foreign']} (another writer's) "
+                f"to {spec['restored']}, identity(log_partition)"
+            )
         if d["action"] == "none":
             click.echo(f"{d['table']}: nothing to repair")
         elif d["action"] == "adopted":
             click.echo(f"{d['table']}: adopted {len(d['foreign_snapshots'])} foreign snapshots, rows per partition {d['rows']}")
-        else:
+        elif d["action"] == "rolled_back":
             to = f"snapshot {d['icelog_snapshot_id']}" if d["icelog_snapshot_id"] is not None else "the empty table"
             click.echo(
                 f"{d['table']}: rolled back to {to}, dropped {d['dropped_rows']} rows, restored {d['restored_rows']} rows ({d['reason']})"

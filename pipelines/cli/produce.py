@@ -152,10 +152,13 @@ def rows_to_arrow(table: str, rows: list[tuple[int, dict]], payload: Any = None)
                 except (binascii.Error, ValueError) as e:
                     raise MalformedInput(line=number, reason=f"column {n!r} is binary: give a base64 string ({e})") from e
             columns[n].append(value)
-    try:
-        return pa.table({n: pa.array(v) for n, v in columns.items()}) if names else pa.table({})
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-        raise SchemaMismatch(table=table, reason=str(e)) from e
+    arrays = {}
+    for n, values in columns.items():
+        try:
+            arrays[n] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:  # e.g. text in one line, an object in another
+            raise SchemaMismatch(table=table, reason=f"column {n!r}: {e}") from e
+    return pa.table(arrays) if names else pa.table({})
 
 
 @click.command()

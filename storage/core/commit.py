@@ -65,6 +65,7 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     RemovePropertiesUpdate,
     RemoveSnapshotsUpdate,
+    SetDefaultSpecUpdate,
     SetPropertiesUpdate,
     SetSnapshotRefUpdate,
     ValidatableTableRequirement,
@@ -140,6 +141,7 @@ class Decision:
         properties: Further table properties to set in the same commit.
         remove_properties: Table properties to remove in the same commit.
         set_main: Point ``main`` at this snapshot (a rollback), instead of adding one.
+        default_spec_id: Make this existing partition spec the table's default (a repair).
         write: False when nothing needs committing (e.g. a re-sent batch already landed).
     """
 
@@ -154,6 +156,7 @@ class Decision:
     properties: Mapping[str, str] = field(default_factory=dict)
     remove_properties: tuple[str, ...] = ()
     set_main: int | None = None
+    default_spec_id: int | None = None
     write: bool = True
 
 
@@ -943,6 +946,8 @@ def _stage(
             for data_file in files:
                 p.append_data_file(data_file)
     updates: list[Any] = list(txn._updates)
+    if decision.default_spec_id is not None:
+        updates.append(SetDefaultSpecUpdate(spec_id=decision.default_spec_id))
     head = next((u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)), metadata.current_snapshot_id)
     if decision.set_main is not None:
         updates.append(SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=decision.set_main))

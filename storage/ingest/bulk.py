@@ -25,7 +25,7 @@ import pyarrow as pa
 from storage.core.commit import recent_commits
 from storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
 from storage.log.keys import split_by_key
-from storage.log.schema import declared_key_column
+from storage.log.schema import conform_payload, declared_key_column
 from storage.log.sequences import ProducerBatch
 
 Batches = Callable[[int], Iterator[pa.Table]]
@@ -127,9 +127,13 @@ def keyed_load(log_table: Any, batches: Iterable[pa.Table], *, progress: Callabl
         raise InvalidInput(reason=f"{log_table.identifier} has no key column {key!r} to route by: name a partition")
     count = len(log_table.watermarks())
     result: dict[str, Any] = {"key_column": key, "partitions": {}, "rows": 0, "batches": 0, "snapshot_id": None}
+    payload = log_table.payload_schema(table)
     for rows in batches:
         if not rows.num_rows:
             continue
+        # Checked before routing: a key is hashed as text, and a key of another type (a JSON
+        # object, a list) has none; the rows' own check names the column (SchemaMismatch).
+        rows = conform_payload(log_table.identifier, rows, payload)
         appended = log_table.append(split_by_key(rows, key, count))
         for partition, (first, nxt) in appended.ranges.items():
             result["partitions"].setdefault(partition, [first, nxt])[1] = nxt

@@ -502,7 +502,21 @@ def offset_range(lower: Mapping[int, bytes], upper: Mapping[int, bytes], offset_
 
 
 def file_partition(data_file: DataFile) -> int:
+    """The log partition of a file icelog wrote or adopted: always under identity(log_partition)."""
     return data_file.partition[0]
+
+
+def spec_partitions(metadata: TableMetadata) -> Callable[[int, Sequence[Any]], int | None]:
+    """``(spec id, partition tuple) -> log partition`` for a file of any writer: None when its spec
+    has no identity(log_partition) field (another tool's spec), so the metadata cannot place it."""
+    specs, schema = metadata.specs(), metadata.schema()
+    positions = {spec_id: cols.log_partition_position(spec, schema) for spec_id, spec in specs.items()}
+
+    def partition(spec_id: int, values: Sequence[Any]) -> int | None:
+        position = positions.get(spec_id)
+        return None if position is None else values[position]
+
+    return partition
 
 
 @contextlib.contextmanager

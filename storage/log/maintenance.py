@@ -186,6 +186,8 @@ class Compaction(Request):
                 for p, entries in by_partition.items()
                 for run in _small_runs(entries, self.target_rows)
             ]
+        if self._runs:
+            cols.check_log_spec(self.table, table.metadata)
         live = {e[2].file_path: e[2] for entries in by_partition.values() for e in entries}
         drop: list[DataFile] = []
         add: list[DataFile] = []

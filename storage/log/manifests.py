@@ -33,6 +33,7 @@ class LiveFile:
 
     path: str
     partition: tuple[Any, ...]  # the partition tuple, in the spec's field order
+    spec_id: int  # the partition spec the file was written under
     record_count: int
     lower: dict[int, bytes]  # field id -> serialized lower bound (only the fields asked for)
     upper: dict[int, bytes]
@@ -56,7 +57,7 @@ def live_files(table: Table, field_ids: Iterable[int], snapshot_id: int | None =
     paths = [m["manifest_path"] for m in manifests]
     found: list[LiveFile] = []
     with ThreadPoolExecutor(max_workers=FETCHES) as pool:
-        for data in pool.map(lambda path: _fetch(table, path), paths):
+        for manifest, data in zip(manifests, pool.map(lambda path: _fetch(table, path), paths), strict=True):
             for entry in _records(data):
                 f = entry["data_file"]
                 if entry["status"] == DELETED or f["record_count"] == 0:  # plan_files skips empty files too
@@ -67,6 +68,7 @@ def live_files(table: Table, field_ids: Iterable[int], snapshot_id: int | None =
                     LiveFile(
                         f["file_path"],
                         tuple(f["partition"].values()),
+                        manifest["partition_spec_id"],
                         f["record_count"],
                         _bounds(f.get("lower_bounds"), wanted),
                         _bounds(f.get("upper_bounds"), wanted),
@@ -97,6 +99,7 @@ def _planned(table: Table, wanted: frozenset[int], snapshot_id: int) -> list[Liv
         LiveFile(
             t.file.file_path,
             tuple(t.file.partition),
+            t.file.spec_id,
             t.file.record_count,
             {k: v for k, v in (t.file.lower_bounds or {}).items() if k in wanted},
             {k: v for k, v in (t.file.upper_bounds or {}).items() if k in wanted},

@@ -14,6 +14,14 @@ Any Iceberg engine can append to a log table; icelog then refuses to build on it
   at none and no time travel shows their rows as current. The report lists the snapshots,
   and the rows by (partition, offset) that the rollback drops and restores: a foreign
   ``delete`` that rewrote a file drops no row, it only restores the deleted ones.
+
+Another tool may also change the table's default partition spec (``update_spec()``), which
+icelog refuses to write under (:class:`storage.errors.ForeignPartitionSpec`). Repair sets the
+default back to the table's ``identity(log_partition)`` spec, in the same commit: that changes
+no data and no file (every file keeps the spec it was written under, and reads plan each by
+its own), only what later writers write under; the report names both specs. Files written
+under another spec are never adopted (their partition tuples do not name a log partition
+first): the foreign snapshots that added them are rolled back.
 """
 
 from __future__ import annotations
@@ -72,6 +80,10 @@ def _adoptable(table: Table, state: LogState, added: list[DataFile], removed: in
     """New log ends if the added files extend the log exactly, else ``({}, why not)``."""
     if removed:
         return {}, f"the foreign commits removed {removed} files"
+    specs, schema = table.metadata.specs(), table.schema()
+    for data_file in added:
+        if not cols.is_log_spec(specs[data_file.spec_id], schema):
+            return {}, f"{data_file.file_path} was written under partition spec {data_file.spec_id}, not identity(log_partition)"
     spans: dict[int, list[tuple[int, int]]] = {}
     key = cols.key_column(table.schema(), table.metadata.properties)
     for data_file in added:
@@ -139,8 +151,19 @@ class Repair(Request):
     def decide(self, state: LogState, table: Table) -> Decision:
         head = icelog_head(table.metadata)
         current = table.metadata.current_snapshot_id
+        spec = _spec_restore(self.table, table)
         if head == "unknown" or head == current:
-            return Decision(state=state, result={"table": self.table, "action": "none", "snapshot_id": current}, write=False)
+            if spec is None:
+                return Decision(state=state, result={"table": self.table, "action": "none", "snapshot_id": current}, write=False)
+            report = {"table": self.table, "action": "spec_restored", "snapshot_id": current, "partition_spec": spec}
+            return Decision(state=state, result=report, default_spec_id=spec["restored"])
+        decision = self._foreign_snapshots(state, table, head, current)
+        if spec is not None:
+            decision.result["partition_spec"] = spec
+            decision.default_spec_id = spec["restored"]
+        return decision
+
+    def _foreign_snapshots(self, state: LogState, table: Table, head: int | None, current: int | None) -> Decision:
         mode = self.mode
         if is_system_table(self.table) or table.metadata.properties.get(READ_ONLY):
             # icelog_system.* is written only by icelog, a mirror target only by its mirror: a
@@ -176,6 +199,28 @@ class Repair(Request):
         return Decision(state=state, result=report, set_main=head)
 
 
+def _spec_restore(identifier: str, table: Table) -> dict[str, Any] | None:
+    """``{"foreign", "restored"}`` spec ids when the default spec is not the log spec (None: it is).
+
+    Raises:
+        RepairImpossible: the table has no ``identity(log_partition)`` spec to go back to.
+    """
+    metadata = table.metadata
+    if cols.is_log_spec(metadata.spec(), metadata.schema()):
+        return None
+    restored = cols.log_spec_id(metadata)
+    if restored is None:
+        raise RepairImpossible(
+            table=identifier,
+            reason=(
+                f"its default partition spec {metadata.default_spec_id} is not identity(log_partition) and it has no "
+                "such spec to go back to: make one the default (e.g. pyiceberg's update_spec(): remove every field, "
+                "then add_identity('log_partition')), then run repair again"
+            ),
+        )
+    return {"foreign": metadata.default_spec_id, "restored": restored}
+
+
 def repair(catalog: Catalog, identifier: str, mode: Mode = "auto") -> dict[str, Any]:
     """Adopt or roll back foreign commits on a log table (see the module docstring).
 
@@ -185,10 +230,13 @@ def repair(catalog: Catalog, identifier: str, mode: Mode = "auto") -> dict[str, 
         mode: ``auto`` (adopt if exact, else roll back), ``adopt`` (or fail), ``rollback``.
 
     Returns:
-        What was done: ``action`` is ``none``, ``adopted`` or ``rolled_back``, with details.
+        What was done: ``action`` is ``none``, ``adopted``, ``rolled_back`` or ``spec_restored``
+        (only the default partition spec was set back), with details; ``partition_spec`` names
+        the ``foreign`` and ``restored`` spec ids whenever the spec was set back.
 
     Raises:
-        RepairImpossible: icelog's last snapshot is gone, or ``adopt`` was impossible.
+        RepairImpossible: icelog's last snapshot is gone, ``adopt`` was impossible, or the table
+            has no ``identity(log_partition)`` spec to set back as its default.
     """
 
     if mode not in ("auto", "adopt", "rollback"):

@@ -13,6 +13,7 @@ from typing import Mapping
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import (
@@ -30,7 +31,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from storage.errors import InvalidIdentifier, InvalidInput, SchemaMismatch
+from storage.errors import ForeignPartitionSpec, InvalidIdentifier, InvalidInput, SchemaMismatch
 from storage.properties import KEY_COLUMN
 
 PARTITION = "log_partition"
@@ -156,6 +157,41 @@ def declared_key_column(properties: Mapping[str, str]) -> str:
 def log_partition_spec(schema: Schema) -> PartitionSpec:
     source = schema.find_field(PARTITION).field_id
     return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=PARTITION))
+
+
+def log_partition_position(spec: PartitionSpec, schema: Schema) -> int | None:
+    """Where ``spec``'s partition tuple holds the log partition (its ``identity(log_partition)``
+    field), or None when it has none (a spec another tool made)."""
+    source = schema.find_field(PARTITION).field_id
+    for i, f in enumerate(spec.fields):
+        if f.source_id == source and isinstance(f.transform, IdentityTransform):
+            return i
+    return None
+
+
+def is_log_spec(spec: PartitionSpec, schema: Schema) -> bool:
+    """``identity(log_partition)`` alone: the spec icelog writes under (one log partition per file)."""
+    return len(spec.fields) == 1 and log_partition_position(spec, schema) == 0
+
+
+def check_log_spec(identifier: str, metadata: TableMetadata) -> None:
+    """Raise :class:`ForeignPartitionSpec` unless the table's default spec is a log spec.
+
+    Every writer of log data files calls this before writing one: pyiceberg writes the
+    manifests of new files under the default spec, and a file of one log partition has no
+    place in another spec's partition tuple.
+    """
+    spec = metadata.spec()
+    if not is_log_spec(spec, metadata.schema()):
+        fields = ", ".join(f"{f.name}={f.transform}" for f in spec.fields) or "unpartitioned"
+        raise ForeignPartitionSpec(table=identifier, spec_id=spec.spec_id, spec=fields)
+
+
+def log_spec_id(metadata: TableMetadata) -> int | None:
+    """The newest of the table's specs that is a log spec (None: it has none)."""
+    schema = metadata.schema()
+    found = [s.spec_id for s in metadata.partition_specs if is_log_spec(s, schema)]
+    return max(found) if found else None
 
 
 def log_sort_order(schema: Schema) -> SortOrder:

@@ -135,6 +135,7 @@ class AppendRequest(Request):
         return write_log_files(table, rows)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        cols.check_log_spec(self.table, table.metadata)
         if self.checked_on is not None and self.checked_on != checked_on(table):
             # A table dropped and re-created under the name (or its schema evolved) since the rows
             # were checked: they were converted for the other one, and must not be written here.
@@ -541,9 +542,13 @@ class LogTable:
 
         Raises:
             UnknownPartition: a partition the table lacks.
+            InvalidInput: ``at_us`` is not an integer time within the dates a ``log_timestamp``
+                reads back as (years 1 to 9999).
         """
         import pyarrow.compute as pc
 
+        if not _is_date(at_us):
+            raise InvalidInput(reason=f"a time is epoch microseconds within years 1 to 9999, not {at_us!r}")
         table = self.table()
         state = LogState.from_metadata(table.metadata)
         chosen = sorted(state.watermarks) if partitions is None else list(partitions)
@@ -593,6 +598,17 @@ class LogTable:
             "location": table.metadata.location,
             "producers": len(state.producers),
         }
+
+
+def _is_date(at_us: Any) -> bool:
+    """An integer time that reads back as a date (a ``log_timestamp`` is one, years 1 to 9999)."""
+    if not isinstance(at_us, int) or isinstance(at_us, bool):
+        return False
+    try:
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=at_us)
+    except OverflowError:
+        return False
+    return True
 
 
 def list_log_tables(catalog: Catalog) -> list[str]:

@@ -132,6 +132,7 @@ class TxnAppend(Request):
 
     def decide(self, state: LogState, table: Table) -> Decision:
         self._check_table(table)
+        cols.check_log_spec(self.table, table.metadata)
         ranges: dict[int, tuple[int, int]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
         for send in self.sends:

@@ -157,6 +157,8 @@ class OffsetWriteRequest(Request):
         return write_log_files(table, rows)
 
     def decide(self, state: LogState, table: Table) -> Decision:
+        if self.rows or self.files:
+            cols.check_log_spec(self.table, table.metadata)
         for key, value in self.expect_properties.items():
             if table.metadata.properties.get(key) != value:
                 raise PlanOutdated(table=self.table, what=key)

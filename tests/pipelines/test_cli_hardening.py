@@ -640,3 +640,68 @@ def test_i8_sql_shows_the_tables_columns_not_folder_names(icelog, sqlite_spec):
     out = icelog("sql", "select * from db.staged")
     assert "p" not in out["columns"]
     assert out["columns"] == [f.name for f in LogTable.open(sqlite_spec.open(), "db.staged").table().schema().fields]
+
+
+# --- a foreign partition spec: produce refused (exit 3, nothing written), repair sets it back -----
+
+
+def test_i8_produce_under_a_foreign_partition_spec_exits_3_and_repair_says_what_it_did(events, sqlite_spec):
+    from pyiceberg.transforms import BucketTransform
+
+    table = sqlite_spec.open().load_table("db.events")
+    with table.update_spec() as update:
+        update.add_field("key", BucketTransform(4), "key_bucket")
+    before = events.state()
+    error = events("produce", "db.events", "--partition", "0", input=lines({"key": "d"}), code=3)
+    assert error["error"] == "ForeignPartitionSpec" and error["spec_id"] == 1 and "icelog repair db.events" in error["message"]
+    assert events.state() == before
+    text = events.raw("repair", "db.events", json_output=False)
+    assert text.exit_code == 0 and "default partition spec set back from 1" in text.stdout, text.stdout
+    events("produce", "db.events", "--partition", "0", input=lines({"key": "d"}))
+
+
+# --- times beyond any date, keys that are not text: exit 2, typed, nothing changed -----------
+
+TIME_COMMANDS = [
+    ["offsets", "db.events", "--at"],
+    ["consume", "db.events", "--max-records", "1", "--from-time"],
+    ["groups", "reset", "db.events", "--group", "g", "--to-datetime"],
+]
+BAD_TIMES = [
+    str(10**30),  # epoch ms past year 9999
+    "253402300800000",  # the first millisecond of year 10000
+    "9" * 5000,
+    "1e30",
+    "-5",
+    "-1",
+    "0001-01-01T00:00:00+05:00",  # before year 1 in UTC
+]
+
+
+@pytest.mark.parametrize("time_text", BAD_TIMES, ids=lambda t: t[:24])
+@pytest.mark.parametrize("command", TIME_COMMANDS, ids=lambda c: c[0] if c[0] != "groups" else "groups reset")
+def test_i8_a_time_beyond_any_date_exits_2_and_changes_nothing(events, command, time_text):
+    before, groups = events.state(), events("groups", "list")
+    out = events(*command, time_text, code=2)
+    assert out["error"] == "BadParameter" and out["param"] in ("at_us", "from_us", "to_time_us"), out
+    assert "Traceback" not in out["message"] and len(out["message"]) < 300
+    assert events.state() == before and events("groups", "list") == groups
+
+
+def test_the_last_date_is_a_time_the_offsets_answer_for(events):
+    out = events("offsets", "db.events", "--at", "253402300799999")  # 9999-12-31T23:59:59.999Z
+    assert out["at"].startswith("9999-12-31T23:59:59.999") and out["partitions"]["0"] == {"offset": 3, "timestamp": None}
+
+
+@pytest.mark.parametrize("after_text", [False, True], ids=["alone", "after-a-text-key"])
+@pytest.mark.parametrize(
+    "key",
+    [{"a": 1}, {}, [1, 2], [], [{"k": "v"}], {"a": [1]}],
+    ids=["object", "empty-object", "list", "empty-list", "list-of-objects", "nested"],
+)
+def test_i8_a_key_that_is_not_text_exits_2_when_routed_by_key(events, key, after_text):
+    before = events.state()
+    rows = [{"key": "fine"}, {"key": key}] if after_text else [{"key": key}]
+    out = events("produce", "db.events", input=lines(*rows), code=2)
+    assert out["error"] == "SchemaMismatch" and "column 'key'" in out["message"], out
+    assert events.state() == before  # nothing of the batch is written

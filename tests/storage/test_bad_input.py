@@ -158,3 +158,9 @@ def test_i8_prewritten_files_outside_the_table_location_are_refused(sqlite_catal
         for path in (str(outside), f"file://{outside}", sibling, escaping):
             with pytest.raises(InvalidInput, match="outside the location"):
                 target.commit_files({0: [path]}, {0: 0})
+
+
+@pytest.mark.parametrize("at_us", [10**33, -(10**30), 2**63 * 10**3, 1.5, "2024-01-01", True, None])
+def test_i8_offsets_for_a_time_that_is_no_date_is_refused(table, at_us):
+    with pytest.raises(InvalidInput, match="epoch microseconds"):
+        table.offsets_for_time(at_us)

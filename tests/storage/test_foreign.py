@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from storage.errors import ForeignCommit
+from storage.errors import ForeignCommit, ForeignPartitionSpec
 from storage.log import schema as cols
 from storage.log.repair import RepairImpossible, repair
 from storage.log.table import LogTable
@@ -167,3 +167,73 @@ def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlit
     assert report["action"] == "rolled_back" and report["dropped_rows"] == 1
     assert journal.watermarks()[0].end == end
     producer.init_transactions()  # the coordinator works again
+
+
+# --- a foreign partition spec: icelog writes only under identity(log_partition) ----------------
+
+
+def set_foreign_spec(catalog, t: LogTable, *, keep_log_partition: bool, transform=None) -> int:
+    """Another tool's ``update_spec()``: a bucket of the key beside (or instead of) log_partition."""
+    from pyiceberg.transforms import BucketTransform
+
+    table = catalog.load_table(t.identifier)
+    with table.update_spec() as update:
+        if not keep_log_partition:
+            update.remove_field(cols.PARTITION)
+        if transform is None:
+            update.add_field("key", BucketTransform(4), "key_bucket")
+        else:
+            update.add_field("key", transform, "key_foreign")
+    return catalog.load_table(t.identifier).metadata.default_spec_id
+
+
+def data_files_on_disk(t: LogTable) -> set[str]:
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    return {str(p) for p in Path(urlparse(t.table().metadata.location).path).rglob("*.parquet")}
+
+
+@pytest.mark.parametrize("keep_log_partition", [True, False], ids=["bucket-beside", "bucket-instead"])
+def test_i8_append_under_a_foreign_partition_spec_is_refused_and_repair_sets_the_spec_back(sqlite_catalog, keep_log_partition):
+    import pickle
+
+    t = LogTable.create(sqlite_catalog, "db.respec", 2)
+    t.append({0: rows("a", 3), 1: rows("b")})
+    foreign = set_foreign_spec(sqlite_catalog, t, keep_log_partition=keep_log_partition)
+    location, files = t.table().metadata_location, data_files_on_disk(t)
+    with pytest.raises(ForeignPartitionSpec) as caught:
+        t.append({0: rows("c")})
+    error = caught.value
+    assert error.spec_id == foreign and "key_bucket=bucket[4]" in str(error) and "icelog repair db.respec" in str(error)
+    assert pickle.loads(pickle.dumps(error)).fields == error.fields
+    assert t.table().metadata_location == location and data_files_on_disk(t) == files  # nothing written
+    # reads and both checks still answer, from the files as written
+    assert t.read(0).column("key").to_pylist() == ["a", "a", "a"]
+    assert run_checks(t.table(), ["contiguity"]).ok and run_checks(t.table(), ["contiguity-deep"]).ok
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "spec_restored" and report["partition_spec"] == {"foreign": foreign, "restored": 0}
+    assert t.table().metadata.default_spec_id == 0
+    assert t.append({0: rows("c")}).ranges == {0: (3, 4)}
+    assert run_checks(t.table(), ["contiguity-deep"]).ok
+    assert repair(sqlite_catalog, t.identifier)["action"] == "none"
+
+
+def test_i1_foreign_rows_under_a_foreign_spec_are_diagnosed_by_validate_and_never_adopted(sqlite_catalog):
+    """A foreign writer's file under a spec without identity(log_partition): its partition tuple
+    names no log partition (here the key), so the metadata check cannot place it."""
+    from pyiceberg.transforms import IdentityTransform
+
+    t = LogTable.create(sqlite_catalog, "db.respec_rows", 1)
+    mine = t.append({0: rows("a", 3)})
+    foreign = set_foreign_spec(sqlite_catalog, t, keep_log_partition=False, transform=IdentityTransform())
+    plant(sqlite_catalog, t, 0, [3, 4])  # extends the log exactly, but under the foreign spec
+    for check in ("contiguity", "contiguity-deep"):
+        found = run_checks(t.table(), [check]).violations
+        assert any(v.kind == "partition_spec" and v.extra["spec_id"] == foreign for v in found), found
+    report = repair(sqlite_catalog, t.identifier)
+    assert report["action"] == "rolled_back" and f"partition spec {foreign}" in report["reason"]
+    assert report["partition_spec"] == {"foreign": foreign, "restored": 0}
+    assert t.table().metadata.current_snapshot_id == mine.snapshot_id
+    assert t.append({0: rows("b")}).ranges == {0: (3, 4)}
+    assert run_checks(t.table(), ["contiguity-deep"]).ok

@@ -10,6 +10,7 @@ before anything changes (I5): the server's ``transactions/commit`` is not atomic
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -246,6 +247,34 @@ def test_i9_ingest_job_refused_on_rest_before_spark_reads(rest_spec, monkeypatch
     monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read once at import: read again
     with unchanged(t), unchanged(catalog=catalog), pytest.raises(AtomicCommitUnsupported):
         ingest(None, "db.events", str(tmp_path), fmt="jsonl", catalog_name=rest_spec.name)
+
+
+def test_i5_consume_produce_refused_on_rest_before_the_group_or_spark(rest_spec, monkeypatch, unchanged):
+    """consume-produce commits its output and its consumed offsets at once: the CLI refuses it
+    with AtomicCommitUnsupported (exit 2) before it joins the group or starts Spark, and so does
+    the job itself (no Spark session given: the refusal comes first)."""
+    import pyiceberg.catalog
+    from pyiceberg.utils.config import Config
+
+    from pipelines.group_job import group_job
+    from tests.support.cli import Cli
+
+    catalog = rest_spec.open()
+    source, out = _log(catalog, n=5), LogTable.create(catalog, "db.out", 1)
+    with unchanged(source), unchanged(out), unchanged(catalog=catalog):  # no group table, no group state
+        started = time.monotonic()
+        run = Cli(rest_spec).process("--output", "json", "consume-produce", "db.events", "db.out", "--group", "g")
+        seconds = time.monotonic() - started
+        assert run.returncode == 2, (run.returncode, run.stdout, run.stderr[-2000:])
+        error = json.loads(run.stdout)
+        assert error["error"] == "AtomicCommitUnsupported" and error["catalog"] == rest_spec.name, error
+        assert seconds < 30, f"refused after {seconds:.1f} s: something started first"
+        for name, value in rest_spec.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read once at import: read again
+        with pytest.raises(AtomicCommitUnsupported):
+            group_job(None, "db.events", "db.out", "g", catalog_name=rest_spec.name)
+    assert "g" not in group_state(catalog).members and committed_offsets(catalog, "g", "db.events") == {}
 
 
 def test_i9_bulk_load_resumes_by_load_id_on_rest(rest_catalog):
