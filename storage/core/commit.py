@@ -73,7 +73,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from storage import properties as props
 from storage.core import faults, metadata_files
-from storage.core.state import LogState, TableState
+from storage.core.state import TableState
 from storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from storage.errors import (
     CatalogUnavailable,
@@ -88,8 +88,8 @@ from storage.errors import (
     StorageUnavailable,
     UnknownTable,
 )
-from storage.logs import get_logger
 from storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
+from storage.telemetry import get_logger
 
 log = get_logger("commit")
 
@@ -178,7 +178,10 @@ class CommitRequest(Protocol):
 
 
 class Request:
-    """Defaults for commit requests: a log table's state, and no receipt worth keeping.
+    """Defaults for commit requests: no receipt worth keeping, no special permission.
+
+    A request names its own ``state_type`` (a log table's ``LogState``, a system table's
+    :class:`SystemState`, ...): the core knows tables, not logs.
 
     ``receipt(result)`` is what the commit-id registry remembers (small JSON); after an
     unknown outcome, ``from_receipt`` turns it back into the caller's result.
@@ -187,7 +190,6 @@ class Request:
     for the requests that keep icelog's own state in ``icelog_system.*`` (step 2).
     """
 
-    state_type: ClassVar[type[TableState]] = LogState
     allow_foreign: ClassVar[bool] = False
     exclusive: ClassVar[bool] = False
     writes_read_only: ClassVar[bool] = False
@@ -888,7 +890,7 @@ def _discard(table: Table, files: list[DataFile]) -> None:
         try:
             table.io.delete(data_file.file_path)
         except OSError:
-            pass  # orphan cleanup (storage.log.maintenance) gets it later
+            pass  # orphan cleanup (storage.admin.orphans) gets it later
 
 
 def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
-from storage.core.state import PartitionSequences, ProducerEntry, WrittenBatch
+from storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
 from storage.log.sequences import BATCHES_KEPT, ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer

@@ -29,8 +29,8 @@ import sys
 import time
 
 from storage.core import faults
-from storage.core.state import LogState
 from storage.errors import IcelogError
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
 from tests.support.catalogs import CatalogSpec
