@@ -15,6 +15,7 @@ from storage.core.commit import Decision, Request, commit
 from storage.errors import InvalidInput
 from storage.log.files import local_path, write_log_files
 from storage.log.maintenance import Retention, expire_snapshots, files_by_partition
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from tests.support.files import files_on_disk, files_referenced
 from tests.support.planting import rows_at
@@ -108,6 +109,8 @@ class CommitAt(Request):
     A broken log that icelog itself committed (foreign commits are refused before any
     maintenance decides), so compaction meets a gap it must not merge across.
     """
+
+    state_type = LogState
 
     table: str
     partition: int

@@ -163,6 +163,8 @@ def test_i1_watermarks_stay_exact_at_thousands_of_partitions(sqlite_catalog):
 class SeedProducers(Request):
     """Register producers with given entries in one commit (through the commit core)."""
 
+    state_type = LogState
+
     entries: dict[str, ProducerEntry]
     commit_id: str = ""
 
