@@ -904,7 +904,7 @@ class _StagingTransaction(Transaction):
     pyiceberg 0.12 re-applies every staged update and deep-copies the whole table metadata on
     each ``table_metadata`` access: 14 times while one append stages, about a third of the
     commit (issue 20). The models are frozen and ``_updates`` is a tuple replaced on every
-    change, so one view per tuple is exact (contract: tests/storage/test_pyiceberg_contract.py).
+    change, so one view per tuple is exact (contract: tests/storage/core/test_pyiceberg_contract.py).
     """
 
     _view: tuple[tuple[Any, ...], TableMetadata] | None = None
@@ -1014,7 +1014,7 @@ def _evaluator_per_manifest(overwrite: Any) -> None:
     worker threads, sharing one manifest evaluator per spec, and that evaluator keeps the
     manifest being judged on itself: a manifest can be judged on another one's partition
     summary and skipped, and a live file to delete is then "missing" (ValidationException).
-    A fresh evaluator per manifest shares nothing (``tests/storage/test_maintenance.py``)."""
+    A fresh evaluator per manifest shares nothing (``tests/storage/admin/test_maintenance.py``)."""
     build = overwrite._build_manifest_evaluator
     overwrite._build_manifest_evaluator = lambda spec_id: lambda manifest: build(spec_id)(manifest)
 

@@ -308,8 +308,8 @@ def test_jepsen_unknown_commit_outcome_is_resolved_by_look_up_never_by_blind_ret
     ``commit_transaction()`` again returns the same offsets with the rows stored once. Then
     the commit core itself: an append whose catalog swap landed but whose connection dropped
     is found by its commit id on the next attempt, not applied again. (The restart after a
-    kill -9 right after the swap is ``tests/storage/test_faults.py`` and the copier test in
-    ``tests/storage/test_transactions.py``.)
+    kill -9 right after the swap is ``tests/storage/core/test_faults.py`` and the copier test in
+    ``tests/storage/producers/test_transactions.py``.)
     """
     a, b = two_tables(catalog)
     source(catalog)

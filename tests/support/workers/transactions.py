@@ -1,4 +1,4 @@
-"""Worker processes for the transaction tests (``tests/storage/test_transactions.py``).
+"""Worker processes for the transaction tests (``tests/storage/producers/test_transactions.py``).
 
 ``python -m tests.support.workers.transactions MODE SPEC_JSON ARGS_JSON``
 

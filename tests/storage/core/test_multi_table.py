@@ -24,7 +24,7 @@ from tests.support.catalogs import forwarding_catalog
 from tests.support.interleave import Interleaved
 from tests.support.workers.multi_table import two_table_append
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def payload(tag: str) -> pa.Table:

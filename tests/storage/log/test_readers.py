@@ -17,7 +17,7 @@ from storage.core.metadata_files import SWEEP_EVERY, version_of
 from storage.log.table import LogTable
 from tests.support.processes import worker_processes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def metadata_files(t: LogTable) -> list[str]:
