@@ -54,7 +54,7 @@ def demo_home(base: Path, lakehouse: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from storage.logs import configure
+    from storage.telemetry import configure
 
     configure()  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
     console = Console()

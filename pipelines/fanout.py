@@ -31,8 +31,8 @@ from storage.errors import InvalidInput
 from storage.groups.offsets import committed_offsets
 from storage.log import schema as cols
 from storage.log.table import LogTable
-from storage.logs import get_logger
 from storage.producers.transactional import TransactionalProducer
+from storage.telemetry import get_logger
 
 log = get_logger("fanout")
 

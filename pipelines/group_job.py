@@ -64,7 +64,7 @@ from storage.groups.offsets import (
 from storage.groups.ranges import OffsetRange, RangeState, commit_range, pending
 from storage.log import schema as cols
 from storage.log.table import LogTable
-from storage.logs import get_logger
+from storage.telemetry import get_logger
 
 log = get_logger("group_job")
 

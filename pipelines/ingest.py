@@ -37,16 +37,16 @@ from pipelines.spark import executor_filesystem, file_io_properties, is_local, s
 from storage.core import faults
 from storage.core.catalog import open_catalog
 from storage.core.commit import commit_tables
-from storage.core.state import LogState
 from storage.core.swap import load_tables
 from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from storage.ingest import ledger
 from storage.log import schema as cols
 from storage.log.files import arrow_location, clustered, parquet_encodings, write_log_files
 from storage.log.keys import SPARK_SQL_KEY_HASH
+from storage.log.state import LogState
 from storage.log.table import LogTable
-from storage.logs import get_logger
 from storage.properties import KEY_COLUMN
+from storage.telemetry import get_logger
 
 log = get_logger("ingest")
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from storage.errors import InvalidInput
 from storage.log import schema as cols
 from storage.log.files import arrow_location
-from storage.logs import get_logger
+from storage.telemetry import get_logger
 
 log = get_logger("spark")
 # The driver JVM's Log4j 2 settings: "LEVEL logger: message" lines on stderr (see the file).

@@ -26,11 +26,11 @@ from urllib.parse import unquote, urlparse
 from pipelines.fanout import fanout as run_fanout
 from pipelines.ingest import IngestResult, ingest, source_files
 from pipelines.spark import is_local, spark_session
+from storage.admin.maintenance import maintain as run_maintenance
 from storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
 from storage.errors import IcelogError, InvalidInput, UnknownTable
-from storage.log.maintenance import maintain as run_maintenance
 from storage.log.table import LogTable
-from storage.logs import get_logger
+from storage.telemetry import get_logger
 from validations.checks import run_checks
 from validations.report import build_report
 

@@ -2,6 +2,6 @@
 
 Packages, each importing only those listed before it: ``errors`` and ``properties``, ``core``
 (the commit core), ``log`` (log tables), ``ingest`` and ``groups``, ``producers``,
-``replication``. Nothing here imports ``validations``, ``pipelines`` or ``dags``; logging is
-configured by the entry points (``storage.logs``).
+``replication``, then ``admin`` (maintenance and orphan cleanup, over all of them). Nothing here imports ``validations``, ``pipelines`` or ``dags``; logging is
+configured by the entry points (``storage.telemetry``).
 """

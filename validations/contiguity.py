@@ -65,11 +65,11 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
-from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
 from storage.log.files import arrow_location, is_local, local_path, offset_range, spec_partitions, store_reachable
 from storage.log.manifests import live_files
+from storage.log.state import LogState
 from validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"

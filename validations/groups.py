@@ -17,8 +17,8 @@ import time
 
 from pyiceberg.table import Table
 
-from storage.core.state import LogState
 from storage.groups.offsets import group_state
+from storage.log.state import LogState
 from validations.violations import CheckReport, Violation
 
 CHECK = "groups"

@@ -22,9 +22,9 @@ from pyiceberg.table import Table
 
 from storage.core.catalog import CatalogNotConfigured, open_catalog
 from storage.core.commit import load
-from storage.core.state import LogState
 from storage.errors import IcelogError, UnknownTable
 from storage.log.scan import parquet_from
+from storage.log.state import LogState
 from storage.properties import VERSION
 from storage.replication.mirror import mirror_record
 from validations.sql import planned_paths

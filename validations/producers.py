@@ -7,9 +7,10 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.state import LogState, PartitionSequences
+from storage.log.producer_state import PartitionSequences
 from storage.log.scan import parquet_from
 from storage.log.sequences import expiry_ms, live_producers
+from storage.log.state import LogState
 from storage.producers.idempotent import derive_state
 from validations.sql import planned_paths
 from validations.violations import CheckReport, Violation

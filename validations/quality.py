@@ -42,11 +42,11 @@ from typing import Any, Callable
 from pyiceberg.table import Table
 
 from storage.core.catalog import icelog_home
-from storage.core.state import LogState
 from storage.errors import InvalidInput
 from storage.log import schema as cols
 from storage.log.files import local_path
 from storage.log.scan import check_snapshot, parquet_from
+from storage.log.state import LogState
 from storage.properties import COMMIT_ID, RANGES
 
 SPARK_ROWS_DEFAULT = 2_000_000

@@ -31,10 +31,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from storage.core.commit import is_system_table, load
-from storage.core.state import LogState
 from storage.errors import IcelogError
 from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
 from storage.log.scan import planned_paths
+from storage.log.state import LogState
 from storage.log.table import list_log_tables
 from validations.checks import run_checks
 from validations.history import commit_log, event_time_column, freshness_ms, human_age, iso, rows_per_day

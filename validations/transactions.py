@@ -15,12 +15,12 @@ import duckdb
 from pyiceberg.table import Table
 
 from storage.core.commit import recent_commits
-from storage.core.staging import JOURNAL, JournalState
-from storage.core.state import LogState
 from storage.errors import UnknownTable
 from storage.log.scan import parquet_from, planned_paths
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.producers.journal import ABORTED, COMMITTED
+from storage.producers.journal_state import JOURNAL, JournalState
 from storage.properties import TXN_ID
 from validations.violations import CheckReport, Violation
 

@@ -302,7 +302,7 @@ def main() -> None:
     if os.environ.get("ICELOG_LOG_LEVEL", "").strip():
         # Only when asked: structlog costs a fifth of a second at start-up, and unconfigured
         # Python already shows warnings on stderr. Never in ``cli``: tests invoke it in-process.
-        from storage.logs import configure
+        from storage.telemetry import configure
 
         configure()
     cli(prog_name="icelog")

@@ -37,7 +37,7 @@ def maintain(
     ctx: Context, table: str, retention_ms: int | None, retention_bytes: int | None, keep_snapshots: int, orphan_age_s: float
 ) -> None:
     """Retention, compaction, snapshot expiry and orphan cleanup for TABLE."""
-    from storage.log.maintenance import maintain as run
+    from storage.admin.maintenance import maintain as run
     from storage.log.table import LogTable
 
     name = LogTable.open(ctx.catalog, table).identifier

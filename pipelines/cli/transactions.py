@@ -49,7 +49,7 @@ def transactions_describe(ctx: Context, txn_id: str) -> None:
 
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {clip(txn_id)!r}")
-    from storage.core.staging import JOURNAL
+    from storage.producers.journal_state import JOURNAL
 
     rows = []
     if ctx.catalog.table_exists(JOURNAL):  # a read creates nothing: without a journal there is no transaction

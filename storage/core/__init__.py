@@ -1,9 +1,9 @@
 """The commit core: one protocol for every write, to one table or several (DESIGN I2, I3, I5, I7).
 
 Owns the compare-and-swap commit loop and its commit-id registry, the catalog side of a
-commit (swap, database clock), table state decoded from properties, system tables,
-staging of files for commits not landed yet, metadata-file cleanup and fault points.
-Knows tables, not logs: a request brings its own file writer.
+commit (swap, database clock), the table-state protocol requests decide on, system tables,
+metadata-file cleanup and fault points. Knows tables, not logs: a request brings its own
+state type and file writer.
 
 May import: ``storage.errors``, ``storage.properties``.
 """

@@ -74,7 +74,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from storage import properties as props
 from storage.core import faults, metadata_files
-from storage.core.state import LogState, TableState
+from storage.core.state import TableState
 from storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from storage.errors import (
     CatalogUnavailable,
@@ -89,8 +89,8 @@ from storage.errors import (
     StorageUnavailable,
     UnknownTable,
 )
-from storage.logs import get_logger
 from storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
+from storage.telemetry import get_logger
 
 log = get_logger("commit")
 
@@ -181,7 +181,10 @@ class CommitRequest(Protocol):
 
 
 class Request:
-    """Defaults for commit requests: a log table's state, and no receipt worth keeping.
+    """Defaults for commit requests: no receipt worth keeping, no special permission.
+
+    A request names its own ``state_type`` (a log table's ``LogState``, a system table's
+    :class:`SystemState`, ...): the core knows tables, not logs.
 
     ``receipt(result)`` is what the commit-id registry remembers (small JSON); after an
     unknown outcome, ``from_receipt`` turns it back into the caller's result.
@@ -190,7 +193,6 @@ class Request:
     for the requests that keep icelog's own state in ``icelog_system.*`` (step 2).
     """
 
-    state_type: ClassVar[type[TableState]] = LogState
     allow_foreign: ClassVar[bool] = False
     exclusive: ClassVar[bool] = False
     writes_read_only: ClassVar[bool] = False
@@ -891,7 +893,7 @@ def _discard(table: Table, files: list[DataFile]) -> None:
         try:
             table.io.delete(data_file.file_path)
         except OSError:
-            pass  # orphan cleanup (storage.log.maintenance) gets it later
+            pass  # orphan cleanup (storage.admin.orphans) gets it later
 
 
 def _attach_snapshot(result: Any, snapshot_id: int | None) -> None:
@@ -905,7 +907,7 @@ class _StagingTransaction(Transaction):
     pyiceberg 0.12 re-applies every staged update and deep-copies the whole table metadata on
     each ``table_metadata`` access: 14 times while one append stages, about a third of the
     commit (issue 20). The models are frozen and ``_updates`` is a tuple replaced on every
-    change, so one view per tuple is exact (contract: tests/storage/test_pyiceberg_contract.py).
+    change, so one view per tuple is exact (contract: tests/storage/core/test_pyiceberg_contract.py).
     """
 
     _view: tuple[tuple[Any, ...], TableMetadata] | None = None
@@ -1017,7 +1019,7 @@ def _evaluator_per_manifest(overwrite: Any) -> None:
     worker threads, sharing one manifest evaluator per spec, and that evaluator keeps the
     manifest being judged on itself: a manifest can be judged on another one's partition
     summary and skipped, and a live file to delete is then "missing" (ValidationException).
-    A fresh evaluator per manifest shares nothing (``tests/storage/test_maintenance.py``)."""
+    A fresh evaluator per manifest shares nothing (``tests/storage/admin/test_maintenance.py``)."""
     build = overwrite._build_manifest_evaluator
     overwrite._build_manifest_evaluator = lambda spec_id: lambda manifest: build(spec_id)(manifest)
 

@@ -12,7 +12,7 @@ Reads use the same table: :func:`load_tables` resolves several tables' pointers 
 query, a consistent cut across tables. Metadata files are never deleted by a commit (see
 ``storage.core.commit``), so a pointer read here stays loadable.
 
-This module relies on private pyiceberg names; ``tests/storage/test_pyiceberg_contract.py``
+This module relies on private pyiceberg names; ``tests/storage/core/test_pyiceberg_contract.py``
 pins each one, so an upgrade fails loudly.
 """
 
@@ -85,7 +85,7 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], metadata_
     Each update builds new models from the old (``model_copy(update=...)``, new lists and
     dicts); nothing in icelog or pyiceberg edits a metadata model in place, so the result may
     share the base's unchanged parts. The deep copy was about a fifth of a commit, paid twice
-    per table (issue 20). Contract: ``tests/storage/test_pyiceberg_contract.py``.
+    per table (issue 20). Contract: ``tests/storage/core/test_pyiceberg_contract.py``.
     """
     context = _TableMetadataUpdateContext()
     metadata = base

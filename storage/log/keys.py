@@ -6,7 +6,7 @@
 * **Key hash** (``log_key_hash``, consumer groups' key ranges): the low 16 bits of the MD5 of
   the key's UTF-8 bytes, the last four hex digits of its digest, in ``0..65535`` (Pulsar
   Key_Shared's hash space); a null key hashes as the empty string. The same in every engine
-  (``tests/storage/test_consumer.py`` checks DuckDB and Spark against Python):
+  (``tests/storage/groups/test_consumer.py`` checks DuckDB and Spark against Python):
 
   * Python: ``int(hashlib.md5(key.encode()).hexdigest()[-4:], 16)``
   * Spark SQL: ``conv(substr(md5(coalesce(key, '')), 29, 4), 16, 10)``

@@ -1,4 +1,6 @@
-"""Maintenance: partition growth, retention, snapshot expiry, compaction and orphan cleanup.
+"""Log-table maintenance requests: partition growth, properties, retention, snapshot expiry, compaction.
+
+``storage.admin`` runs them (``maintain``) beside orphan cleanup.
 
 Each state change is a :class:`storage.core.commit.Decision` run through the commit core, so it
 is decided on the exact base it replaces, like every append.
@@ -8,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -20,14 +21,12 @@ from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
 from storage import properties
-from storage.core import metadata_files
-from storage.core.commit import Decision, Request, commit, is_system_table, load, refuse_read_only
-from storage.core.staging import pending_files
-from storage.core.state import LogState, SystemState
+from storage.core.commit import Decision, Request, commit, is_system_table, load
+from storage.core.state import SystemState
 from storage.errors import InvalidInput, NotALogTable
 from storage.log import schema as cols
-from storage.log.files import file_offset_range, file_partition, store_reachable, write_log_files
-from storage.properties import READ_ONLY
+from storage.log.files import file_offset_range, file_partition, write_log_files
+from storage.log.state import LogState
 
 MAX_PARTITIONS = 100_000
 COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone
@@ -35,6 +34,8 @@ COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone
 
 @dataclass
 class PartitionGrowth(Request):
+    state_type = LogState
+
     table: str
     count: int
     commit_id: str = ""
@@ -127,6 +128,8 @@ class Retention(Request):
     append).
     """
 
+    state_type = LogState
+
     exclusive: ClassVar[bool] = True
 
     table: str
@@ -169,6 +172,8 @@ class Compaction(Request):
     rewrite. Exclusive (``storage.core.commit`` step 7): under appends landing faster than its
     commit stages, it takes the table's lease rather than lose every race.
     """
+
+    state_type = LogState
 
     exclusive: ClassVar[bool] = True
     writes_system: ClassVar[bool] = True  # it keeps every record as it is: a system table may be compacted
@@ -237,13 +242,15 @@ def _read_file(table: Table, data_file: DataFile) -> pa.Table:
 
 def expire_snapshots(catalog: Catalog, identifier: str, keep: int = 1, older_than_ms: int | None = None) -> int:
     """Expire all but the newest ``keep`` snapshots (and only those older than the cutoff)."""
-    _check_positive(keep=keep)
+    check_positive(keep=keep)
     request = _ExpireSnapshots(identifier, keep, older_than_ms)
     return commit(catalog, identifier, request).result
 
 
 @dataclass
 class _ExpireSnapshots(Request):
+    state_type = LogState
+
     writes_system: ClassVar[bool] = True  # no record changes
 
     table: str
@@ -264,123 +271,7 @@ class _ExpireSnapshots(Request):
         return Decision(state=state, result=len(doomed), expire=tuple(doomed), write=bool(doomed))
 
 
-def referenced_files(table: Table) -> set[str]:
-    """Every file a live snapshot or the metadata log still needs, by its path in the table's
-    file system (a local path; ``bucket/key`` on S3), as orphan cleanup lists them."""
-    meta = table.metadata
-    locations = [table.metadata_location, *(entry.metadata_file for entry in meta.metadata_log)]
-    for snapshot in meta.snapshots:
-        locations.append(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            locations.append(manifest.manifest_path)
-            locations.extend(entry.data_file.file_path for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
-    return {_store_path(location) for location in locations}
-
-
-def _store_path(location: str) -> str:
-    """A location as its file system names it (``file:///a/b`` -> ``/a/b``, ``s3://bucket/k`` -> ``bucket/k``)."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
-    path = PyArrowFileIO.parse_location(location)[2]
-    return path + "/" if location.endswith("/") and not path.endswith("/") else path
-
-
-def remove_orphan_files(catalog: Catalog, identifier: str, older_than_s: float = 3600.0) -> list[str]:
-    """Delete files under the table location that no snapshot and no open transaction references.
-
-    Only files older than ``older_than_s`` go, so a writer's files that are written but not
-    yet committed survive. The files of open and prepared transactions stay at any age:
-    recovery rolls a prepared one forward from them. Listing and deleting go through the
-    table's FileIO, so a local warehouse and an object store (S3) are cleaned alike.
-
-    Returns:
-        The paths deleted, as the table's file system names them (``bucket/key`` on S3).
-
-    Raises:
-        InvalidInput: the table's FileIO is not pyarrow's (nothing to list with).
-    """
-    table = load(catalog, identifier)
-    location = table.metadata.location
-    found = metadata_files.file_system(table.io, location)
-    if found is None:
-        raise InvalidInput(reason=f"orphan cleanup lists through pyarrow's FileIO, not {type(table.io).__name__}")
-    fs, root = found
-    cutoff_ms = (time.time() - older_than_s) * 1000
-    candidates = [f.path for f in metadata_files.list_files(fs, root, recursive=True) if f.mtime_ms < cutoff_ms]
-    # Read after the listing, journal before table: a listed file's transaction is then either
-    # still open in the journal read, or ended before it, so committed in the table read.
-    pending, pending_dirs = pending_files(catalog, location)
-    keep = referenced_files(load(catalog, identifier)) | {_store_path(p) for p in pending}
-    pending_prefixes = tuple(_store_path(d) for d in pending_dirs)
-    removed = []
-    for path in candidates:
-        if path in keep or path.startswith(pending_prefixes):
-            continue
-        try:
-            fs.delete_file(path)
-            removed.append(path)
-        except FileNotFoundError:  # removed meanwhile (e.g. a superseded metadata file)
-            continue
-    return removed
-
-
-def maintain(
-    catalog: Catalog,
-    identifier: str,
-    *,
-    retention_ms: int | None = None,
-    retention_bytes: int | None = None,
-    keep_snapshots: int = 5,
-    orphan_age_s: float = 3600.0,
-    compact: bool = True,
-) -> dict[str, Any]:
-    """Run retention, compaction, snapshot expiry, orphan and superseded-metadata cleanup, in that order.
-
-    Retention limits default to the table properties ``icelog.retention.ms`` / ``.bytes``.
-    A read-only mirror target gets orphan cleanup alone (a killed mirror step's copies): its
-    content follows its source, retention included.
-
-    Raises:
-        ReadOnlyTable: explicit retention limits for a read-only mirror target.
-        InvalidIdentifier: retention for a system table (``icelog_system.*``).
-    """
-    _check_positive(retention_ms=retention_ms, retention_bytes=retention_bytes, keep_snapshots=keep_snapshots)
-    if not isinstance(orphan_age_s, (int, float)) or isinstance(orphan_age_s, bool) or not 0 <= orphan_age_s < float("inf"):
-        raise InvalidInput(reason=f"orphan_age_s must be a finite number >= 0, not {orphan_age_s!r}")
-    explicit = retention_ms is not None or retention_bytes is not None
-    table = load(catalog, identifier)
-    props = table.metadata.properties
-    retention_ms = retention_ms if retention_ms is not None else properties.read(props, properties.RETENTION_MS, identifier)
-    retention_bytes = (
-        retention_bytes if retention_bytes is not None else properties.read(props, properties.RETENTION_BYTES, identifier)
-    )
-    report: dict[str, Any] = {"table": identifier, "started": datetime.now(UTC).isoformat()}
-    if props.get(READ_ONLY):
-        if explicit:
-            refuse_read_only(identifier, table.metadata)
-        report["read_only"] = props[READ_ONLY]
-        report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
-        return report
-    if retention_ms is not None or retention_bytes is not None:
-        report["retention"] = commit(catalog, identifier, Retention(identifier, retention_ms, retention_bytes)).result
-    if compact:
-        report["compaction"] = commit(catalog, identifier, Compaction(identifier)).result
-    with store_reachable(identifier):  # listings and deletes; the commits above type their own errors
-        report["expired_snapshots"] = expire_snapshots(catalog, identifier, keep=keep_snapshots)
-        report["orphans_removed"] = len(remove_orphan_files(catalog, identifier, orphan_age_s))
-        report["metadata_files_removed"] = len(remove_superseded_metadata(catalog, identifier))
-    return report
-
-
-def remove_superseded_metadata(catalog: Catalog, identifier: str) -> list[str]:
-    """Delete metadata files superseded more than ``icelog.metadata.delete-grace-ms`` ago
-    (as every commit does), e.g. for a table no commit sweeps any more."""
-    table = load(catalog, identifier)
-    grace_ms = properties.read(table.metadata.properties, properties.METADATA_DELETE_GRACE_MS, identifier)
-    return metadata_files.delete_superseded(table.io, table.metadata, table.metadata_location, grace_ms)
-
-
-def _check_positive(**values: int | None) -> None:
+def check_positive(**values: int | None) -> None:
     """Bad input changes nothing (I8): a negative retention would drop every row."""
     for name, value in values.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

@@ -8,7 +8,7 @@ the columns asked for.
 
 It covers what icelog's tables hold: data manifests of format v1 or v2. A snapshot with delete
 manifests (row-level deletes, written by another engine) goes through ``plan_files``, which
-applies them; ``tests/storage/test_manifests.py`` checks both against each other.
+applies them; ``tests/storage/log/test_manifests.py`` checks both against each other.
 """
 
 from __future__ import annotations

@@ -37,10 +37,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit, icelog_head, is_system_table
-from storage.core.state import LogState
 from storage.errors import InvalidInput, TerminalError
 from storage.log import schema as cols
 from storage.log.keys import key_hashes
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.properties import READ_ONLY
 
@@ -139,6 +139,8 @@ def _wrong_hashes(rows: Any, key: str) -> bool:
 
 @dataclass
 class Repair(Request):
+    state_type = LogState
+
     table: str
     mode: Mode = "auto"
     commit_id: str = ""

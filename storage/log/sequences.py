@@ -1,6 +1,6 @@
 """Producer-sequence admission (I4): the check every idempotent append makes, inside its commit.
 
-A log table's ``icelog.producers`` property (``storage.core.state.Producers``) remembers, per
+A log table's ``icelog.producers`` property (``storage.log.producer_state.Producers``) remembers, per
 producer id, its epoch and the last :data:`BATCHES_KEPT` batches per partition. :func:`admit`
 decides one batch against the exact base of the commit, so a zombie racing the new instance's
 init is still refused (I3). Allocating ids and epochs is ``storage.producers``' job.
@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from storage import properties as properties_
-from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, WrittenBatch
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -22,6 +21,8 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
+from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
+from storage.log.state import LogState
 
 BATCHES_KEPT = 5
 MAX_INT32 = 2**31 - 1

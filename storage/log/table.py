@@ -32,7 +32,6 @@ from storage import properties as icelog_properties
 from storage.core.bases import LastSeen
 from storage.core.catalog import ensure_namespace
 from storage.core.commit import CommitOutcome, Decision, Request, commit, load, new_commit_id, refuse_system_table
-from storage.core.state import FORMAT_VERSION, LogState, Watermark
 from storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
@@ -52,6 +51,7 @@ from storage.log.files import prewritten_files, store_reachable, write_log_files
 from storage.log.maintenance import PartitionGrowth
 from storage.log.scan import check_snapshot
 from storage.log.sequences import ProducerBatch
+from storage.log.state import FORMAT_VERSION, LogState, Watermark
 from storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
 
 MANIFEST_TARGET_BYTES = 256 * 1024  # ~850 data files' entries: what one manifest merge rewrites at most
@@ -117,6 +117,8 @@ class AppendRequest(Request):
     ``files``: data files already written elsewhere (Spark executors) with their offsets
     baked in, which is why ``files`` requires an expected offset for each partition.
     """
+
+    state_type = LogState
 
     table: str
     payload: Mapping[int, pa.Table]

@@ -4,7 +4,7 @@
   ``icelog_system.producer_ids``. Each lease is a compare-and-swap commit, so ids are unique
   in the catalog, never reused, and allocated in increasing order.
 * **State** lives in the log table's ``icelog.producers`` property (encoded by
-  ``storage.core.state.Producers``), changed in the same commit as the rows it describes: per
+  ``storage.log.producer_state.Producers``), changed in the same commit as the rows it describes: per
   producer id a ``ProducerEntry(client, epoch, last_ms, partitions)``, per partition its
   ``PartitionSequences(last_seq, batches)``, each batch a
   ``WrittenBatch(first_seq, last_seq, base_offset, next_offset)``.
@@ -27,9 +27,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, check_writable, commit
-from storage.core.state import LogState, PartitionSequences, ProducerEntry, SystemState, WrittenBatch
+from storage.core.state import SystemState
 from storage.core.system import ensure_system_table
 from storage.errors import InvalidInput, PlanOutdated
+from storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
 from storage.log.scan import parquet_from, planned_paths
 from storage.log.sequences import (
     BATCHES_KEPT,
@@ -38,6 +39,7 @@ from storage.log.sequences import (
     expiry_ms,
     live_producers,
 )
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.properties import NEXT_PRODUCER_ID
 
@@ -113,6 +115,8 @@ class ProducerIdentity:
 @dataclass
 class InitProducer(Request):
     """Register a producer on a table, or bump the epoch of the client id's existing producer."""
+
+    state_type = LogState
 
     table: str
     client_id: str | None
@@ -228,6 +232,8 @@ def merge_derived(stored: Mapping[str, ProducerEntry], derived: Mapping[str, Pro
 
 @dataclass
 class RebuildProducers(Request):
+    state_type = LogState
+
     table: str
     commit_id: str = ""
 

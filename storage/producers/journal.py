@@ -2,8 +2,8 @@
 
 The journal is a log table, ``icelog_system.transactions`` (Kafka's transaction-state topic):
 one row per record (BEGIN, ADD_PARTITIONS, PREPARE_COMMIT, COMMITTED, ABORTED). Its properties
-hold the coordinator state (:class:`storage.core.staging.JournalState`): per transactional id
-a :class:`storage.core.staging.TransactionalIdState` (the producer id, the epoch, and the open
+hold the coordinator state (:class:`storage.producers.journal_state.JournalState`): per transactional id
+a :class:`storage.producers.journal_state.TransactionalIdState` (the producer id, the epoch, and the open
 transaction). Each step reads these values and puts new ones in their place.
 
 Each step is a request decided on the journal's exact base, so epochs fence zombies. Every
@@ -25,11 +25,11 @@ from pyiceberg.table import Table
 
 from storage import properties as props
 from storage.core.commit import Decision, Request
-from storage.core.staging import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
 from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError, UnknownTable
 from storage.log import schema as cols
 from storage.log.files import write_log_files
 from storage.log.table import AppendRequest, LogTable
+from storage.producers.journal_state import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
 from storage.properties import TXN_ID
 
 ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"

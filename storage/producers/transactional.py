@@ -60,19 +60,6 @@ from storage.core.commit import (
     refuse_read_only,
     refuse_system_table,
 )
-from storage.core.staging import (
-    JOURNAL,
-    EndedTxn,
-    JournalState,
-    OpenTxn,
-    Prepared,
-    StagedSend,
-    TransactionalIdState,
-    TxnOffsets,
-    prewritten_dir,
-    staging_dir,
-)
-from storage.core.state import LogState
 from storage.core.swap import check_atomic
 from storage.errors import (
     AbortableError,
@@ -91,6 +78,7 @@ from storage.errors import (
 from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
 from storage.log import schema as cols
 from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
+from storage.log.state import LogState
 from storage.log.table import LogTable, checked_on, with_system_columns
 from storage.producers.idempotent import lease_producer_ids
 from storage.producers.journal import (
@@ -107,6 +95,18 @@ from storage.producers.journal import (
     TransactionAborted,
     ensure_journal,
 )
+from storage.producers.journal_state import (
+    JOURNAL,
+    EndedTxn,
+    JournalState,
+    OpenTxn,
+    Prepared,
+    StagedSend,
+    TransactionalIdState,
+    TxnOffsets,
+    prewritten_dir,
+    staging_dir,
+)
 from storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
 
 # --- the data side of a transaction ---------------------------------------------------------------
@@ -121,6 +121,8 @@ class TxnAppend(Request):
     expected offset that no longer holds aborts the transaction (``OffsetMismatch``).
     Staged payload files are rewritten as data files once per decided set of ranges.
     """
+
+    state_type = LogState
 
     table: str
     txn_id: str

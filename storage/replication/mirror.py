@@ -60,7 +60,6 @@ from pyiceberg.table.metadata import TableMetadata
 from storage.core.catalog import ensure_namespace
 from storage.core.commit import Decision, Request, commit, commit_tables, load, refuse_system_table
 from storage.core.commit import _discard as discard_files
-from storage.core.state import LogState
 from storage.core.swap import check_atomic
 from storage.core.system import ensure_system_table
 from storage.errors import (
@@ -86,7 +85,7 @@ from storage.log.files import (
     store_reachable,
 )
 from storage.log.maintenance import _read_file, live_files
-from storage.logs import get_logger
+from storage.log.state import LogState
 from storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
 from storage.properties import (
     COMMITS,
@@ -104,6 +103,7 @@ from storage.properties import (
 )
 from storage.replication.acls import REPLICATOR_WRITE, authorize
 from storage.replication.replica import OffsetWriteRequest, batch_spans
+from storage.telemetry import get_logger
 
 log = get_logger("mirror")
 
@@ -602,6 +602,8 @@ class MirrorGroupOffsets(Request):
 @dataclass
 class Promote(Request):
     """Make a mirror target writable and stop mirroring into it."""
+
+    state_type = LogState
 
     table: str
     commit_id: str = ""

@@ -27,7 +27,6 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit, new_commit_id
-from storage.core.state import LogState
 from storage.errors import (
     CorruptBatch,
     InvalidInput,
@@ -38,6 +37,7 @@ from storage.errors import (
 from storage.log import schema as cols
 from storage.log.files import file_offset_range, file_partition, write_log_files
 from storage.log.maintenance import files_by_partition
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.replication.acls import REPLICATOR_WRITE, authorize
 
@@ -140,6 +140,8 @@ class OffsetWriteRequest(Request):
             lands (the mirror progress it was planned from); otherwise :class:`PlanOutdated`.
         lineage: Extra snapshot-summary entries.
     """
+
+    state_type = LogState
 
     table: str
     spans: Mapping[int, tuple[int, int]]

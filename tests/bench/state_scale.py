@@ -25,8 +25,9 @@ from typing import Any, Callable
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
-from storage.core.state import PartitionSequences, ProducerEntry, WrittenBatch
+from storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
 from storage.log.sequences import BATCHES_KEPT, ProducerBatch
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
 from tests.bench.run import batch, catalog
@@ -37,6 +38,8 @@ Record = Callable[..., None]
 @dataclass
 class SeedProducers(Request):
     """Register ``count`` active producers at once, each with ``BATCHES_KEPT`` remembered batches."""
+
+    state_type = LogState
 
     count: int
     partitions: int

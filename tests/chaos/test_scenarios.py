@@ -37,17 +37,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from storage.admin.orphans import remove_orphan_files
 from storage.core import commit as core
 from storage.core import faults
 from storage.core.commit import KEEP_COMMIT_IDS, commit
-from storage.core.staging import Prepared, StagedSend, encode_transactions
 from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
 from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
-from storage.log.maintenance import Retention, expire_snapshots, remove_orphan_files
+from storage.log.maintenance import Retention, expire_snapshots
 from storage.log.table import LogTable
 from storage.producers import journal
 from storage.producers import transactional as tx
 from storage.producers.journal import InvalidTxnState
+from storage.producers.journal_state import Prepared, StagedSend, encode_transactions
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
 from tests.support.faults import kill_9
@@ -307,8 +308,8 @@ def test_jepsen_unknown_commit_outcome_is_resolved_by_look_up_never_by_blind_ret
     ``commit_transaction()`` again returns the same offsets with the rows stored once. Then
     the commit core itself: an append whose catalog swap landed but whose connection dropped
     is found by its commit id on the next attempt, not applied again. (The restart after a
-    kill -9 right after the swap is ``tests/storage/test_faults.py`` and the copier test in
-    ``tests/storage/test_transactions.py``.)
+    kill -9 right after the swap is ``tests/storage/core/test_faults.py`` and the copier test in
+    ``tests/storage/producers/test_transactions.py``.)
     """
     a, b = two_tables(catalog)
     source(catalog)

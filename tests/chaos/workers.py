@@ -303,7 +303,7 @@ def maintainer(args: dict) -> None:
     """Compaction, snapshot expiry and orphan cleanup (orphans older than a week only, so no
     in-flight file of the run is ever deleted) over the tables, in turn. Retention runs on
     the tables whose ``icelog.retention.*`` properties set it (the soak table)."""
-    from storage.log.maintenance import maintain
+    from storage.admin.maintenance import maintain
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)

@@ -11,13 +11,13 @@ from collections import Counter
 import pytest
 
 from pipelines.group_job import _hash_expression, group_job, take
+from storage.admin.orphans import remove_orphan_files
 from storage.core import faults
 from storage.errors import StaleGeneration
 from storage.groups import membership
 from storage.groups.consumer import Consumer, key_hash
 from storage.groups.offsets import group_state
 from storage.groups.ranges import RangeState
-from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
 from tests.support.faults import kill_at
 from tests.support.spark import local_session

@@ -16,9 +16,9 @@ import pytest
 
 from pipelines.ingest import ingest
 from pipelines.spark import read_log
+from storage.admin.orphans import remove_orphan_files
 from storage.errors import InvalidInput, SchemaMismatch
 from storage.log.keys import partition_for_key
-from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
 from tests.support.faults import kill_at
 from tests.support.ingest import table_rows, write_landing

@@ -1,4 +1,4 @@
-"""The house: imports point down, and no module imports itself back through others (issue 22).
+"""The house: imports point down, and no module imports itself back through others.
 
 Walks the source with ``ast`` (every import, at module or function level), so a circle hidden
 by a lazy import fails here as well as one Python would trip over.
@@ -25,6 +25,7 @@ STORAGE_FLOORS = {
     "storage.groups": 4,
     "storage.producers": 5,
     "storage.replication": 6,
+    "storage.admin": 7,
 }
 LAYERS = {"storage": 0, "validations": 1, "pipelines": 2, "dags": 3}
 
@@ -127,6 +128,22 @@ def test_no_function_level_imports_of_project_modules():
         if nested and t not in heavy
     ]
     assert hidden == []
+
+
+def test_the_core_holds_no_concept_state():
+    """The commit core knows tables, not logs: the log's, the producers' and the journal's state
+    live in their own packages (``storage.log.state``, ``storage.log.producer_state``,
+    ``storage.producers.journal_state``)."""
+    concept_state = ("LogState", "Watermarks", "Producers", "ProducerEntry", "JournalState", "TransactionalIdState")
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "storage" / "core").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in concept_state
+        if (isinstance(node, ast.ClassDef) and node.name == name)
+        or (isinstance(node, (ast.ImportFrom, ast.Import)) and name in {a.asname or a.name for a in node.names})
+    ]
+    assert found == []
 
 
 @pytest.mark.parametrize("package", sorted(p for p in STORAGE_FLOORS if not p.endswith(("errors", "properties"))))

@@ -1,5 +1,5 @@
 """The files under a table, and the files its metadata still needs (computed here, independently
-of ``storage.log.maintenance``): what orphan cleanup and kill -9 tests compare."""
+of ``storage.admin.orphans``): what orphan cleanup and kill -9 tests compare."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def files_on_disk(table) -> set[str]:
 
 def files_referenced(table) -> set[str]:
     """Every file the table's metadata still needs, computed here independently of
-    ``storage.log.maintenance.referenced_files``: the current metadata file and the metadata log;
+    ``storage.admin.orphans.referenced_files``: the current metadata file and the metadata log;
     per retained snapshot its manifest list, its manifests and the data files it reads."""
     meta = table.metadata
     needed = {local_path(table.metadata_location)} | {local_path(e.metadata_file) for e in meta.metadata_log}

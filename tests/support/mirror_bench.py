@@ -1,5 +1,5 @@
 """Mirror benchmarks' builders: a source and a target catalog, and a log table of thousands of
-files committed a thousand at a time (``tests/storage/test_mirror_bench.py``, ``tests.bench.run``)."""
+files committed a thousand at a time (``tests/storage/replication/test_mirror_bench.py``, ``tests.bench.run``)."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from storage.admin.orphans import referenced_files, remove_orphan_files
 from storage.core import faults
 from storage.groups.offsets import commit_offsets, committed_offsets
 from storage.log.files import local_path
-from storage.log.maintenance import referenced_files, remove_orphan_files
 from storage.log.table import LogTable
 from storage.producers import journal as coordinator
 from storage.producers import transactional as tx

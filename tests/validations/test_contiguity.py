@@ -15,9 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from storage.core.state import LogState, Watermark
 from storage.log import schema as cols
 from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path
+from storage.log.state import LogState, Watermark
 from storage.log.table import LogTable
 from storage.properties import WATERMARKS
 from tests.support.planting import plant

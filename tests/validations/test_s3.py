@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from storage.core.state import LogState, Watermark
 from storage.errors import InvalidInput
 from storage.log.files import arrow_location
+from storage.log.state import LogState, Watermark
 from storage.log.table import LogTable
 from tests.support.cli import Cli, one_document
 from tests.support.planting import plant

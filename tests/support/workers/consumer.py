@@ -1,4 +1,4 @@
-"""A group member for the cooperative-consumption kill tests (``tests/storage/test_consumer_processes.py``).
+"""A group member for the cooperative-consumption kill tests (``tests/storage/groups/test_consumer_processes.py``).
 
 ``python -m tests.support.workers.consumer SPEC_JSON ARGS_JSON``
 

@@ -162,8 +162,8 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
 
 
 def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> None:
-    """``storage.log.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
-    from storage.log.maintenance import maintain as run
+    """``storage.admin.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
+    from storage.admin.maintenance import maintain as run
 
     report = run(
         _catalog(spec_json),

@@ -1,4 +1,4 @@
-"""Worker processes for the transaction tests (``tests/storage/test_transactions.py``).
+"""Worker processes for the transaction tests (``tests/storage/producers/test_transactions.py``).
 
 ``python -m tests.support.workers.transactions MODE SPEC_JSON ARGS_JSON``
 
@@ -29,8 +29,8 @@ import sys
 import time
 
 from storage.core import faults
-from storage.core.state import LogState
 from storage.errors import IcelogError
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
 from tests.support.catalogs import CatalogSpec

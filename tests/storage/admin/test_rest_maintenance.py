@@ -12,9 +12,10 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.admin.maintenance import maintain
+from storage.admin.orphans import referenced_files, remove_orphan_files
 from storage.core.metadata_files import file_system, list_files, version_of
 from storage.log import schema as cols
-from storage.log.maintenance import maintain, referenced_files, remove_orphan_files
 from storage.log.repair import repair
 from storage.log.table import LogTable
 from tests.support.planting import plant

@@ -17,6 +17,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from storage.admin.maintenance import maintain
 from storage.core.commit import commit_tables
 from storage.errors import (
     AtomicCommitUnsupported,
@@ -39,7 +40,7 @@ from storage.groups.offsets import (
 )
 from storage.ingest import ledger
 from storage.ingest.bulk import bulk_load
-from storage.log.maintenance import live_files, maintain
+from storage.log.maintenance import live_files
 from storage.log.repair import repair
 from storage.log.sequences import ProducerBatch
 from storage.log.table import AppendRequest, LogTable

@@ -364,7 +364,7 @@ def test_a_stale_base_whose_files_maintenance_deleted_is_read_again(catalog):
     """The base this LogTable last saw names a manifest list that snapshot expiry and orphan
     cleanup have deleted since: the append reads the table again and lands, not a false
     StorageUnavailable (which a retry on the same stale base would repeat)."""
-    from storage.log.maintenance import maintain
+    from storage.admin.maintenance import maintain
 
     mine, theirs = LogTable.create(catalog, "db.events", partitions=1), LogTable(catalog, "db.events")
     mine.append({0: rows("a")})

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from pyiceberg.table import Table
 
 from storage.core.commit import Decision, Request, commit
-from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, Watermark, Watermarks, WrittenBatch
 from storage.errors import UnsupportedFormat
+from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
 from storage.log.sequences import ProducerBatch
+from storage.log.state import LogState, Watermark, Watermarks
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer
 from storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
@@ -161,6 +162,8 @@ def test_i1_watermarks_stay_exact_at_thousands_of_partitions(sqlite_catalog):
 @dataclass
 class SeedProducers(Request):
     """Register producers with given entries in one commit (through the commit core)."""
+
+    state_type = LogState
 
     entries: dict[str, ProducerEntry]
     commit_id: str = ""

@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from storage.admin.maintenance import maintain
+from storage.admin.orphans import remove_orphan_files
 from storage.core.commit import Decision, Request, commit
 from storage.errors import InvalidInput
 from storage.log.files import local_path, write_log_files
-from storage.log.maintenance import Retention, expire_snapshots, files_by_partition, maintain, remove_orphan_files
+from storage.log.maintenance import Retention, expire_snapshots, files_by_partition
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from tests.support.files import files_on_disk, files_referenced
 from tests.support.planting import rows_at
@@ -106,6 +109,8 @@ class CommitAt(Request):
     A broken log that icelog itself committed (foreign commits are refused before any
     maintenance decides), so compaction meets a gap it must not merge across.
     """
+
+    state_type = LogState
 
     table: str
     partition: int

@@ -30,9 +30,9 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from infra import seaweedfs
+from storage.admin.maintenance import maintain
 from storage.core.commit import commit_tables
 from storage.errors import AtomicCommitUnsupported, CatalogUnavailable, StorageUnreachable
-from storage.log.maintenance import maintain
 from storage.log.table import AppendRequest, LogTable
 from storage.replication.acls import add_acl
 from storage.replication.mirror import mirror

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from storage.admin.orphans import remove_orphan_files
 from storage.core import faults
 from storage.errors import (
     AtomicCommitUnsupported,
@@ -32,7 +33,6 @@ from storage.errors import (
 )
 from storage.groups.offsets import committed_offsets
 from storage.log.files import local_path
-from storage.log.maintenance import remove_orphan_files
 from storage.log.table import LogTable
 from storage.producers import journal as coordinator
 from storage.producers import transactional as tx
@@ -111,7 +111,7 @@ def age(paths: list[str], seconds: float = 7_200) -> None:
 def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
     """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
     are still needed (recovery rolls forward from them), so they are no orphans."""
-    from storage.log.maintenance import maintain
+    from storage.admin.maintenance import maintain
 
     point = faults.AFTER_TXN_PREPARE
     catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
@@ -695,8 +695,8 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     """The journal_table is believed by the coordinator and the transactions check: a forged record
     (an ABORTED for a committed transaction) must not get in through any user path."""
+    from storage.admin.maintenance import maintain
     from storage.errors import InvalidIdentifier
-    from storage.log.maintenance import maintain
     from storage.producers.idempotent import init_producer
     from storage.replication.acls import add_acl
     from storage.replication.replica import write_with_offsets

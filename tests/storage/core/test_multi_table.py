@@ -16,15 +16,15 @@ import pytest
 
 from storage.core import faults
 from storage.core.commit import commit_tables, was_committed
-from storage.core.state import LogState
 from storage.core.swap import load_tables
 from storage.errors import AtomicCommitUnsupported
+from storage.log.state import LogState
 from storage.log.table import AppendRequest, LogTable
 from tests.support.catalogs import forwarding_catalog
 from tests.support.interleave import Interleaved
 from tests.support.workers.multi_table import two_table_append
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def payload(tag: str) -> pa.Table:

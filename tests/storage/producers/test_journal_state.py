@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from storage.core.staging import JOURNAL, JournalState, Prepared
 from storage.producers.journal import PrepareCommit
+from storage.producers.journal_state import JOURNAL, JournalState, Prepared
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import TRANSACTIONS
 from tests.support.transactions import two_tables

@@ -1,4 +1,4 @@
-"""Mirror benchmarks (slow; ``pytest -m slow tests/storage/test_mirror_bench.py -s``).
+"""Mirror benchmarks (slow; ``pytest -m slow tests/storage/replication/test_mirror_bench.py -s``).
 
 * Bulk mirror throughput (MB/s) beside ``cp -r`` of the same data files, same run (target >= 0.7x).
 * One incremental step after one small commit, on a table of 1,000 and of 10,000 files

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storage.admin.maintenance import maintain
 from storage.groups.consumer import Consumer
 from storage.log import schema as cols
 from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path, write_log_files
 from storage.log.keys import HASH_SPACE, key_hash
-from storage.log.maintenance import maintain
 from storage.log.table import LogTable
 from storage.producers.transactional import TransactionalProducer
 from storage.properties import KEY_COLUMN

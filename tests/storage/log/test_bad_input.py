@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from storage.admin.maintenance import maintain
 from storage.errors import InvalidInput, InvalidProperty, UnknownSnapshot
-from storage.log.maintenance import maintain
 from storage.log.schema import load_payload_spec, payload_fields
 from storage.log.table import LogTable
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from storage.admin.maintenance import maintain
 from storage.core.commit import commit
 from storage.errors import UnknownSnapshot
 from storage.log import manifests
-from storage.log.maintenance import Retention, files_by_partition, maintain
+from storage.log.maintenance import Retention, files_by_partition
 from storage.log.manifests import LiveFile, live_files
 from storage.log.table import LogTable
 from validations.contiguity import check_contiguity

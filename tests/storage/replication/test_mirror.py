@@ -11,6 +11,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
+from storage.admin.maintenance import maintain
+from storage.admin.orphans import referenced_files
 from storage.core.commit import commit
 from storage.errors import (
     AuthorizationFailed,
@@ -24,7 +26,7 @@ from storage.errors import (
 )
 from storage.groups.offsets import commit_offsets, committed_offsets
 from storage.log import schema as cols
-from storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files, maintain, referenced_files
+from storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files
 from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild

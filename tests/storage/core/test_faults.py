@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
+from storage.admin.orphans import remove_orphan_files
 from storage.core import faults
-from storage.log.maintenance import files_by_partition, remove_orphan_files
+from storage.log.maintenance import files_by_partition
 from storage.log.sequences import ProducerBatch
 from storage.log.table import LogTable
 from storage.producers.idempotent import init_producer

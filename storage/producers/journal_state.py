@@ -1,11 +1,10 @@
-"""Files written for commits that have not landed yet, and who still needs them.
+"""The transaction coordinator's state, and the files its transactions still need.
 
-A transaction (``storage.producers``) stages each send's payload under its table's
-``data/staging/<txn id>`` and Spark executors pre-write data files under ``data/txn-<txn id>``;
-a prepared transaction rolls forward from them after a crash. The coordinator's state lives in
-the journal table's properties (:class:`JournalState`). It is read here, below every writer, so
-that orphan cleanup (``storage.log.maintenance``) keeps what open and prepared transactions
-still need without importing the transaction layer above it.
+A transaction stages each send's payload under its table's ``data/staging/<txn id>`` and Spark
+executors pre-write data files under ``data/txn-<txn id>``; a prepared transaction rolls
+forward from them after a crash. The coordinator's state lives in the journal table's
+properties (:class:`JournalState`). Orphan cleanup (``storage.admin.orphans``) asks
+:func:`pending_files` what open and prepared transactions still need.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table.metadata import TableMetadata
 
 from storage.core.commit import load
-from storage.core.state import LogState
 from storage.errors import UnknownTable
+from storage.log.state import LogState
 from storage.properties import TRANSACTIONS
 
 JOURNAL = "icelog_system.transactions"

@@ -18,7 +18,7 @@ from storage.errors import HistoryExpired, UnknownSnapshot
 from storage.log.table import LogTable
 from tests.support.cli import Cli, one_document
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INT64_MAX = 2**63 - 1
 
 

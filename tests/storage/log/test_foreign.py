@@ -140,8 +140,8 @@ def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlit
     """A foreign engine's commit wedges icelog_system.transactions (every journal step raises
     ForeignCommit, which says: run repair); repair must roll it back, and must never adopt a
     forged record even when it extends the journal exactly."""
-    from storage.core.staging import JOURNAL
     from storage.producers.journal import ensure_journal
+    from storage.producers.journal_state import JOURNAL
     from storage.producers.transactional import TransactionalProducer
 
     catalog = sqlite_catalog

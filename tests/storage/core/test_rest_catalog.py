@@ -17,6 +17,7 @@ from pyiceberg.exceptions import CommitFailedException
 from storage.core import swap
 from storage.core.commit import Decision, Request, commit, commit_tables
 from storage.errors import AtomicCommitUnsupported, ForeignCommit, OffsetMismatch
+from storage.log.state import LogState
 from storage.log.table import LogTable
 from validations.contiguity import check_contiguity
 
@@ -25,6 +26,8 @@ COUNTER = "test.counter"
 
 class Bump(Request):
     """A property-only commit: read a counter from the base, write it plus one."""
+
+    state_type = LogState
 
     def decide(self, state, table):
         n = int(table.metadata.properties.get(COUNTER, "0"))

@@ -11,7 +11,6 @@ import pytest
 
 import storage.core.commit as core
 from storage.core.commit import commit
-from storage.core.state import LogState, PartitionSequences, ProducerEntry, Producers, Watermark, WrittenBatch
 from storage.errors import (
     DuplicateSequence,
     InvalidInput,
@@ -21,7 +20,9 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
+from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
 from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
+from storage.log.state import LogState, Watermark
 from storage.log.table import AppendRequest, LogTable
 from storage.producers.idempotent import derive_state, init_producer, rebuild
 from storage.properties import PRODUCERS

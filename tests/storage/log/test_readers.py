@@ -17,7 +17,7 @@ from storage.core.metadata_files import SWEEP_EVERY, version_of
 from storage.log.table import LogTable
 from tests.support.processes import worker_processes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def metadata_files(t: LogTable) -> list[str]:
@@ -121,7 +121,7 @@ def test_i7_metadata_superseded_inside_the_grace_is_deleted_by_a_later_commit(sq
 
 
 def test_i7_maintain_deletes_metadata_superseded_past_the_grace(sqlite_catalog):
-    from storage.log.maintenance import maintain
+    from storage.admin.maintenance import maintain
 
     t = superseded_within_a_short_grace(sqlite_catalog, "db.idle_disk")
     held = t.table().metadata_location

@@ -20,7 +20,7 @@ from storage.core import faults
 from storage.groups.offsets import describe_group
 from storage.log.table import LogTable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @contextlib.contextmanager
