@@ -157,7 +157,7 @@ def test_i1_rows_of_another_partition_in_a_partition_folder_are_misplaced(sqlite
 def test_a_committed_foreign_file_of_text_or_floats_read_first_is_a_violation(tmp_path, offsets):
     """Files of the size their metadata says skip the footer check; DuckDB's grouped query takes
     its types from the first file, and types other than integers there send every file to it."""
-    from storage.core.state import LogState, Watermark
+    from storage.log.state import LogState, Watermark
     from validations.contiguity import check_files
 
     foreign, healthy = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
