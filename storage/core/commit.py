@@ -422,6 +422,7 @@ def commit(
     deadline_s: float = 120.0,
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
     loaded: Table | None = None,
+    resent: bool | None = None,
 ) -> CommitOutcome:
     """Run one table's ``request`` through the commit protocol (the one-table case).
 
@@ -438,6 +439,7 @@ def commit(
         deadline_s=deadline_s,
         write_rows=write_rows,
         loaded={identifier: loaded} if loaded is not None else None,
+        resent=resent,
     )[0]
 
 
@@ -450,6 +452,7 @@ def commit_tables(
     deadline_s: float = 120.0,
     write_rows: Callable[[Table, Mapping[int, Any]], list[DataFile]] | None = None,
     loaded: Mapping[str, Table] | None = None,
+    resent: bool | None = None,
 ) -> list[CommitOutcome]:
     """Run one request per table through the commit protocol, all tables in one atomic commit.
 
@@ -458,6 +461,9 @@ def commit_tables(
         parts: ``(identifier, request)`` per table, each table at most once.
         commit_id: Idempotency key, recorded in every table written.
         loaded: Every table as the caller last saw it, the first attempt's bases (see :func:`commit`).
+        resent: Whether ``commit_id`` may have been sent before (default: whenever the caller gives
+            one). A re-sent id the registry may have forgotten raises :class:`CommitIdForgotten`; a
+            caller that made the id just now says False.
 
     Returns:
         One outcome per part, in order.
@@ -478,7 +484,7 @@ def commit_tables(
         catalog,
         list(parts),
         commit_id or new_commit_id(),
-        resent=commit_id is not None,  # a caller's id may have been sent before; ours is new
+        resent=bool(commit_id) if resent is None else resent,  # a caller's id may have been sent before
         loaded=dict(loaded) if loaded and set(loaded) == set(identifiers) else None,
         write_rows=write_rows,
         max_attempts=max_attempts,

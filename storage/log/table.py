@@ -375,6 +375,7 @@ class LogTable:
             CommitIdForgotten: the re-sent id may have landed before the registry's window.
             InvalidProperty: a malformed ``icelog.*`` table property; nothing written.
         """
+        resent = commit_id is not None  # an id made here was never sent
         commit_id = commit_id or new_commit_id()
         seen = self._last_seen()
         table = seen or self.table()
@@ -391,7 +392,7 @@ class LogTable:
                 table = self.table()  # judge the rows by the table as it is now, not as it was
                 continue
             try:
-                return self._commit(request, table).result
+                return self._commit(request, table, resent=resent).result
             except TableChanged:  # re-created or evolved since it was last seen: check the rows again
                 if fresh:
                     raise
@@ -423,7 +424,8 @@ class LogTable:
                 partition do, read from its rows); nothing is committed.
             OffsetMismatch: the log moved since the offsets were assigned.
         """
-        return self._commit(self.files_request(files, expected_offsets, producer=producer, commit_id=commit_id)).result
+        request = self.files_request(files, expected_offsets, producer=producer, commit_id=commit_id)
+        return self._commit(request, resent=commit_id is not None).result
 
     def files_request(
         self,
@@ -449,8 +451,8 @@ class LogTable:
             checked_on=checked_on(table),
         )
 
-    def _commit(self, request: Any, loaded: Table | None = None) -> CommitOutcome:
-        outcome = commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded)
+    def _commit(self, request: Any, loaded: Table | None = None, *, resent: bool = True) -> CommitOutcome:
+        outcome = commit(self.catalog, self.identifier, request, commit_id=request.commit_id, loaded=loaded, resent=resent)
         self._seen.put(self.identifier, outcome.table)
         return outcome
 

@@ -285,4 +285,4 @@ def write_with_offsets(
     request = OffsetWriteRequest(
         log_table.identifier, spans, rows=batches, log_starts=dict(log_starts or {}), commit_id=commit_id or new_commit_id()
     )
-    return commit(catalog, log_table.identifier, request, commit_id=request.commit_id).result
+    return commit(catalog, log_table.identifier, request, commit_id=request.commit_id, resent=commit_id is not None).result

@@ -146,6 +146,16 @@ def test_i4_a_commit_id_made_after_the_forgotten_commits_is_proven_new(sqlite_ca
     assert t.append({0: rows("fresh")}, commit_id=fresh).duplicate  # still in the window: its result
 
 
+def test_i4_a_first_send_is_never_judged_by_the_registrys_window(sqlite_catalog):
+    """An append without a commit id gets a fresh UUIDv7 id, as a transaction's commit does: it was
+    never sent, so a registry that forgot commits within the clock-skew margin (a second) must not
+    refuse it as possibly landed."""
+    t = LogTable.create(sqlite_catalog, "db.first", 1, properties={KEEP_COMMIT_IDS: "2", MIN_RETENTION_MS: "0"})
+    for i in range(8):  # each forgets the commit of a few milliseconds before
+        assert t.append({0: rows(str(i))}).ranges == {0: (i, i + 1)}
+    assert LogTable(sqlite_catalog, "db.first").append({0: rows("new")}).ranges == {0: (8, 9)}  # a fresh writer too
+
+
 def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_id(sqlite_catalog, monkeypatch):
     """Entries without a commit time (an older icelog's) landed before the first entry with
     one: dropping them must not mark every id made before that drop as possibly forgotten."""
