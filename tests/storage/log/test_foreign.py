@@ -188,19 +188,26 @@ def set_foreign_spec(catalog, t: LogTable, *, keep_log_partition: bool, transfor
 
 
 def data_files_on_disk(t: LogTable) -> set[str]:
-    from pathlib import Path
-    from urllib.parse import urlparse
+    """The Parquet files under the table, as its store lists them (local disk or S3)."""
+    from storage.core.metadata_files import file_system, list_files
 
-    return {str(p) for p in Path(urlparse(t.table().metadata.location).path).rglob("*.parquet")}
+    fs, root = file_system(t.table().io, t.table().metadata.location)
+    return {f.path for f in list_files(fs, root, recursive=True) if f.path.endswith(".parquet")}
+
+
+@pytest.fixture(params=["sqlite", "rest"])
+def any_catalog(request):
+    """A SQL catalog on local disk, and the SeaweedFS Iceberg REST catalog over S3."""
+    return request.getfixturevalue(f"{request.param}_catalog")
 
 
 @pytest.mark.parametrize("keep_log_partition", [True, False], ids=["bucket-beside", "bucket-instead"])
-def test_i8_append_under_a_foreign_partition_spec_is_refused_and_repair_sets_the_spec_back(sqlite_catalog, keep_log_partition):
+def test_i8_append_under_a_foreign_partition_spec_is_refused_and_repair_sets_the_spec_back(any_catalog, keep_log_partition):
     import pickle
 
-    t = LogTable.create(sqlite_catalog, "db.respec", 2)
+    t = LogTable.create(any_catalog, "db.respec", 2)
     t.append({0: rows("a", 3), 1: rows("b")})
-    foreign = set_foreign_spec(sqlite_catalog, t, keep_log_partition=keep_log_partition)
+    foreign = set_foreign_spec(any_catalog, t, keep_log_partition=keep_log_partition)
     location, files = t.table().metadata_location, data_files_on_disk(t)
     with pytest.raises(ForeignPartitionSpec) as caught:
         t.append({0: rows("c")})
@@ -211,12 +218,12 @@ def test_i8_append_under_a_foreign_partition_spec_is_refused_and_repair_sets_the
     # reads and both checks still answer, from the files as written
     assert t.read(0).column("key").to_pylist() == ["a", "a", "a"]
     assert run_checks(t.table(), ["contiguity"]).ok and run_checks(t.table(), ["contiguity-deep"]).ok
-    report = repair(sqlite_catalog, t.identifier)
+    report = repair(any_catalog, t.identifier)
     assert report["action"] == "spec_restored" and report["partition_spec"] == {"foreign": foreign, "restored": 0}
     assert t.table().metadata.default_spec_id == 0
     assert t.append({0: rows("c")}).ranges == {0: (3, 4)}
     assert run_checks(t.table(), ["contiguity-deep"]).ok
-    assert repair(sqlite_catalog, t.identifier)["action"] == "none"
+    assert repair(any_catalog, t.identifier)["action"] == "none"
 
 
 def test_i1_foreign_rows_under_a_foreign_spec_are_diagnosed_by_validate_and_never_adopted(sqlite_catalog):
