@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset
+from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset
 
 
 @dag(
@@ -49,7 +49,7 @@ from dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, tabl
 def icelog_backfill():
     @task(outlets=[table_asset(t) for t in TABLES])
     def backfill(params: dict | None = None) -> dict:
-        from pipelines.tasks import backfill as run
+        from icelog.pipelines.tasks import backfill as run
 
         return run(
             params["table"],

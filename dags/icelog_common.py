@@ -34,19 +34,21 @@ def table_asset(table: str) -> Asset:
 RETRY_POLICY = ExceptionRetryPolicy(
     rules=[
         RetryRule(
-            exception="storage.errors.TransientError",
+            exception="icelog.storage.errors.TransientError",
             action=RetryAction.RETRY,
             retry_delay=timedelta(seconds=10),
             reason="transient: retry the same work",
         ),
         RetryRule(
-            exception="storage.errors.AbortableError",
+            exception="icelog.storage.errors.AbortableError",
             action=RetryAction.RETRY,
             retry_delay=timedelta(seconds=5),
             reason="abortable: redo from the start on the current log",
         ),
         RetryRule(
-            exception="storage.errors.IcelogError", action=RetryAction.FAIL, reason="terminal: bad input, fenced, or violations"
+            exception="icelog.storage.errors.IcelogError",
+            action=RetryAction.FAIL,
+            reason="terminal: bad input, fenced, or violations",
         ),
     ],
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, NAME_PATTERN
+from icelog.dags.icelog_common import DAG_DEFAULTS, NAME_PATTERN
 
 COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -38,7 +38,7 @@ COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 def icelog_fanout():
     @task
     def fanout(params: dict | None = None) -> dict:
-        from pipelines.tasks import fanout as run
+        from icelog.pipelines.tasks import fanout as run
 
         return run(
             params["source"],

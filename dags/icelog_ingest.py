@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset, task_id
+from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset, task_id
 
 
 @dag(
@@ -22,7 +22,7 @@ def icelog_ingest():
         def ingest(table: str = table, ds: str | None = None) -> dict:
             from airflow.sdk.exceptions import AirflowSkipException
 
-            from pipelines.tasks import ingest_day
+            from icelog.pipelines.tasks import ingest_day
 
             result = ingest_day(table, ds, landing=LANDING or None)
             if not result["loaded"] and not result["skipped"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
+from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
 
 
 @dag(
@@ -19,7 +19,7 @@ def icelog_maintenance():
 
         @task(task_id=task_id("maintain", table))
         def maintain(table: str = table) -> dict:
-            from pipelines.tasks import maintain as run
+            from icelog.pipelines.tasks import maintain as run
 
             return run(table)
 

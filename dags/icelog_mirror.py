@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
+from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
 
 
 @dag(
@@ -36,7 +36,7 @@ def icelog_mirror():
 
         @task(task_id=task_id("mirror", table))
         def mirror(table: str = table, params: dict | None = None) -> dict:
-            from pipelines.mirror import mirror_table
+            from icelog.pipelines.mirror import mirror_table
 
             return mirror_table(table, (params or {}).get("target_catalog") or None)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import AssetAny, dag, task
 
-from dags.icelog_common import DAG_DEFAULTS, DEFAULT_ARGS, TABLES, table_asset, task_id
+from icelog.dags.icelog_common import DAG_DEFAULTS, DEFAULT_ARGS, TABLES, table_asset, task_id
 
 
 @dag(
@@ -19,7 +19,7 @@ def icelog_validate():
 
         @task(task_id=task_id("validate", table))
         def validate(table: str = table) -> dict:
-            from pipelines.tasks import validate as run
+            from icelog.pipelines.tasks import validate as run
 
             return run(table, deep=True)
 

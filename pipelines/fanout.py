@@ -23,16 +23,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from pipelines.ingest import _spark_type, slice_bases, write_slices
-from pipelines.spark import read_log
-from storage.core import faults
-from storage.core.catalog import open_catalog
-from storage.errors import InvalidInput
-from storage.groups.offsets import committed_offsets
-from storage.log import schema as cols
-from storage.log.table import LogTable
-from storage.producers.transactional import TransactionalProducer
-from storage.telemetry import get_logger
+from icelog.pipelines.ingest import _spark_type, slice_bases, write_slices
+from icelog.pipelines.spark import read_log
+from icelog.storage.core import faults
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.errors import InvalidInput
+from icelog.storage.groups.offsets import committed_offsets
+from icelog.storage.log import schema as cols
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("fanout")
 

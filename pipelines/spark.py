@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import IO, Any, Mapping
 from urllib.parse import urlparse
 
-from storage.errors import InvalidInput
-from storage.log import schema as cols
-from storage.log.files import arrow_location
-from storage.telemetry import get_logger
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import arrow_location
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("spark")
 # The driver JVM's Log4j 2 settings: "LEVEL logger: message" lines on stderr (see the file).

@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pipelines.fanout import fanout as run_fanout
-from pipelines.ingest import IngestResult, ingest, source_files
-from pipelines.spark import is_local, spark_session
-from storage.admin.maintenance import maintain as run_maintenance
-from storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
-from storage.errors import IcelogError, InvalidInput, UnknownTable
-from storage.log.table import LogTable
-from storage.telemetry import get_logger
-from validations.checks import run_checks
-from validations.report import build_report
+from icelog.pipelines.fanout import fanout as run_fanout
+from icelog.pipelines.ingest import IngestResult, ingest, source_files
+from icelog.pipelines.spark import is_local, spark_session
+from icelog.storage.admin.maintenance import maintain as run_maintenance
+from icelog.storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
+from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable
+from icelog.storage.log.table import LogTable
+from icelog.storage.telemetry import get_logger
+from icelog.validations.checks import run_checks
+from icelog.validations.report import build_report
 
 log = get_logger("tasks")
 # Airflow shows INFO in task logs: Great Expectations' internals would bury icelog's lines there

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from storage.errors import InvalidProperty, UnknownProperty
+from icelog.storage.errors import InvalidProperty, UnknownProperty
 
 INT64_MAX = 2**63 - 1
 

@@ -11,14 +11,14 @@ from typing import Callable
 
 from pyiceberg.table import Table
 
-from storage.errors import InvalidInput
-from validations.contiguity import check_contiguity
-from validations.groups import check_groups
-from validations.mirror import check_mirror_parity
-from validations.producers import check_producers
-from validations.sql import resolve_snapshot
-from validations.transactions import check_transactions
-from validations.violations import CheckReport
+from icelog.storage.errors import InvalidInput
+from icelog.validations.contiguity import check_contiguity
+from icelog.validations.groups import check_groups
+from icelog.validations.mirror import check_mirror_parity
+from icelog.validations.producers import check_producers
+from icelog.validations.sql import resolve_snapshot
+from icelog.validations.transactions import check_transactions
+from icelog.validations.violations import CheckReport
 
 Check = Callable[[Table, "int | None"], CheckReport]
 

@@ -65,12 +65,12 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
-from storage.errors import InvalidInput
-from storage.log import schema as cols
-from storage.log.files import arrow_location, is_local, local_path, offset_range, spec_partitions, store_reachable
-from storage.log.manifests import live_files
-from storage.log.state import LogState
-from validations.violations import CheckReport, Violation
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import arrow_location, is_local, local_path, offset_range, spec_partitions, store_reachable
+from icelog.storage.log.manifests import live_files
+from icelog.storage.log.state import LogState
+from icelog.validations.violations import CheckReport, Violation
 
 CHECK = "contiguity"
 MAX_PATHS_IN_DETAIL = 4

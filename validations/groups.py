@@ -17,9 +17,9 @@ import time
 
 from pyiceberg.table import Table
 
-from storage.groups.offsets import group_state
-from storage.log.state import LogState
-from validations.violations import CheckReport, Violation
+from icelog.storage.groups.offsets import group_state
+from icelog.storage.log.state import LogState
+from icelog.validations.violations import CheckReport, Violation
 
 CHECK = "groups"
 

@@ -24,9 +24,9 @@ from typing import Any
 from pyiceberg.table import Table
 from pyiceberg.types import TimestampType, TimestamptzType
 
-from storage.core.commit import recent_commits
-from storage.log import schema as cols
-from storage.log.scan import parquet_from, planned_paths
+from icelog.storage.core.commit import recent_commits
+from icelog.storage.log import schema as cols
+from icelog.storage.log.scan import parquet_from, planned_paths
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,15 @@ from typing import Any, TypeVar
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.catalog import CatalogNotConfigured, open_catalog
-from storage.core.commit import load
-from storage.errors import IcelogError, UnknownTable
-from storage.log.scan import parquet_from
-from storage.log.state import LogState
-from storage.properties import VERSION
-from storage.replication.mirror import mirror_record
-from validations.sql import planned_paths
-from validations.violations import CheckReport, Violation
+from icelog.storage.core.catalog import CatalogNotConfigured, open_catalog
+from icelog.storage.core.commit import load
+from icelog.storage.errors import IcelogError, UnknownTable
+from icelog.storage.log.scan import parquet_from
+from icelog.storage.log.state import LogState
+from icelog.storage.properties import VERSION
+from icelog.storage.replication.mirror import mirror_record
+from icelog.validations.sql import planned_paths
+from icelog.validations.violations import CheckReport, Violation
 
 CHECK = "mirror-parity"
 CHUNK = 100_000

@@ -7,13 +7,13 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.log.producer_state import PartitionSequences
-from storage.log.scan import parquet_from
-from storage.log.sequences import expiry_ms, live_producers
-from storage.log.state import LogState
-from storage.producers.idempotent import derive_state
-from validations.sql import planned_paths
-from validations.violations import CheckReport, Violation
+from icelog.storage.log.producer_state import PartitionSequences
+from icelog.storage.log.scan import parquet_from
+from icelog.storage.log.sequences import expiry_ms, live_producers
+from icelog.storage.log.state import LogState
+from icelog.storage.producers.idempotent import derive_state
+from icelog.validations.sql import planned_paths
+from icelog.validations.violations import CheckReport, Violation
 
 CHECK = "producers"
 

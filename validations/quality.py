@@ -41,13 +41,13 @@ from typing import Any, Callable
 
 from pyiceberg.table import Table
 
-from storage.core.catalog import icelog_home
-from storage.errors import InvalidInput
-from storage.log import schema as cols
-from storage.log.files import local_path
-from storage.log.scan import check_snapshot, parquet_from
-from storage.log.state import LogState
-from storage.properties import COMMIT_ID, RANGES
+from icelog.storage.core.catalog import icelog_home
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import local_path
+from icelog.storage.log.scan import check_snapshot, parquet_from
+from icelog.storage.log.state import LogState
+from icelog.storage.properties import COMMIT_ID, RANGES
 
 SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")

@@ -30,14 +30,14 @@ from typing import Any, Callable
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.core.commit import is_system_table, load
-from storage.errors import IcelogError
-from storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
-from storage.log.scan import planned_paths
-from storage.log.state import LogState
-from storage.log.table import list_log_tables
-from validations.checks import run_checks
-from validations.history import commit_log, event_time_column, freshness_ms, human_age, iso, rows_per_day
+from icelog.storage.core.commit import is_system_table, load
+from icelog.storage.errors import IcelogError
+from icelog.storage.log.maintenance import COMPACT_MIN_FILES, Compaction, _small_runs, files_by_partition
+from icelog.storage.log.scan import planned_paths
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import list_log_tables
+from icelog.validations.checks import run_checks
+from icelog.validations.history import commit_log, event_time_column, freshness_ms, human_age, iso, rows_per_day
 
 #: A file with fewer rows than compaction's target counts as small.
 SMALL_FILE_ROWS = Compaction(table="").target_rows
@@ -249,7 +249,7 @@ def build_report(
     checks = run_checks(table)
     quality = None
     if gx:
-        from validations.quality import run_suite  # imports great_expectations (~14 s): only when asked for
+        from icelog.validations.quality import run_suite  # imports great_expectations (~14 s): only when asked for
 
         quality = run_suite(
             table, expectations_file=expectations_file, full=full, engine=engine, spark=spark, docs_root=docs_root

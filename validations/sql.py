@@ -23,13 +23,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from storage.core.commit import load
-from storage.core.swap import load_tables
-from storage.core.system import NAMESPACE as SYSTEM_NAMESPACE
-from storage.errors import HistoryExpired, InvalidInput, UnknownSnapshot
-from storage.ingest.ledger import LEDGER_TABLE
-from storage.log import scan
-from storage.log.table import LogTable, list_log_tables
+from icelog.storage.core.commit import load
+from icelog.storage.core.swap import load_tables
+from icelog.storage.core.system import NAMESPACE as SYSTEM_NAMESPACE
+from icelog.storage.errors import HistoryExpired, InvalidInput, UnknownSnapshot
+from icelog.storage.ingest.ledger import LEDGER_TABLE
+from icelog.storage.log import scan
+from icelog.storage.log.table import LogTable, list_log_tables
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:

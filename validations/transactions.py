@@ -14,15 +14,15 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from storage.core.commit import recent_commits
-from storage.errors import UnknownTable
-from storage.log.scan import parquet_from, planned_paths
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.producers.journal import ABORTED, COMMITTED
-from storage.producers.journal_state import JOURNAL, JournalState
-from storage.properties import TXN_ID
-from validations.violations import CheckReport, Violation
+from icelog.storage.core.commit import recent_commits
+from icelog.storage.errors import UnknownTable
+from icelog.storage.log.scan import parquet_from, planned_paths
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.journal import ABORTED, COMMITTED
+from icelog.storage.producers.journal_state import JOURNAL, JournalState
+from icelog.storage.properties import TXN_ID
+from icelog.validations.violations import CheckReport, Violation
 
 CHECK = "transactions"
 

@@ -12,7 +12,7 @@ Expectations and rich load inside the command that uses them, so ``icelog --help
 none of them and ``icelog offsets T`` only what reading watermarks needs.
 """
 
-from pipelines.cli import (
+from icelog.pipelines.cli import (
     group_job,
     groups,
     ingest,
@@ -26,7 +26,7 @@ from pipelines.cli import (
     validate,
     views,
 )
-from pipelines.cli.app import cli, exit_code, main
+from icelog.pipelines.cli.app import cli, exit_code, main
 
 __all__ = ["cli", "exit_code", "main"]
 

@@ -1,6 +1,6 @@
-"""``python -m pipelines.cli``: the same command line as the ``icelog`` script."""
+"""``python -m icelog.pipelines.cli``: the same command line as the ``icelog`` script."""
 
-from pipelines.cli import main
+from icelog.pipelines.cli import main
 
 if __name__ == "__main__":
     main()

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
-from storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, TerminalError
+from icelog.storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, TerminalError
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
 
@@ -125,7 +125,7 @@ class Context:
     @property
     def catalog(self):
         if self._catalog is None:
-            from storage.core.catalog import open_catalog
+            from icelog.storage.core.catalog import open_catalog
 
             self._catalog = open_catalog(self.catalog_name, create=self.command in CREATES_HOME)
         return self._catalog
@@ -302,7 +302,7 @@ def main() -> None:
     if os.environ.get("ICELOG_LOG_LEVEL", "").strip():
         # Only when asked: structlog costs a fifth of a second at start-up, and unconfigured
         # Python already shows warnings on stderr. Never in ``cli``: tests invoke it in-process.
-        from storage.telemetry import configure
+        from icelog.storage.telemetry import configure
 
         configure()
     cli(prog_name="icelog")

@@ -6,8 +6,8 @@ import importlib
 
 import click
 
-from pipelines.cli.app import PARTITION, Context
-from storage.errors import InvalidInput
+from icelog.pipelines.cli.app import PARTITION, Context
+from icelog.storage.errors import InvalidInput
 
 
 def load_transform(spec: str):
@@ -78,8 +78,8 @@ def consume_produce(
     """Consume this member's share of SOURCE (its key-hash ranges of GROUP, records not yet
     committed), transform it, and append it to TARGET: the output and the consumed offsets
     (as ranges) land in one atomic commit, exactly once."""
-    from pipelines.group_job import check_catalog, group_job
-    from pipelines.spark import spark_session
+    from icelog.pipelines.group_job import check_catalog, group_job
+    from icelog.pipelines.spark import spark_session
 
     # Refused before Spark starts (tens of seconds) or the group is joined.
     transform = None if transform_spec is None else load_transform(transform_spec)

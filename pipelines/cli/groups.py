@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
-from storage.errors import InvalidInput
+from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
+from icelog.storage.errors import InvalidInput
 
 
 def _parse_range(text: str) -> tuple[int, int]:
@@ -75,8 +75,8 @@ def consume(
             raise click.UsageError("--key-range needs --group")
         _consume_without_group(ctx, table, partition, start_offset, from_beginning, from_us, max_records, follow, batch_size)
         return
-    from storage.groups.consumer import Consumer, parse_key_range
-    from storage.log.table import LogTable
+    from icelog.storage.groups.consumer import Consumer, parse_key_range
+    from icelog.storage.log.table import LogTable
 
     hashes = parse_key_range(key_range) if key_range is not None else None
     log_table = LogTable.open(ctx.catalog, table)
@@ -103,7 +103,7 @@ def _start_positions(
     log_table: Any, partition: int | None, start_offset: int | None, from_beginning: bool, from_us: int | None
 ) -> dict[int, int]:
     """Where a group-less consume starts, per partition (refusing a bad choice before any read)."""
-    from storage.errors import InvalidOffset, UnknownPartition
+    from icelog.storage.errors import InvalidOffset, UnknownPartition
 
     marks = log_table.watermarks()
     if partition is not None and partition not in marks:
@@ -129,7 +129,7 @@ def _start_positions(
 def _record(row: dict[str, Any], key_column: str | None, value_columns: list[str]) -> dict[str, Any]:
     """A record as kafka-console-consumer shows one: the key column is the key; the value is the
     ``value`` column of a key/value payload, else an object of the other payload columns."""
-    from storage.log import schema as cols
+    from icelog.storage.log import schema as cols
 
     if value_columns == ["value"]:
         value = row["value"]
@@ -156,8 +156,8 @@ def _consume_without_group(
     batch_size: int,
 ) -> None:
     """Read from the chosen start to the log end (or on, with ``follow``); commits nothing."""
-    from storage.log import schema as cols
-    from storage.log.table import LogTable
+    from icelog.storage.log import schema as cols
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     positions = _start_positions(log_table, partition, start_offset, from_beginning, from_us)
@@ -201,7 +201,7 @@ def groups() -> None:
 @click.pass_obj
 def groups_list(ctx: Context) -> None:
     """Every consumer group with committed offsets, ranges or members."""
-    from storage.groups.offsets import list_groups
+    from icelog.storage.groups.offsets import list_groups
 
     names = list_groups(ctx.catalog)
     ctx.emit({"groups": names}, lambda d: click.echo("\n".join(d["groups"]) or "no consumer groups"))
@@ -217,7 +217,7 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
 
     The group is named by --group, as in every groups command (and kafka-consumer-groups);
     the older positional GROUP still works."""
-    from storage.groups.offsets import describe_group
+    from icelog.storage.groups.offsets import describe_group
 
     if group is not None and old_group is not None and group != old_group:
         raise click.UsageError(f"two groups named ({group!r}, {old_group!r}): give one, as --group GROUP")
@@ -265,7 +265,7 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
 @click.pass_obj
 def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: tuple[str, ...]) -> None:
     """Commit offset ranges by hand (refused while the group has live members)."""
-    from storage.groups.offsets import commit_ranges
+    from icelog.storage.groups.offsets import commit_ranges
 
     parsed = [_parse_range(r) for r in ranges]
     result = commit_ranges(ctx.catalog, group, {(table, partition): parsed})
@@ -313,7 +313,7 @@ def groups_reset(
     """Move GROUP's committed offsets on TABLE (kafka-consumer-groups --reset-offsets) and drop
     its IC ranges there; refused while members are live. Give exactly one of --to,
     --to-datetime and --shift-by. A partition with no committed offset counts as at its log start."""
-    from storage.groups.offsets import reset_group
+    from icelog.storage.groups.offsets import reset_group
 
     given = [name for name, value in (("--to", to), ("--to-datetime", to_time_us), ("--shift-by", shift_by)) if value is not None]
     if len(given) != 1:

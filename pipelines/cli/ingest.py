@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pipelines.cli.app import Context, status_line
-from storage.errors import InvalidInput
+from icelog.pipelines.cli.app import Context, status_line
+from icelog.storage.errors import InvalidInput
 
 
 @click.command()
@@ -48,9 +48,9 @@ def ingest(
     ago, are skipped and listed with the reason; a file whose content changed since it was
     loaded is refused (SourceFileChanged, exit 2) unless --reload-changed.
     """
-    from pipelines.ingest import ingest as run
-    from pipelines.ingest import require_source
-    from pipelines.spark import spark_session
+    from icelog.pipelines.ingest import ingest as run
+    from icelog.pipelines.ingest import require_source
+    from icelog.pipelines.spark import spark_session
 
     require_source(source)
     only = None

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from pipelines.cli.app import INT32_MAX, POSITIVE_INT64, Context, FiniteFloatRange, jsonable, status_line
+from icelog.pipelines.cli.app import INT32_MAX, POSITIVE_INT64, Context, FiniteFloatRange, jsonable, status_line
 
 
 @click.command()
@@ -37,8 +37,8 @@ def maintain(
     ctx: Context, table: str, retention_ms: int | None, retention_bytes: int | None, keep_snapshots: int, orphan_age_s: float
 ) -> None:
     """Retention, compaction, snapshot expiry and orphan cleanup for TABLE."""
-    from storage.admin.maintenance import maintain as run
-    from storage.log.table import LogTable
+    from icelog.storage.admin.maintenance import maintain as run
+    from icelog.storage.log.table import LogTable
 
     name = LogTable.open(ctx.catalog, table).identifier
     with status_line(ctx, f"maintaining {name}: retention, compaction, expiry, orphans"):
@@ -68,7 +68,7 @@ def repair(ctx: Context, table: str, mode: str) -> None:
 
     A default partition spec another tool set is put back to identity(log_partition) as well.
     """
-    from storage.log.repair import repair as run
+    from icelog.storage.log.repair import repair as run
 
     report = run(ctx.catalog, table, mode)  # type: ignore[arg-type]
 

@@ -7,8 +7,8 @@ from typing import Callable, Iterator
 
 import click
 
-from pipelines.cli.app import Context
-from storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable
+from icelog.pipelines.cli.app import Context
+from icelog.storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable
 
 
 @contextlib.contextmanager
@@ -18,7 +18,7 @@ def _hint(hint_for: Callable[[IcelogError], str | None]) -> Iterator[None]:
     try:
         yield
     except IcelogError as e:
-        from validations.mirror import with_hint
+        from icelog.validations.mirror import with_hint
 
         hint = hint_for(e)
         if hint:
@@ -27,7 +27,7 @@ def _hint(hint_for: Callable[[IcelogError], str | None]) -> Iterator[None]:
 
 
 def _catalog_hint(option: str, what: str) -> Callable[[IcelogError], str | None]:
-    from storage.core.catalog import CatalogNotConfigured
+    from icelog.storage.core.catalog import CatalogNotConfigured
 
     def hint(e: IcelogError) -> str | None:
         if isinstance(e, CatalogNotConfigured):
@@ -69,8 +69,8 @@ def mirror() -> None:
 @click.pass_obj
 def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str | None, principal: str | None) -> None:
     """Copy what SOURCE (in --catalog) committed since the last step; resumable."""
-    from storage.core.catalog import open_catalog
-    from storage.replication.mirror import mirror as run
+    from icelog.storage.core.catalog import open_catalog
+    from icelog.storage.replication.mirror import mirror as run
 
     with _hint(_catalog_hint("--catalog (or $ICELOG_CATALOG)", f"the catalog {source} is read from")):
         source_catalog = ctx.catalog
@@ -117,7 +117,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
 @click.pass_obj
 def mirror_promote(ctx: Context, table: str) -> None:
     """Make the mirror target TABLE (in --catalog) writable; mirroring into it stops."""
-    from storage.replication.mirror import promote
+    from icelog.storage.replication.mirror import promote
 
     with _hint(_catalog_hint("--catalog (or $ICELOG_CATALOG)", "the mirror's catalog")):
         catalog = ctx.catalog
@@ -133,7 +133,7 @@ def mirror_promote(ctx: Context, table: str) -> None:
 
 
 def _qualified(table: str) -> str:
-    from storage.log.schema import qualified
+    from icelog.storage.log.schema import qualified
 
     try:
         return qualified(table)
@@ -163,7 +163,7 @@ def _acl_options(f):
 @click.pass_obj
 def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None:
     """Grant OPERATION on tables matching --table to --principal."""
-    from storage.replication.acls import add_acl
+    from icelog.storage.replication.acls import add_acl
 
     ctx.emit(
         add_acl(ctx.catalog, principal, pattern, operation),
@@ -176,7 +176,7 @@ def acls_add(ctx: Context, principal: str, pattern: str, operation: str) -> None
 @click.pass_obj
 def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> None:
     """Revoke exactly that grant."""
-    from storage.replication.acls import remove_acl
+    from icelog.storage.replication.acls import remove_acl
 
     ctx.emit(
         remove_acl(ctx.catalog, principal, pattern, operation),
@@ -188,7 +188,7 @@ def acls_remove(ctx: Context, principal: str, pattern: str, operation: str) -> N
 @click.pass_obj
 def acls_list(ctx: Context) -> None:
     """Every grant."""
-    from storage.replication.acls import list_acls
+    from icelog.storage.replication.acls import list_acls
 
     grants = [a.to_dict() for a in list_acls(ctx.catalog)]
 

@@ -13,8 +13,8 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
-from pipelines.cli.app import INT32, INT64_MAX, INT64_MIN, OFFSET, PARTITION, PRODUCER_ID, Context, clip, status_line
-from storage.errors import InvalidInput, MalformedInput, SchemaMismatch
+from icelog.pipelines.cli.app import INT32, INT64_MAX, INT64_MIN, OFFSET, PARTITION, PRODUCER_ID, Context, clip, status_line
+from icelog.storage.errors import InvalidInput, MalformedInput, SchemaMismatch
 
 
 class _NotInt64(ValueError):
@@ -230,9 +230,9 @@ def produce(
     never by content), and every line lands exactly once. Another writer appending meanwhile
     stops it with OffsetMismatch (exit 3): it never interleaves.
     """
-    from storage.ingest.bulk import bulk_load, keyed_load
-    from storage.log.schema import declared_key_column
-    from storage.log.table import LogTable
+    from icelog.storage.ingest.bulk import bulk_load, keyed_load
+    from icelog.storage.log.schema import declared_key_column
+    from icelog.storage.log.table import LogTable
 
     ids = (producer_id, epoch, sequence)
     if any(v is not None for v in ids) and any(v is None for v in ids):

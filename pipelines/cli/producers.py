@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipelines.cli.app import Context, print_table
+from icelog.pipelines.cli.app import Context, print_table
 
 
 @click.group()
@@ -18,7 +18,7 @@ def producers() -> None:
 @click.pass_obj
 def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
     """Get a producer id and epoch for writing TABLE idempotently (produce --producer-id --epoch --sequence)."""
-    from storage.producers.idempotent import init_producer
+    from icelog.storage.producers.idempotent import init_producer
 
     identity = init_producer(ctx.catalog, table, client_id)
     ctx.emit(identity.to_dict(), lambda d: click.echo(f"producer_id={d['producer_id']} epoch={d['epoch']}"))
@@ -29,7 +29,7 @@ def producers_init(ctx: Context, table: str, client_id: str | None) -> None:
 @click.pass_obj
 def producers_list(ctx: Context, table: str) -> None:
     """TABLE's producers: id, client id, epoch, and last sequence per partition."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     doc = {"table": log_table.identifier, "producers": {pid: e.to_dict() for pid, e in log_table.state().producers.items()}}
@@ -51,8 +51,8 @@ def producers_list(ctx: Context, table: str) -> None:
 @click.pass_obj
 def producers_rebuild(ctx: Context, table: str) -> None:
     """Recompute producer state from the rows (they carry producer id, epoch, sequence)."""
-    from storage.log.table import LogTable
-    from storage.producers.idempotent import rebuild
+    from icelog.storage.log.table import LogTable
+    from icelog.storage.producers.idempotent import rebuild
 
     name = LogTable.open(ctx.catalog, table).identifier
     state = rebuild(ctx.catalog, name)

@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
-from pipelines.cli.app import EXIT_BAD_INPUT, SNAPSHOT_ID, Context, clip, dumps, jsonable, one_line, print_table
-from storage.errors import InvalidInput, MalformedInput
+from icelog.pipelines.cli.app import EXIT_BAD_INPUT, SNAPSHOT_ID, Context, clip, dumps, jsonable, one_line, print_table
+from icelog.storage.errors import InvalidInput, MalformedInput
 
 
 def _query_failed(e: Exception) -> bool:
@@ -332,7 +332,7 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
     [{"statement", "columns", "rows"} or {"statement", "error", "message"}]}``. Exit code 2 if
     any statement failed.
     """
-    from storage.core.catalog import icelog_home
+    from icelog.storage.core.catalog import icelog_home
 
     con = _duckdb(snapshot_id, as_of, only, ctx)
     terminal = sys.stdin.isatty()
@@ -358,7 +358,7 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
 
 
 def _duckdb(snapshot_id: int | None, as_of: str | None, only: str | None, ctx: Context, consistent: bool = True):
-    from validations.sql import connect  # DuckDB and pyiceberg: only the query commands load them
+    from icelog.validations.sql import connect  # DuckDB and pyiceberg: only the query commands load them
 
     if snapshot_id is not None and not only:
         raise InvalidInput(reason="--snapshot names one table's snapshot: add --table")

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, print_table
-from storage.errors import ConfirmationRequired, InvalidInput, MalformedInput
+from icelog.pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, print_table
+from icelog.storage.errors import ConfirmationRequired, InvalidInput, MalformedInput
 
 
 @click.group()
@@ -48,7 +48,7 @@ def read_schema_file(path: str) -> list[dict]:
 @click.pass_obj
 def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | None) -> None:
     """Create TABLE with N partitions (payload default: key, value strings)."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     payload = read_schema_file(schema_file) if schema_file else None
     log_table = LogTable.create(ctx.catalog, table, partitions, payload)
@@ -60,8 +60,8 @@ def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | 
 @click.pass_obj
 def topics_list(ctx: Context, system: bool) -> None:
     """List the log tables of the catalog (icelog's system tables with --system)."""
-    from storage.core.commit import is_system_table
-    from storage.log.table import list_log_tables
+    from icelog.storage.core.commit import is_system_table
+    from icelog.storage.log.table import list_log_tables
 
     names = [n for n in list_log_tables(ctx.catalog) if system or not is_system_table(n)]
     ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
@@ -76,8 +76,8 @@ def topics_list(ctx: Context, system: bool) -> None:
 def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
     """TABLE's partitions, payload columns, location, current snapshot, offsets per partition and
     icelog's table properties (value, default, whether set; change them with 'topics alter')."""
-    from storage import properties
-    from storage.log.table import LogTable
+    from icelog.storage import properties
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     doc = log_table.describe()
@@ -136,7 +136,7 @@ def topics_alter(ctx: Context, table: str, updates: dict[str, str], removals: tu
     """Change TABLE's icelog properties in one commit (kafka-configs --alter). Only icelog's knobs
     are accepted, each value checked against its bounds; on any error nothing changes.
     'topics describe' lists them with their values and defaults."""
-    from storage.log.maintenance import alter_properties
+    from icelog.storage.log.maintenance import alter_properties
 
     if not updates and not removals:
         raise click.UsageError("nothing to change: give --set KEY=VALUE or --unset KEY")
@@ -157,7 +157,7 @@ def topics_alter(ctx: Context, table: str, updates: dict[str, str], removals: tu
 @click.pass_obj
 def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
     """Grow TABLE to COUNT partitions (never shrinks)."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     LogTable.open(ctx.catalog, table).add_partitions(count)
     ctx.emit(LogTable.open(ctx.catalog, table).describe(), lambda d: click.echo(f"{d['table']} has {d['partitions']} partitions"))
@@ -177,7 +177,7 @@ def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
 def offsets(ctx: Context, table: str, at_us: int | None) -> None:
     """Log start and end offset of every partition of TABLE; with --at, the offset for a time
     (kafka-get-offsets --time)."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     if at_us is not None:
@@ -215,7 +215,7 @@ def _interactive() -> bool:
 def _transactions_on(catalog: Any, table: str) -> tuple[list[str], list[str]]:
     """The transactional ids whose open transaction writes ``table`` (or commits offsets of it):
     (prepared ones, still ongoing ones)."""
-    from storage.producers.journal import transactional_ids
+    from icelog.storage.producers.journal import transactional_ids
 
     prepared, ongoing = [], []
     for tid, entry in sorted(transactional_ids(catalog).items()):
@@ -257,10 +257,10 @@ def topics_delete(ctx: Context, table: str, confirmed: bool, force: bool, purge:
     commit. Without --purge the data and metadata files stay (the output names the metadata
     file to re-register); with it they are deleted. The ingest ledger keeps its entries under
     the name: 'ingest' into a table created again under it skips the files it loaded before."""
-    from storage.core.commit import is_system_table
-    from storage.errors import InvalidIdentifier, TableInUse
-    from storage.groups.offsets import forget_table, groups_on
-    from storage.log.table import LogTable
+    from icelog.storage.core.commit import is_system_table
+    from icelog.storage.errors import InvalidIdentifier, TableInUse
+    from icelog.storage.groups.offsets import forget_table, groups_on
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable(ctx.catalog, table)
     name = log_table.identifier

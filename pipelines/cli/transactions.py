@@ -6,8 +6,8 @@ import json
 
 import click
 
-from pipelines.cli.app import Context, clip, print_table
-from storage.errors import InvalidInput
+from icelog.pipelines.cli.app import Context, clip, print_table
+from icelog.storage.errors import InvalidInput
 
 
 @click.group()
@@ -19,7 +19,7 @@ def transactions() -> None:
 @click.pass_obj
 def transactions_list(ctx: Context) -> None:
     """Every transactional id with its producer id, epoch and open transaction."""
-    from storage.producers.journal import transactional_ids
+    from icelog.storage.producers.journal import transactional_ids
 
     state = transactional_ids(ctx.catalog)
     rows = [
@@ -45,11 +45,11 @@ def transactions_list(ctx: Context) -> None:
 @click.pass_obj
 def transactions_describe(ctx: Context, txn_id: str) -> None:
     """The journal records of one transaction (BEGIN ... COMMITTED or ABORTED)."""
-    from validations.sql import connect
+    from icelog.validations.sql import connect
 
     if not txn_id.isalnum() or len(txn_id) > 64:
         raise InvalidInput(reason=f"a transaction id is up to 64 letters and digits, not {clip(txn_id)!r}")
-    from storage.producers.journal_state import JOURNAL
+    from icelog.storage.producers.journal_state import JOURNAL
 
     rows = []
     if ctx.catalog.table_exists(JOURNAL):  # a read creates nothing: without a journal there is no transaction
@@ -89,7 +89,7 @@ def transactions_recover(ctx: Context) -> None:
 
     A transaction it cannot finish does not stop the others: RecoveryIncomplete (exit 2) names
     each one with its error after the rest are done."""
-    from storage.producers.transactional import recover
+    from icelog.storage.producers.transactional import recover
 
     report = recover(ctx.catalog)
     ctx.emit(report, lambda d: click.echo(f"rolled forward {len(d['rolled_forward'])}, aborted {len(d['aborted'])}"))
@@ -105,7 +105,7 @@ def transactions_recover(ctx: Context) -> None:
 @click.pass_obj
 def transactions_abort(ctx: Context, transactional_id: str, missing_files: bool) -> None:
     """Abort TRANSACTIONAL_ID's open transaction (a prepared one cannot be aborted: it will commit)."""
-    from storage.producers.transactional import abort
+    from icelog.storage.producers.transactional import abort
 
     report = abort(ctx.catalog, transactional_id, missing_files=missing_files)
     ctx.emit(report, lambda d: click.echo(f"aborted {d['aborted']}" if d["aborted"] else "no open transaction"))

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, LazyChoice, status_line
+from icelog.pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, LazyChoice, status_line
 
 
 def _check_names() -> list[str]:
     """The checks the validator runs, from its registry (``validations.checks.CHECKS``)."""
-    from validations.checks import CHECKS
+    from icelog.validations.checks import CHECKS
 
     return list(CHECKS)
 
@@ -37,8 +37,8 @@ def _check_names() -> list[str]:
 @click.pass_obj
 def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...], snapshot_id: int | None) -> None:
     """Check I1 contiguity and watermarks (and more with --check); exit 1 on any violation."""
-    from storage.log.table import LogTable
-    from validations.checks import run_checks
+    from icelog.storage.log.table import LogTable
+    from icelog.validations.checks import run_checks
 
     names = check_names or (("contiguity-deep",) if deep else ("contiguity",))
     report = run_checks(LogTable.open(ctx.catalog, table).table(), names, snapshot_id)
@@ -93,10 +93,10 @@ def report(
     expectations: str | None,
 ) -> None:
     """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs."""
-    from pipelines.spark import spark_session
-    from storage.core.catalog import icelog_home
-    from storage.log.table import LogTable
-    from validations.report import build_index, build_report
+    from icelog.pipelines.spark import spark_session
+    from icelog.storage.core.catalog import icelog_home
+    from icelog.storage.log.table import LogTable
+    from icelog.validations.report import build_index, build_report
 
     if bool(table) == all_tables:
         raise click.UsageError("name one TABLE, or --all")

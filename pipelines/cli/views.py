@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from pipelines.cli.app import POSITIVE_INT64, Context, print_table
+from icelog.pipelines.cli.app import POSITIVE_INT64, Context, print_table
 
 SECRET = "****"
 
@@ -25,7 +25,7 @@ def _committed_at(timestamp_ms: int) -> str:
 
 
 def _snapshot_row(snapshot: Any) -> dict[str, Any]:
-    from storage.properties import COMMIT_ID
+    from icelog.storage.properties import COMMIT_ID
 
     summary = snapshot.summary
     added = summary.get("added-records") if summary is not None else None
@@ -45,7 +45,7 @@ def _snapshot_row(snapshot: Any) -> dict[str, Any]:
 @click.pass_obj
 def snapshots(ctx: Context, table: str, limit: int | None) -> None:
     """TABLE's retained snapshots, newest last: id, parent, time (UTC), operation, icelog commit id, records added."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     history = sorted(log_table.table().metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
@@ -75,8 +75,8 @@ def snapshots(ctx: Context, table: str, limit: int | None) -> None:
 @click.pass_obj
 def files(ctx: Context, table: str) -> None:
     """TABLE's current data files by partition and offset: path, first and last offset, records, bytes."""
-    from storage.log.maintenance import files_by_partition
-    from storage.log.table import LogTable
+    from icelog.storage.log.maintenance import files_by_partition
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     rows = [
@@ -106,8 +106,8 @@ def files(ctx: Context, table: str) -> None:
 @click.pass_obj
 def schema(ctx: Context, table: str) -> None:
     """TABLE's Iceberg schema: field id, name, type, required, and whether icelog owns the column."""
-    from storage.log.schema import SYSTEM_COLUMNS
-    from storage.log.table import LogTable
+    from icelog.storage.log.schema import SYSTEM_COLUMNS
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     rows = [
@@ -153,7 +153,7 @@ def catalog_settings(name: str | None) -> dict[str, Any]:
     """
     from pyiceberg.utils.config import Config
 
-    from storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
+    from icelog.storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
 
     home = icelog_home()
     name = name or os.environ.get("ICELOG_CATALOG") or None

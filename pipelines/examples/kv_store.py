@@ -12,7 +12,7 @@ null for a delete (a tombstone). Replaying the partition in offset order rebuild
 
 Command line (JSON out; the table is created with one partition if it is missing)::
 
-    python -m pipelines.examples.kv_store [--catalog NAME] TABLE put K V | get K | delete K | incr K [--times N] | dump
+    python -m icelog.pipelines.examples.kv_store [--catalog NAME] TABLE put K V | get K | delete K | incr K [--times N] | dump
 
 ``put`` stores V as JSON if it parses (``5``, ``{"a": 1}``), else as a string.
 """
@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 from pyiceberg.catalog import Catalog
 
-from pipelines.cli import exit_code
-from storage.core.catalog import open_catalog
-from storage.errors import (
+from icelog.pipelines.cli import exit_code
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.errors import (
     ConflictError,
     IcelogError,
     InvalidInput,
@@ -40,8 +40,8 @@ from storage.errors import (
     TransientError,
     UnknownTable,
 )
-from storage.log.schema import OFFSET
-from storage.log.table import LogTable
+from icelog.storage.log.schema import OFFSET
+from icelog.storage.log.table import LogTable
 
 
 class TooManyConflicts(ConflictError, TransientError):
@@ -219,7 +219,7 @@ def open_or_create(catalog: Catalog, table: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.examples.kv_store", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m icelog.pipelines.examples.kv_store", description=__doc__.splitlines()[0])
     parser.add_argument("--catalog", default=None, help="pyiceberg catalog name (default: $ICELOG_CATALOG or the embedded one)")
     parser.add_argument("table")
     ops = parser.add_subparsers(dest="op", required=True)

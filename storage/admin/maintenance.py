@@ -11,14 +11,14 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 
-from storage import properties
-from storage.admin.orphans import remove_orphan_files
-from storage.core import metadata_files
-from storage.core.commit import commit, load, refuse_read_only
-from storage.errors import InvalidInput
-from storage.log.files import store_reachable
-from storage.log.maintenance import Compaction, Retention, check_positive, expire_snapshots
-from storage.properties import READ_ONLY
+from icelog.storage import properties
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core import metadata_files
+from icelog.storage.core.commit import commit, load, refuse_read_only
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log.files import store_reachable
+from icelog.storage.log.maintenance import Compaction, Retention, check_positive, expire_snapshots
+from icelog.storage.properties import READ_ONLY
 
 
 def maintain(

@@ -11,10 +11,10 @@ import time
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.core import metadata_files
-from storage.core.commit import load
-from storage.errors import InvalidInput
-from storage.producers.journal_state import pending_files
+from icelog.storage.core import metadata_files
+from icelog.storage.core.commit import load
+from icelog.storage.errors import InvalidInput
+from icelog.storage.producers.journal_state import pending_files
 
 
 def referenced_files(table: Table) -> set[str]:

@@ -22,8 +22,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import ServerError, ServiceUnavailableError
 from pyiceberg.utils.config import Config
 
-from storage.core import faults
-from storage.errors import CatalogUnavailable, InvalidInput, TerminalError
+from icelog.storage.core import faults
+from icelog.storage.errors import CatalogUnavailable, InvalidInput, TerminalError
 
 EMBEDDED_NAME = "icelog"
 EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
@@ -54,7 +54,7 @@ class CatalogNotFound(TerminalError):
 
 # The FileIO of icelog's catalogs (storage.core.fileio: small S3 files in one request), unless
 # the configuration names one (``py-io-impl``): configuration wins, as everywhere in pyiceberg.
-FILE_IO = {"py-io-impl": "storage.core.fileio.LogFileIO"}
+FILE_IO = {"py-io-impl": "icelog.storage.core.fileio.LogFileIO"}
 
 ATTEMPTS = 5  # about 0.75 s of back-off: rides out a busy or restarting catalog
 

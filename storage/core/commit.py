@@ -72,11 +72,11 @@ from pyiceberg.table.update import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from storage import properties as props
-from storage.core import faults, metadata_files
-from storage.core.state import TableState
-from storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
-from storage.errors import (
+from icelog.storage import properties as props
+from icelog.storage.core import faults, metadata_files
+from icelog.storage.core.state import TableState
+from icelog.storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
+from icelog.storage.errors import (
     CatalogUnavailable,
     CommitConflict,
     CommitIdForgotten,
@@ -89,8 +89,8 @@ from storage.errors import (
     StorageUnavailable,
     UnknownTable,
 )
-from storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
-from storage.telemetry import get_logger
+from icelog.storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("commit")
 

@@ -46,9 +46,9 @@ from pyiceberg.utils.datetime import datetime_to_millis
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from storage.core import faults
-from storage.errors import AtomicCommitUnsupported
-from storage.properties import HEAD
+from icelog.storage.core import faults
+from icelog.storage.errors import AtomicCommitUnsupported
+from icelog.storage.properties import HEAD
 
 SPEC_REQUIREMENTS = frozenset(  # the REST spec's table requirements
     {

@@ -12,8 +12,8 @@ from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, NestedField
 
-from storage.core.catalog import ensure_namespace
-from storage.properties import HEAD, VERSION
+from icelog.storage.core.catalog import ensure_namespace
+from icelog.storage.properties import HEAD, VERSION
 
 NAMESPACE = "icelog_system"
 PROPERTIES = {

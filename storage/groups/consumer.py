@@ -31,11 +31,11 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
-from storage.core.commit import CommitRequest, commit_tables
-from storage.errors import InvalidInput, StaleGeneration, UnknownPartition
-from storage.groups import membership
-from storage.groups.membership import HashRange
-from storage.groups.offsets import (
+from icelog.storage.core.commit import CommitRequest, commit_tables
+from icelog.storage.errors import InvalidInput, StaleGeneration, UnknownPartition
+from icelog.storage.groups import membership
+from icelog.storage.groups.membership import HashRange
+from icelog.storage.groups.offsets import (
     GROUPS_TABLE,
     CommitRanges,
     GroupAction,
@@ -44,10 +44,10 @@ from storage.groups.offsets import (
     ranges_request,
     validate_group_id,
 )
-from storage.groups.ranges import RangeState, pending, to_ranges
-from storage.log import schema as cols
-from storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
-from storage.log.table import LogTable
+from icelog.storage.groups.ranges import RangeState, pending, to_ranges
+from icelog.storage.log import schema as cols
+from icelog.storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
+from icelog.storage.log.table import LogTable
 
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records

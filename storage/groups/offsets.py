@@ -34,10 +34,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage import properties
-from storage.core.commit import Decision, Request, commit
-from storage.core.system import ensure_system_table
-from storage.errors import (
+from icelog.storage import properties
+from icelog.storage.core.commit import Decision, Request, commit
+from icelog.storage.core.system import ensure_system_table
+from icelog.storage.errors import (
     IcelogError,
     InvalidInput,
     InvalidOffset,
@@ -45,8 +45,8 @@ from storage.errors import (
     RangeLimitExceeded,
     StaleGeneration,
 )
-from storage.groups import membership
-from storage.groups.ranges import (
+from icelog.storage.groups import membership
+from icelog.storage.groups.ranges import (
     RangeError,
     RangeState,
     check_range,
@@ -54,9 +54,9 @@ from storage.groups.ranges import (
     normalize,
     resume_at,
 )
-from storage.log.schema import qualified
-from storage.log.table import LogTable
-from storage.properties import GROUP_MEMBERS, GROUP_OFFSETS, GROUP_RANGES
+from icelog.storage.log.schema import qualified
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import GROUP_MEMBERS, GROUP_OFFSETS, GROUP_RANGES
 
 GROUPS_TABLE = "icelog_system.group_offsets"
 

@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from storage.core.commit import recent_commits
-from storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
-from storage.log.keys import split_by_key
-from storage.log.schema import conform_payload, declared_key_column
-from storage.log.sequences import ProducerBatch
+from icelog.storage.core.commit import recent_commits
+from icelog.storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
+from icelog.storage.log.keys import split_by_key
+from icelog.storage.log.schema import conform_payload, declared_key_column
+from icelog.storage.log.sequences import ProducerBatch
 
 Batches = Callable[[int], Iterator[pa.Table]]
 MAX_LOAD_ID = 200

@@ -49,12 +49,12 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from storage.core.catalog import ensure_namespace
-from storage.core.commit import Decision, Request
-from storage.core.state import SystemState
-from storage.core.swap import check_atomic
-from storage.core.system import NAMESPACE, PROPERTIES
-from storage.errors import SourceFileChanged
+from icelog.storage.core.catalog import ensure_namespace
+from icelog.storage.core.commit import Decision, Request
+from icelog.storage.core.state import SystemState
+from icelog.storage.core.swap import check_atomic
+from icelog.storage.core.system import NAMESPACE, PROPERTIES
+from icelog.storage.errors import SourceFileChanged
 
 LEDGER_TABLE = f"{NAMESPACE}.ingest_ledger"
 

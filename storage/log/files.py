@@ -45,9 +45,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.concurrent import ExecutorFactory
 from pyiceberg.utils.properties import property_as_int
 
-from storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, StorageUnreachable, UnknownPartition
-from storage.log import schema as cols
-from storage.log.keys import HASH_SPACE, encoded_key_hashes
+from icelog.storage.errors import CorruptBatch, InvalidInput, SchemaMismatch, StorageUnreachable, UnknownPartition
+from icelog.storage.log import schema as cols
+from icelog.storage.log.keys import HASH_SPACE, encoded_key_hashes
 
 if TYPE_CHECKING:
     from pyiceberg.io.pyarrow import StatisticsCollector

@@ -20,13 +20,13 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
-from storage import properties
-from storage.core.commit import Decision, Request, commit, is_system_table, load
-from storage.core.state import SystemState
-from storage.errors import InvalidInput, NotALogTable
-from storage.log import schema as cols
-from storage.log.files import file_offset_range, file_partition, write_log_files
-from storage.log.state import LogState
+from icelog.storage import properties
+from icelog.storage.core.commit import Decision, Request, commit, is_system_table, load
+from icelog.storage.core.state import SystemState
+from icelog.storage.errors import InvalidInput, NotALogTable
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import file_offset_range, file_partition, write_log_files
+from icelog.storage.log.state import LogState
 
 MAX_PARTITIONS = 100_000
 COMPACT_MIN_FILES = 8  # a partition with fewer small files is left alone

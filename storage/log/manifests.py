@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from pyiceberg.table import Table
 
-from storage.log.scan import check_snapshot
+from icelog.storage.log.scan import check_snapshot
 
 DELETED = 2  # manifest entry status: removed by this manifest's snapshot
 DATA = 0  # manifest content (the list) and data file content (an entry)

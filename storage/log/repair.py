@@ -36,13 +36,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, commit, icelog_head, is_system_table
-from storage.errors import InvalidInput, TerminalError
-from storage.log import schema as cols
-from storage.log.keys import key_hashes
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.properties import READ_ONLY
+from icelog.storage.core.commit import Decision, Request, commit, icelog_head, is_system_table
+from icelog.storage.errors import InvalidInput, TerminalError
+from icelog.storage.log import schema as cols
+from icelog.storage.log.keys import key_hashes
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import READ_ONLY
 
 Mode = Literal["auto", "adopt", "rollback"]
 

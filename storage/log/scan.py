@@ -10,8 +10,8 @@ from pyarrow.fs import FileSystem
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
-from storage.errors import UnknownSnapshot
-from storage.log.files import arrow_location, is_local, local_path
+from icelog.storage.errors import UnknownSnapshot
+from icelog.storage.log.files import arrow_location, is_local, local_path
 
 if TYPE_CHECKING:
     import duckdb

@@ -31,8 +31,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from storage.errors import ForeignPartitionSpec, InvalidIdentifier, InvalidInput, SchemaMismatch
-from storage.properties import KEY_COLUMN
+from icelog.storage.errors import ForeignPartitionSpec, InvalidIdentifier, InvalidInput, SchemaMismatch
+from icelog.storage.properties import KEY_COLUMN
 
 PARTITION = "log_partition"
 OFFSET = "log_offset"

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from storage import properties as properties_
-from storage.errors import (
+from icelog.storage import properties as properties_
+from icelog.storage.errors import (
     DuplicateSequence,
     InvalidInput,
     InvalidProducerEpoch,
@@ -21,8 +21,8 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
-from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
-from storage.log.state import LogState
+from icelog.storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
+from icelog.storage.log.state import LogState
 
 BATCHES_KEPT = 5
 MAX_INT32 = 2**31 - 1

@@ -32,9 +32,9 @@ from typing import Any, Iterator, Mapping
 
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.errors import UnsupportedFormat
-from storage.log.producer_state import ProducerEntry, Producers
-from storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
+from icelog.storage.errors import UnsupportedFormat
+from icelog.storage.log.producer_state import ProducerEntry, Producers
+from icelog.storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
 
 FORMAT_VERSION = "2"
 READABLE_FORMATS = ("1", "2")

@@ -28,11 +28,11 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
 
-from storage import properties as icelog_properties
-from storage.core.bases import LastSeen
-from storage.core.catalog import ensure_namespace
-from storage.core.commit import CommitOutcome, Decision, Request, commit, load, new_commit_id, refuse_system_table
-from storage.errors import (
+from icelog.storage import properties as icelog_properties
+from icelog.storage.core.bases import LastSeen
+from icelog.storage.core.catalog import ensure_namespace
+from icelog.storage.core.commit import CommitOutcome, Decision, Request, commit, load, new_commit_id, refuse_system_table
+from icelog.storage.errors import (
     EmptyBatch,
     ExpectedOffsetRequired,
     IcelogError,
@@ -45,14 +45,14 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from storage.log import schema as cols
-from storage.log import sequences
-from storage.log.files import prewritten_files, store_reachable, write_log_files
-from storage.log.maintenance import PartitionGrowth
-from storage.log.scan import check_snapshot
-from storage.log.sequences import ProducerBatch
-from storage.log.state import FORMAT_VERSION, LogState, Watermark
-from storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
+from icelog.storage.log import schema as cols
+from icelog.storage.log import sequences
+from icelog.storage.log.files import prewritten_files, store_reachable, write_log_files
+from icelog.storage.log.maintenance import PartitionGrowth
+from icelog.storage.log.scan import check_snapshot
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.state import FORMAT_VERSION, LogState, Watermark
+from icelog.storage.properties import CHECK_EXPECTED_OFFSETS, FORMAT, HEAD, VERSION
 
 MANIFEST_TARGET_BYTES = 256 * 1024  # ~850 data files' entries: what one manifest merge rewrites at most
 

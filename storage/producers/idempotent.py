@@ -26,22 +26,22 @@ from typing import Any, Mapping
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, check_writable, commit
-from storage.core.state import SystemState
-from storage.core.system import ensure_system_table
-from storage.errors import InvalidInput, PlanOutdated
-from storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
-from storage.log.scan import parquet_from, planned_paths
-from storage.log.sequences import (
+from icelog.storage.core.commit import Decision, Request, check_writable, commit
+from icelog.storage.core.state import SystemState
+from icelog.storage.core.system import ensure_system_table
+from icelog.storage.errors import InvalidInput, PlanOutdated
+from icelog.storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
+from icelog.storage.log.scan import parquet_from, planned_paths
+from icelog.storage.log.sequences import (
     BATCHES_KEPT,
     MAX_INT32,
     ProducerBatch,
     expiry_ms,
     live_producers,
 )
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.properties import NEXT_PRODUCER_ID
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import NEXT_PRODUCER_ID
 
 SYSTEM_TABLE = "icelog_system.producer_ids"
 

@@ -23,14 +23,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage import properties as props
-from storage.core.commit import Decision, Request
-from storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError, UnknownTable
-from storage.log import schema as cols
-from storage.log.files import write_log_files
-from storage.log.table import AppendRequest, LogTable
-from storage.producers.journal_state import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
-from storage.properties import TXN_ID
+from icelog.storage import properties as props
+from icelog.storage.core.commit import Decision, Request
+from icelog.storage.errors import AbortableError, ProducerFenced, TableAlreadyExists, TerminalError, UnknownTable
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import write_log_files
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.journal_state import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
+from icelog.storage.properties import TXN_ID
 
 ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
 JOURNAL_PAYLOAD = [

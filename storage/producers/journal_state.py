@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.core.commit import load
-from storage.errors import UnknownTable
-from storage.log.state import LogState
-from storage.properties import TRANSACTIONS
+from icelog.storage.core.commit import load
+from icelog.storage.errors import UnknownTable
+from icelog.storage.log.state import LogState
+from icelog.storage.properties import TRANSACTIONS
 
 JOURNAL = "icelog_system.transactions"
 

@@ -48,10 +48,10 @@ from pyarrow import fs as pafs
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from storage.core import faults
-from storage.core.bases import LastSeen
-from storage.core.catalog import database_clock
-from storage.core.commit import (
+from icelog.storage.core import faults
+from icelog.storage.core.bases import LastSeen
+from icelog.storage.core.catalog import database_clock
+from icelog.storage.core.commit import (
     Decision,
     Request,
     commit,
@@ -60,8 +60,8 @@ from storage.core.commit import (
     refuse_read_only,
     refuse_system_table,
 )
-from storage.core.swap import check_atomic
-from storage.errors import (
+from icelog.storage.core.swap import check_atomic
+from icelog.storage.errors import (
     AbortableError,
     ExpectedOffsetRequired,
     IcelogError,
@@ -75,13 +75,13 @@ from storage.errors import (
     TransientError,
     UnknownPartition,
 )
-from storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
-from storage.log import schema as cols
-from storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
-from storage.log.state import LogState
-from storage.log.table import LogTable, checked_on, with_system_columns
-from storage.producers.idempotent import lease_producer_ids
-from storage.producers.journal import (
+from icelog.storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable, checked_on, with_system_columns
+from icelog.storage.producers.idempotent import lease_producer_ids
+from icelog.storage.producers.journal import (
     PREPARE_COMMIT,
     AbortTransaction,
     CommitTransaction,
@@ -95,7 +95,7 @@ from storage.producers.journal import (
     TransactionAborted,
     ensure_journal,
 )
-from storage.producers.journal_state import (
+from icelog.storage.producers.journal_state import (
     JOURNAL,
     EndedTxn,
     JournalState,
@@ -107,7 +107,7 @@ from storage.producers.journal_state import (
     prewritten_dir,
     staging_dir,
 )
-from storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
+from icelog.storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
 
 # --- the data side of a transaction ---------------------------------------------------------------
 

@@ -27,10 +27,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.core.commit import Decision, Request, commit
-from storage.core.system import ensure_system_table
-from storage.errors import AuthorizationFailed, InvalidInput
-from storage.properties import ACLS
+from icelog.storage.core.commit import Decision, Request, commit
+from icelog.storage.core.system import ensure_system_table
+from icelog.storage.errors import AuthorizationFailed, InvalidInput
+from icelog.storage.properties import ACLS
 
 ACLS_TABLE = "icelog_system.acls"
 PRINCIPAL_ENV = "ICELOG_PRINCIPAL"

@@ -57,12 +57,12 @@ from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from storage.core.catalog import ensure_namespace
-from storage.core.commit import Decision, Request, commit, commit_tables, load, refuse_system_table
-from storage.core.commit import _discard as discard_files
-from storage.core.swap import check_atomic
-from storage.core.system import ensure_system_table
-from storage.errors import (
+from icelog.storage.core.catalog import ensure_namespace
+from icelog.storage.core.commit import Decision, Request, commit, commit_tables, load, refuse_system_table
+from icelog.storage.core.commit import _discard as discard_files
+from icelog.storage.core.swap import check_atomic
+from icelog.storage.core.system import ensure_system_table
+from icelog.storage.errors import (
     AtomicCommitUnsupported,
     CatalogUnavailable,
     CommitOutcomeUnknown,
@@ -75,19 +75,19 @@ from storage.errors import (
     NotALogTable,
     PlanOutdated,
 )
-from storage.groups.offsets import GROUPS_TABLE, GroupOffsetsState
-from storage.log import schema as cols
-from storage.log.files import (
+from icelog.storage.groups.offsets import GROUPS_TABLE, GroupOffsetsState
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import (
     data_files_from_parquet,
     file_offset_range,
     file_partition,
     local_path,
     store_reachable,
 )
-from storage.log.maintenance import _read_file, live_files
-from storage.log.state import LogState
-from storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
-from storage.properties import (
+from icelog.storage.log.maintenance import _read_file, live_files
+from icelog.storage.log.state import LogState
+from icelog.storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
+from icelog.storage.properties import (
     COMMITS,
     FORGOTTEN,
     FORMAT,
@@ -101,9 +101,9 @@ from storage.properties import (
     VERSION,
     WATERMARKS,
 )
-from storage.replication.acls import REPLICATOR_WRITE, authorize
-from storage.replication.replica import OffsetWriteRequest, batch_spans
-from storage.telemetry import get_logger
+from icelog.storage.replication.acls import REPLICATOR_WRITE, authorize
+from icelog.storage.replication.replica import OffsetWriteRequest, batch_spans
+from icelog.storage.telemetry import get_logger
 
 log = get_logger("mirror")
 

@@ -26,20 +26,20 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, commit, new_commit_id
-from storage.errors import (
+from icelog.storage.core.commit import Decision, Request, commit, new_commit_id
+from icelog.storage.errors import (
     CorruptBatch,
     InvalidInput,
     InvalidProduceOffset,
     PlanOutdated,
     UnknownPartition,
 )
-from storage.log import schema as cols
-from storage.log.files import file_offset_range, file_partition, write_log_files
-from storage.log.maintenance import files_by_partition
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.replication.acls import REPLICATOR_WRITE, authorize
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import file_offset_range, file_partition, write_log_files
+from icelog.storage.log.maintenance import files_by_partition
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.replication.acls import REPLICATOR_WRITE, authorize
 
 
 @dataclass

@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage.core.catalog import LogSqlCatalog
-from storage.errors import OffsetMismatch
-from storage.log.files import local_path
-from storage.log.table import LogTable
+from icelog.storage.core.catalog import LogSqlCatalog
+from icelog.storage.errors import OffsetMismatch
+from icelog.storage.log.files import local_path
+from icelog.storage.log.table import LogTable
 
 TABLE = "bench.contended"
 

@@ -24,12 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import load_catalog
 
-from storage.core.catalog import open_catalog
-from storage.core.metadata_files import file_system
-from storage.log.scan import parquet_from, planned_paths
-from storage.log.table import LogTable
+from icelog.storage.core.catalog import open_catalog
+from icelog.storage.core.metadata_files import file_system
+from icelog.storage.log.scan import parquet_from, planned_paths
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.bench.report import Target
-from validations.contiguity import check_contiguity
 
 WARMUPS = 10  # appends before sampling: the table has ~10 commits when sampling starts
 

@@ -32,14 +32,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.core.catalog import LogSqlCatalog
-from storage.log.keys import key_hashes
-from storage.log.scan import planned_paths
-from storage.log.sequences import ProducerBatch
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
+from icelog.storage.core.catalog import LogSqlCatalog
+from icelog.storage.log.keys import key_hashes
+from icelog.storage.log.scan import planned_paths
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
+from icelog.validations.contiguity import check_contiguity
 from tests.bench.report import Figure, Target, figure, render_section, render_table, replace_section
-from validations.contiguity import check_contiguity
 
 RESULTS: list[Figure] = []
 
@@ -339,9 +339,9 @@ def bench_metadata_check(t: LogTable) -> None:
 
 def bench_spark_ingest(root: Path, rows: int) -> None:
     """The Spark ingest job beside a plain df.write.parquet of the same DataFrame."""
-    from pipelines.ingest import ingest
-    from pipelines.spark import spark_session
-    from storage.core.catalog import LogSqlCatalog
+    from icelog.pipelines.ingest import ingest
+    from icelog.pipelines.spark import spark_session
+    from icelog.storage.core.catalog import LogSqlCatalog
 
     landing = root / "spark-landing"
     landing.mkdir(parents=True)
@@ -459,9 +459,9 @@ def bench_spark_scale(root: Path, rows: int) -> None:
     /proc during the ingest (not ``ru_maxrss``: in a full run that is the whole bench's peak)."""
     import threading
 
-    from pipelines.ingest import ingest
-    from pipelines.spark import spark_session
-    from storage.core.catalog import LogSqlCatalog
+    from icelog.pipelines.ingest import ingest
+    from icelog.pipelines.spark import spark_session
+    from icelog.storage.core.catalog import LogSqlCatalog
     from tests.support.quality_bench import tree_rss_mb
 
     landing = root / "scale-landing"
@@ -520,9 +520,9 @@ def bench_spark_scale(root: Path, rows: int) -> None:
 
 def bench_ledger(root: Path, entries: int, commits: int) -> None:
     """Ingest-ledger lookups (skip decisions of one run) with ``entries`` entries for the table."""
-    from storage.core.commit import commit_tables
-    from storage.ingest import ledger
-    from storage.log.files import write_log_files
+    from icelog.storage.core.commit import commit_tables
+    from icelog.storage.ingest import ledger
+    from icelog.storage.log.files import write_log_files
 
     cat = catalog(root, "ledger")
     ledger.ensure_ledger(cat)
@@ -560,8 +560,8 @@ def bench_ledger(root: Path, entries: int, commits: int) -> None:
 
 
 def bench_gx(root: Path) -> None:
-    from pipelines.flights import create_table, load_flights
-    from validations.quality import run_suite
+    from icelog.pipelines.flights import create_table, load_flights
+    from icelog.validations.quality import run_suite
 
     cat = catalog(root / "gx")
     table, _ = create_table(cat)
@@ -584,7 +584,7 @@ def bench_gx(root: Path) -> None:
 
 def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
     """Commit latency of 2- and 10-table transactions beside a single conditional append; throughput."""
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     cat = catalog(root / "txn")
     tables = [LogTable.create(cat, f"bench.t{i}", partitions=4) for i in range(10)]
@@ -639,8 +639,8 @@ def bench_transactions(root: Path, samples: int, concurrent_txns: int) -> None:
 # One transactional producer process: N transactions on partition i of two tables.
 _TXN_WORKER = """
 import json, sys
-from storage.core.catalog import LogSqlCatalog
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.core.catalog import LogSqlCatalog
+from icelog.storage.producers.transactional import TransactionalProducer
 import pyarrow as pa
 spec, i, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 cat = LogSqlCatalog("bench", uri=spec["uri"], warehouse=spec["warehouse"])
@@ -662,7 +662,7 @@ def _read_bytes() -> int:
 
 def bench_key_range(root: Path, rows: int) -> None:
     """A consumer reading one quarter of the key-hash space of a partition, beside reading it all."""
-    from storage.groups.consumer import Consumer
+    from icelog.storage.groups.consumer import Consumer
 
     cat = catalog(root / "keyrange")
     t = LogTable.create(cat, "bench.keys", 1)
@@ -707,7 +707,7 @@ def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
     """The mirror (issue 11): one incremental step on a table of ``files`` tiny files, and the bulk
     first step of 16 files beside ``cp -r`` of them, alternated, medians of 4. The tables come from the
     mirror benchmarks' builders (``tests/support/mirror_bench.py``)."""
-    from storage.replication.mirror import mirror
+    from icelog.storage.replication.mirror import mirror
     from tests.support.mirror_bench import PRINCIPAL, catalogs, fill
 
     source, target = catalogs(root / "mirror-steps")
@@ -818,8 +818,8 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
     before the commit core's lease it lost every race), beside the same compaction alone."""
     import multiprocessing
 
-    from storage.core.commit import commit
-    from storage.log.maintenance import Compaction
+    from icelog.storage.core.commit import commit
+    from icelog.storage.log.maintenance import Compaction
 
     contended, alone, attempts = [], [], []
     for run in range(runs):

@@ -24,12 +24,12 @@ from typing import Any, Callable
 
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, commit
-from storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
-from storage.log.sequences import BATCHES_KEPT, ProducerBatch
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
+from icelog.storage.core.commit import Decision, Request, commit
+from icelog.storage.log.producer_state import PartitionSequences, ProducerEntry, WrittenBatch
+from icelog.storage.log.sequences import BATCHES_KEPT, ProducerBatch
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
 from tests.bench.run import batch, catalog
 
 Record = Callable[..., None]

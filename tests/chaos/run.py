@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.log.table import TABLE_DEFAULTS
+from icelog.storage.log.table import TABLE_DEFAULTS
 from tests.chaos.workers import RESTART_ME, UNTYPED, batch_rows
 from tests.support.catalogs import CatalogSpec
 
@@ -709,8 +709,8 @@ class Controller:
 
 
 def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
-    from storage.log.table import LogTable
-    from storage.replication.acls import add_acl
+    from icelog.storage.log.table import LogTable
+    from icelog.storage.replication.acls import add_acl
 
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)
@@ -743,7 +743,7 @@ def _acks(workdir: Path, kind: str) -> list[dict[str, Any]]:
 
 
 def _rows(catalog, table: str, columns: list[str]) -> list[tuple]:
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable(catalog, table)
     out: list[tuple] = []
@@ -755,11 +755,11 @@ def _rows(catalog, table: str, columns: list[str]) -> list[tuple]:
 
 def run_validators(source: CatalogSpec, target: CatalogSpec) -> list[str]:
     """Every registered check on every log table: ``mirror-parity`` on the mirrors only."""
-    from storage.core.commit import load
-    from storage.log.table import list_log_tables
-    from storage.replication.mirror import mirror_record
-    from validations.checks import CHECKS, run_checks
-    from validations.mirror import check_mirror_parity
+    from icelog.storage.core.commit import load
+    from icelog.storage.log.table import list_log_tables
+    from icelog.storage.replication.mirror import mirror_record
+    from icelog.validations.checks import CHECKS, run_checks
+    from icelog.validations.mirror import check_mirror_parity
 
     failures: list[str] = []
     src = source.open()
@@ -786,7 +786,7 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     keys = {(p, o): k for k, p, o in _rows(catalog, EVENTS, ["key", "log_partition", "log_offset"])}
     source_keys = [(p, o, k) for (p, o), k in keys.items()]
     if source.kind == "rest":
-        from storage.groups.offsets import committed_offsets
+        from icelog.storage.groups.offsets import committed_offsets
 
         member_acks = [(a["worker"], p, o, k) for a in _acks(workdir, "member") for p, o, k in a["processed"]]
         report.failures["group"] = check_group_commits(source_keys, member_acks, committed_offsets(catalog, GROUP, EVENTS))
@@ -808,7 +808,7 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
 
 def check_soak_run(workdir: Path, catalog: Any, config: Config, report: Report) -> None:
     """The soak table: acknowledged rows (retention allowed for), and the soak's bounds."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     log_starts = {p: w.start for p, w in LogTable(catalog, SOAK).watermarks().items()}
     cutoff = time.time() - config.retention_ms / 1000  # after the read: retention could only have cut earlier

@@ -25,9 +25,9 @@ import os
 import sys
 import time
 
-from storage.core import faults
-from storage.errors import IcelogError
-from storage.producers import transactional as tx
+from icelog.storage.core import faults
+from icelog.storage.errors import IcelogError
+from icelog.storage.producers import transactional as tx
 from tests.support.catalogs import CatalogSpec
 from tests.support.workers.transactions import arm, emit
 

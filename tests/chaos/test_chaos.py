@@ -256,7 +256,7 @@ def test_chaos_short_sqlite(tmp_path: Path):
 
 def _assert_a_planted_duplicate_fails(workdir: Path, kind: str, rest_dir: Path | None = None) -> None:
     """The same checks on the run's real tables fail once an acknowledged row is stored twice."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
     from tests.chaos.run import EVENTS, Report, _specs
 
     source, target = _specs(workdir, kind, None, rest_dir)

@@ -28,8 +28,8 @@ from typing import Iterator
 
 import pytest
 
-from storage.core import faults
-from storage.properties import METADATA_DELETE_GRACE_MS
+from icelog.storage.core import faults
+from icelog.storage.properties import METADATA_DELETE_GRACE_MS
 from tests.chaos.run import (
     EVENTS,
     ROOT,
@@ -83,15 +83,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 ONE_APPEND = """
 import json, sys
-from storage.errors import IcelogError
-from storage.log.table import LogTable
+from icelog.storage.errors import IcelogError
+from icelog.storage.log.table import LogTable
 from tests.support.catalogs import CatalogSpec
 args = json.loads(sys.argv[1])
 log_table = LogTable(CatalogSpec(**args["spec"]).open(), "chaos.events")
 rows = [{"key": "k", "value": f"slow:{i}"} for i in range(args["rows"])]
 try:
     if args.get("producer"):
-        from storage.log.sequences import ProducerBatch
+        from icelog.storage.log.sequences import ProducerBatch
         batch = ProducerBatch(args["producer"][0], args["producer"][1], {0: 0})
         result = log_table.append({0: rows}, producer=batch)
     else:
@@ -133,14 +133,14 @@ def _result(proc: subprocess.Popen) -> dict:
 
 
 def _validators(log_table) -> list[str]:
-    from validations.checks import CHECKS, run_checks
+    from icelog.validations.checks import CHECKS, run_checks
 
     return run_checks(log_table.table(), [c for c in CHECKS if c != "mirror-parity"]).violations
 
 
 @pytest.fixture
 def events(heavy_spec):  # PostgreSQL in make test-slow (the suite's time budget)
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     return heavy_spec, LogTable.create(heavy_spec.open(), EVENTS, 2)
 
@@ -168,7 +168,7 @@ def test_i2_i3_a_slow_conditional_append_loses_to_a_commit_made_while_it_slept(e
 def test_i4_a_slow_idempotent_batch_lands_once_after_the_commit_made_while_it_slept(events):
     """An idempotent producer's batch is not conditional: after losing the swap it decides
     again on the new base and lands after the other commit, once, with every acknowledged row kept."""
-    from storage.producers.idempotent import init_producer
+    from icelog.storage.producers.idempotent import init_producer
 
     spec, log_table = events
     identity = init_producer(spec.open(), log_table.identifier, "slow-producer")
@@ -202,7 +202,7 @@ def own_postgres():
 
 def _pg_events(own_postgres, tmp_path: Path, name: str):
     """``(server directory, spec, log table)``: a one-partition events table on the module's server."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     directory, uri = own_postgres
     (tmp_path / "warehouse").mkdir()
@@ -213,7 +213,7 @@ def _pg_events(own_postgres, tmp_path: Path, name: str):
 def test_i7_a_commit_in_flight_rides_out_the_catalog_going_down(own_postgres, tmp_path):
     """The append's swap meets a stopped server (its outcome is unknown to it): the commit
     core reads again until the server is back, finds its commit id absent, and lands once."""
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     directory, spec, log_table = _pg_events(own_postgres, tmp_path, "faultdown")
     before = _metadata_files(spec)
@@ -261,7 +261,7 @@ def _writers_around(
 
     A writer that exits (RESTART_ME, UNTYPED) is restarted at once, as the chaos controller does.
     """
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     LogTable.create(spec.open(), EVENTS, 2, properties=properties)
     procs: dict[str, subprocess.Popen] = {}
@@ -376,7 +376,7 @@ def test_i7_writers_lose_nothing_acknowledged_while_the_catalog_is_down(catalog_
 def test_catalog_down_a_read_raises_catalog_unavailable(own_postgres, tmp_path):
     """Deterministic: the server is down when a read begins (in the scenario above, a writer
     meets this only when the outage starts between its calls, not inside a commit)."""
-    from storage.errors import CatalogUnavailable
+    from icelog.storage.errors import CatalogUnavailable
 
     directory, _, log_table = _pg_events(own_postgres, tmp_path, "readdown")
     stop_catalog_server(directory)
@@ -390,9 +390,9 @@ def test_catalog_down_a_read_raises_catalog_unavailable(own_postgres, tmp_path):
 def test_catalog_down_a_commit_gives_up_at_its_deadline(own_postgres, tmp_path):
     """A commit whose reads keep failing stops at ``deadline_s`` with CatalogUnavailable, not
     after ``max_attempts`` rounds of read retries and back-off (minutes)."""
-    from storage.core.commit import commit
-    from storage.errors import CatalogUnavailable
-    from storage.log.maintenance import Compaction
+    from icelog.storage.core.commit import commit
+    from icelog.storage.errors import CatalogUnavailable
+    from icelog.storage.log.maintenance import Compaction
 
     directory, _, log_table = _pg_events(own_postgres, tmp_path, "commitdown")
     stop_catalog_server(directory)
@@ -458,8 +458,8 @@ def test_i7_writers_lose_nothing_acknowledged_when_the_disk_fills(disk_full):
 
 def test_disk_full_an_append_raises_a_typed_error(tmp_path):
     """Deterministic: the disk is full when an append writes its data file."""
-    from storage.errors import StorageUnavailable
-    from storage.log.table import LogTable
+    from icelog.storage.errors import StorageUnavailable
+    from icelog.storage.log.table import LogTable
 
     with small_warehouse(tmp_path / "warehouse", 8) as warehouse:
         spec = CatalogSpec("sqlite", "full", f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{warehouse}")
@@ -475,10 +475,10 @@ def test_disk_full_an_append_raises_a_typed_error(tmp_path):
 
 def test_disk_full_compaction_raises_a_typed_error_and_changes_nothing(tmp_path):
     """Compaction writes its merged files while it decides, before the commit core's writes."""
-    from storage.core.commit import commit
-    from storage.errors import StorageUnavailable
-    from storage.log.maintenance import COMPACT_MIN_FILES, Compaction
-    from storage.log.table import LogTable
+    from icelog.storage.core.commit import commit
+    from icelog.storage.errors import StorageUnavailable
+    from icelog.storage.log.maintenance import COMPACT_MIN_FILES, Compaction
+    from icelog.storage.log.table import LogTable
 
     with small_warehouse(tmp_path / "warehouse", 8) as warehouse:
         spec = CatalogSpec("sqlite", "full", f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{warehouse}")

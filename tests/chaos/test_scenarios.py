@@ -37,20 +37,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from storage.admin.orphans import remove_orphan_files
-from storage.core import commit as core
-from storage.core import faults
-from storage.core.commit import KEEP_COMMIT_IDS, commit
-from storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
-from storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
-from storage.log.maintenance import Retention, expire_snapshots
-from storage.log.table import LogTable
-from storage.producers import journal
-from storage.producers import transactional as tx
-from storage.producers.journal import InvalidTxnState
-from storage.producers.journal_state import Prepared, StagedSend, encode_transactions
-from storage.producers.transactional import TransactionalProducer
-from storage.properties import TRANSACTIONS
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core import commit as core
+from icelog.storage.core import faults
+from icelog.storage.core.commit import KEEP_COMMIT_IDS, commit
+from icelog.storage.errors import CommitOutcomeUnknown, OffsetMismatch, ProducerFenced
+from icelog.storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets
+from icelog.storage.log.maintenance import Retention, expire_snapshots
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers import journal
+from icelog.storage.producers import transactional as tx
+from icelog.storage.producers.journal import InvalidTxnState
+from icelog.storage.producers.journal_state import Prepared, StagedSend, encode_transactions
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.properties import TRANSACTIONS
 from tests.support.faults import kill_9
 from tests.support.faults import run_to_end as run_append_worker
 from tests.support.transactions import (

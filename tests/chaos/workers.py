@@ -48,8 +48,8 @@ import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
-from storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
-from storage.log.table import AppendRequest, LogTable  # noqa: E402
+from icelog.storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
+from icelog.storage.log.table import AppendRequest, LogTable  # noqa: E402
 from tests.support.catalogs import CatalogSpec  # noqa: E402
 
 RESTART_ME = 75
@@ -105,8 +105,8 @@ def _until_stopped(step: Callable[[], bool], pause_s: float = 0.0) -> None:
 def producer(args: dict) -> None:
     """An idempotent producer: a batch is re-sent with the same (id, epoch, sequence) until
     acknowledged, across restarts (the id, epoch and sequence live in ``state.json``)."""
-    from storage.log.sequences import ProducerBatch
-    from storage.producers.idempotent import init_producer
+    from icelog.storage.log.sequences import ProducerBatch
+    from icelog.storage.producers.idempotent import init_producer
 
     files, name, p, size = WorkerFiles(args["dir"]), args["name"], args["partition"], args["batch"]
     catalog = _catalog(args)
@@ -173,8 +173,8 @@ def copier(args: dict) -> None:
     """Transactional consume–transform–produce: source rows ``(p, o, value)`` become output
     rows ``key="p:o", value=value.upper()`` in partition p, committed with the group's new
     position in one transaction. ``init_transactions`` settles what a killed instance left."""
-    from storage.groups.offsets import committed_offsets
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.groups.offsets import committed_offsets
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -216,7 +216,7 @@ def copier(args: dict) -> None:
 
 def mirror_loop(args: dict) -> None:
     """Mirror steps to the target catalog (a step resumes where the target ends)."""
-    from storage.replication.mirror import mirror
+    from icelog.storage.replication.mirror import mirror
 
     files = WorkerFiles(args["dir"])
     source, target = _catalog(args), _catalog(args, "target_spec")
@@ -241,8 +241,8 @@ def member(args: dict) -> None:
     With ``args["out"]`` None (a REST catalog: no atomic multi-table commit), it commits the
     batch's offsets alone. The ack lists the processed ``[p, o, key]`` only after the commit
     returned."""
-    from storage.groups.consumer import Consumer
-    from storage.groups.offsets import committed_offsets
+    from icelog.storage.groups.consumer import Consumer
+    from icelog.storage.groups.offsets import committed_offsets
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -303,7 +303,7 @@ def maintainer(args: dict) -> None:
     """Compaction, snapshot expiry and orphan cleanup (orphans older than a week only, so no
     in-flight file of the run is ever deleted) over the tables, in turn. Retention runs on
     the tables whose ``icelog.retention.*`` properties set it (the soak table)."""
-    from storage.admin.maintenance import maintain
+    from icelog.storage.admin.maintenance import maintain
 
     files = WorkerFiles(args["dir"])
     catalog = _catalog(args)
@@ -391,7 +391,7 @@ def _latency_summary(latencies: list[float]) -> dict[str, float]:
 
 def table_shape(log_table: LogTable) -> dict[str, int]:
     """What commit cost grows with: the metadata JSON's size and what it lists."""
-    from storage.core.commit import recent_commits
+    from icelog.storage.core.commit import recent_commits
 
     table = log_table.table()
     snapshot = table.current_snapshot()

@@ -65,7 +65,7 @@ def test_the_demo_dags_start_unpaused_and_the_others_paused(dagbag, home):
 def test_retry_policy_retries_transient_and_abortable_errors_and_fails_the_rest(dagbag):
     from airflow.sdk import RetryAction
 
-    from storage import errors
+    from icelog.storage import errors
 
     class Redo(errors.AbortableError):
         """Any abortable error, not only today's OffsetMismatch."""
@@ -129,11 +129,12 @@ def test_dag_parsing_imports_nothing_heavy():
     code = (
         "import sys, runpy, glob\n"
         "for f in sorted(glob.glob('dags/icelog_*.py')): runpy.run_path(f)\n"
-        "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyiceberg', 'duckdb', 'great_expectations', 'pipelines', 'validations', 'pyarrow')]\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyiceberg', 'duckdb', 'great_expectations', 'pyarrow')]\n"
+        "heavy += [m for m in sys.modules if m.startswith(('icelog.pipelines', 'icelog.validations'))]\n"
         # The retry policy resolves icelog's exception types: storage.errors is stdlib-only.
-        "heavy += [m for m in sys.modules if m.startswith('storage.') and m != 'storage.errors']\n"
+        "heavy += [m for m in sys.modules if m.startswith('icelog.storage.') and m != 'icelog.storage.errors']\n"
         # Airflow itself imports the SQLite connect args (a dict) when icelog's Airflow home is set.
-        "heavy = [m for m in heavy if m not in ('pipelines', 'pipelines.airflow_db')]\n"
+        "heavy = [m for m in heavy if m not in ('icelog.pipelines', 'icelog.pipelines.airflow_db')]\n"
         "print(','.join(heavy))\n"
     )
     done = subprocess.run(
@@ -153,8 +154,8 @@ def test_dag_parsing_imports_nothing_heavy():
 @pytest.fixture(scope="module")
 def airflow(home):
     """Landing files and the flights table in the temporary ICELOG_HOME."""
-    from pipelines.flights import create_table, stage_landing
-    from storage.core.catalog import LogSqlCatalog, embedded_properties
+    from icelog.pipelines.flights import create_table, stage_landing
+    from icelog.storage.core.catalog import LogSqlCatalog, embedded_properties
 
     home, env = home
     stage_landing(home / "landing")
@@ -256,7 +257,7 @@ def test_backfill_dag_is_idempotent_per_day(ingested):
 
 @pytest.mark.integration
 def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested):
-    from validations.checks import run_checks
+    from icelog.validations.checks import run_checks
 
     env, table, _, _ = ingested
     passed = dags_test(env, "icelog_validate")
@@ -284,7 +285,7 @@ def test_validate_dag_passes_on_clean_tables_and_fails_on_a_planted_gap(ingested
     ):
         dags_test(env, "icelog_validate")
     # The planted row is a foreign commit: roll it back, so later tests build on a clean log.
-    from storage.log.repair import repair
+    from icelog.storage.log.repair import repair
 
     assert repair(table.catalog, "demo.flights", "rollback")["action"] == "rolled_back"
     assert run_checks(table.table(), ("contiguity-deep", "producers")).violations == []
@@ -460,8 +461,8 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
     """
     import pyarrow.parquet as pq
 
-    from storage.core.catalog import LogSqlCatalog, embedded_properties
-    from storage.log.table import LogTable
+    from icelog.storage.core.catalog import LogSqlCatalog, embedded_properties
+    from icelog.storage.log.table import LogTable
 
     # Nothing of the module's Airflow (the dagbag fixture's environment: its database above
     # all) may reach this one: its scheduler would run that database's DAGs.
@@ -624,10 +625,10 @@ def test_scheduler_runs_maintenance_and_airflow_backfills_of_ingest_exactly_once
 @pytest.mark.integration
 @pytest.mark.slow  # about 100 s; the fan-out job itself runs in make test (tests/pipelines/test_fanout.py)
 def test_fanout_dag_copies_routed_rows_once_and_a_rerun_writes_nothing(airflow):
-    from pipelines.flights import FLIGHTS_PAYLOAD
-    from storage.core.catalog import LogSqlCatalog, embedded_properties
-    from storage.groups.offsets import committed_offsets
-    from storage.log.table import LogTable
+    from icelog.pipelines.flights import FLIGHTS_PAYLOAD
+    from icelog.storage.core.catalog import LogSqlCatalog, embedded_properties
+    from icelog.storage.groups.offsets import committed_offsets
+    from icelog.storage.log.table import LogTable
 
     env, table = airflow
     if not any(w.end for w in table.watermarks().values()):  # run alone: give the source a day

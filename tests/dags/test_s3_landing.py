@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from pipelines import tasks
-from storage.log.table import LogTable
+from icelog.pipelines import tasks
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.lakehouse import land
-from validations.contiguity import check_contiguity
 
 
 def test_landing_root_is_a_path_or_a_uri(tmp_path, monkeypatch):

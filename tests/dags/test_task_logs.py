@@ -8,9 +8,9 @@ import logging
 import pyarrow as pa
 import pytest
 
-from pipelines import tasks
-from storage.errors import UnknownTable
-from storage.log.table import LogTable
+from icelog.pipelines import tasks
+from icelog.storage.errors import UnknownTable
+from icelog.storage.log.table import LogTable
 
 
 def test_validate_logs_the_checks_and_each_violation(sqlite_spec, monkeypatch, caplog):

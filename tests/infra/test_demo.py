@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 from rich.console import Console
 
+from icelog.pipelines.flights import PARTITIONS, create_table, load_flights, monthly_batches
 from infra import demo
-from pipelines.flights import PARTITIONS, create_table, load_flights, monthly_batches
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_demo_fails_when_a_january_day_is_missing(sqlite_catalog, months):
 def metadata_files(log_table) -> set[str]:
     from pathlib import Path
 
-    from storage.log.files import local_path
+    from icelog.storage.log.files import local_path
 
     return {p.name for p in Path(local_path(log_table.table().metadata_location)).parent.glob("*.metadata.json")}
 
@@ -61,7 +61,7 @@ def test_a_rerun_opens_the_table_and_writes_no_metadata_file(sqlite_catalog):
 
 
 def test_the_late_file_lands_once(tmp_path):
-    from pipelines.flights import LATE_DAY, land_late_file
+    from icelog.pipelines.flights import LATE_DAY, land_late_file
 
     late = land_late_file(tmp_path)
     assert late is not None and late.parent.name == f"date={LATE_DAY}" and late.exists()
@@ -69,7 +69,7 @@ def test_the_late_file_lands_once(tmp_path):
 
 
 def findings(log_table, tmp_path, **report):
-    from validations.report import build_report
+    from icelog.validations.report import build_report
 
     page = build_report(log_table.table(), tmp_path / "report", **report)
     console = Console(file=io.StringIO(), width=300)
@@ -78,7 +78,7 @@ def findings(log_table, tmp_path, **report):
 
 
 def test_the_demo_summary_says_what_validation_found(sqlite_catalog, tmp_path):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
     t.append({0: [{"key": "a"}] * 3, 1: [{"key": "b"}] * 2})
@@ -95,7 +95,7 @@ def test_the_demo_summary_says_what_validation_found(sqlite_catalog, tmp_path):
 
 
 def test_the_demo_summary_names_the_violations(sqlite_catalog, tmp_path):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
     from tests.support.planting import plant
 
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
@@ -112,7 +112,7 @@ def test_the_demo_summary_names_the_violations(sqlite_catalog, tmp_path):
 
 @pytest.mark.integration
 def test_the_demo_summary_gives_the_data_quality_result_and_its_scope(sqlite_catalog, tmp_path):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     t = LogTable.create(sqlite_catalog, "db.events", partitions=2)
     t.append({0: [{"key": "a"}] * 3, 1: [{"key": "b"}] * 2})
@@ -128,7 +128,7 @@ def test_the_demo_summary_gives_the_data_quality_result_and_its_scope(sqlite_cat
 
 
 def test_the_demo_table_keeps_the_history_of_its_first_runs(sqlite_catalog, months):
-    from storage.properties import SNAPSHOTS_KEEP
+    from icelog.storage.properties import SNAPSHOTS_KEEP
 
     log_table, _ = create_table(sqlite_catalog)
     assert demo.keep_demo_history(log_table) and not demo.keep_demo_history(log_table)  # a re-run commits nothing
@@ -140,7 +140,7 @@ def test_the_demo_table_keeps_the_history_of_its_first_runs(sqlite_catalog, mont
 
 
 def test_a_keep_the_user_set_stays(sqlite_catalog):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     t = LogTable.create(sqlite_catalog, "demo.flights", partitions=1, properties={"icelog.snapshots.keep": "7"})
     assert not demo.keep_demo_history(t)
@@ -148,8 +148,8 @@ def test_a_keep_the_user_set_stays(sqlite_catalog):
 
 
 def test_the_lakehouse_demo_has_a_home_of_its_own(tmp_path, monkeypatch):
-    from pipelines.tasks import landing_root
-    from storage.core.catalog import icelog_home
+    from icelog.pipelines.tasks import landing_root
+    from icelog.storage.core.catalog import icelog_home
 
     def paths(home: Path) -> set[Path]:
         monkeypatch.setenv("ICELOG_HOME", str(home))
@@ -168,7 +168,7 @@ FEBRUARY_1_2 = 1_608  # flights dated 2013-02-01 and 02 (28,612 - 27,004, as iss
 
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory):
-    from pipelines.flights import stage_landing
+    from icelog.pipelines.flights import stage_landing
 
     root = tmp_path_factory.mktemp("landing")
     stage_landing(root)
@@ -183,7 +183,7 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
     the landing files); the validation icelog_validate runs; `make demo` again; the same backfill
     again writes nothing, and a third `make demo` still passes. January is appended directly
     here (the full Airflow run is the slow test below)."""
-    from pipelines import tasks
+    from icelog.pipelines import tasks
 
     for key, value in sqlite_spec.env().items():
         monkeypatch.setenv(key, value)
@@ -221,10 +221,10 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
 def test_make_demo_three_times_with_a_backfill_from_the_ui_between(tmp_path, monkeypatch):
     """Issue 23: `make demo` three times in a row, with the UI's backfill of 2013-02-01..02 (a
     run of icelog_backfill with that conf, as the Trigger form sends it) between runs."""
+    from icelog.pipelines.flights import TABLE
+    from icelog.storage.core.catalog import open_catalog
+    from icelog.storage.log.table import LogTable
     from infra.airflow import airflow_env, dags_test
-    from pipelines.flights import TABLE
-    from storage.core.catalog import open_catalog
-    from storage.log.table import LogTable
 
     for key in ("ICELOG_CATALOG", "ICELOG_LANDING", "AIRFLOW_HOME", "ICELOG_TABLES"):
         monkeypatch.delenv(key, raising=False)

@@ -17,8 +17,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import cli
-from storage.log.table import LogTable
+from icelog.pipelines.cli import cli
+from icelog.storage.log.table import LogTable
 
 LINES = 3000
 K = 5
@@ -34,7 +34,7 @@ def loader(spec, path, log, batch: int = 50, stdin=None) -> subprocess.Popen:
     argv = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "icelog.pipelines.cli",
         "--output",
         "json",
         "produce",

@@ -11,14 +11,14 @@ from dataclasses import asdict
 
 import pytest
 
-from pipelines.fanout import fanout
-from storage.core import faults
-from storage.groups.offsets import committed_offsets
-from storage.log.table import LogTable
-from storage.producers.journal import transactional_ids
+from icelog.pipelines.fanout import fanout
+from icelog.storage.core import faults
+from icelog.storage.groups.offsets import committed_offsets
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.journal import transactional_ids
+from icelog.validations.checks import run_checks
+from icelog.validations.transactions import check_transactions
 from tests.support.faults import kill_at
-from validations.checks import run_checks
-from validations.transactions import check_transactions
 
 PAYLOAD = [{"name": "key", "type": "string"}, {"name": "route", "type": "string"}, {"name": "id", "type": "long"}]
 ROUTES = {"a": "db.out_a", "b": "db.out_b"}

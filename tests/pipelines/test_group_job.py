@@ -10,18 +10,18 @@ from collections import Counter
 
 import pytest
 
-from pipelines.group_job import _hash_expression, group_job, take
-from storage.admin.orphans import remove_orphan_files
-from storage.core import faults
-from storage.errors import StaleGeneration
-from storage.groups import membership
-from storage.groups.consumer import Consumer, key_hash
-from storage.groups.offsets import group_state
-from storage.groups.ranges import RangeState
-from storage.log.table import LogTable
+from icelog.pipelines.group_job import _hash_expression, group_job, take
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core import faults
+from icelog.storage.errors import StaleGeneration
+from icelog.storage.groups import membership
+from icelog.storage.groups.consumer import Consumer, key_hash
+from icelog.storage.groups.offsets import group_state
+from icelog.storage.groups.ranges import RangeState
+from icelog.storage.log.table import LogTable
+from icelog.validations.checks import run_checks
 from tests.support.faults import kill_at
 from tests.support.spark import local_session
-from validations.checks import run_checks
 
 PAYLOAD = [{"name": "key", "type": "string"}, {"name": "id", "type": "long"}]
 N = 120
@@ -206,7 +206,7 @@ def upper_key(df):
 def test_cli_consume_produce_runs_the_job_and_refuses_a_bad_transform(env_catalog):
     from click.testing import CliRunner
 
-    from pipelines.cli import cli
+    from icelog.pipelines.cli import cli
 
     catalog = env_catalog.open()
     make_tables(catalog)

@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from pipelines import tasks
-from pipelines.cli import cli
-from pipelines.ingest import ingest
-from storage.errors import SourceFileChanged
-from storage.ingest.ledger import LEDGER_TABLE, entries
-from storage.log.table import LogTable
+from icelog.pipelines import tasks
+from icelog.pipelines.cli import cli
+from icelog.pipelines.ingest import ingest
+from icelog.storage.errors import SourceFileChanged
+from icelog.storage.ingest.ledger import LEDGER_TABLE, entries
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.ingest import table_rows, write_landing
-from validations.contiguity import check_contiguity
 
 
 def landing_day(root, table: str, day: str, files: int, rows: int = 50, tag: str = "") -> None:

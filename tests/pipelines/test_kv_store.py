@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.examples.kv_store import KVStore, ReplayGap, TooManyConflicts, main
-from storage.errors import InvalidInput
-from storage.log.table import LogTable
-from validations.contiguity import check_contiguity
+from icelog.pipelines.examples.kv_store import KVStore, ReplayGap, TooManyConflicts, main
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "pipelines.examples.kv_store"]
+CLI = [sys.executable, "-m", "icelog.pipelines.examples.kv_store"]
 
 
 def run_cli(spec, *args: str) -> tuple[int, list[dict]]:

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.ingest import ingest
-from storage.log.keys import partition_for_key
-from storage.log.maintenance import live_files
-from storage.log.table import LogTable
+from icelog.pipelines.ingest import ingest
+from icelog.storage.log.keys import partition_for_key
+from icelog.storage.log.maintenance import live_files
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.ingest import table_rows
 from tests.support.lakehouse import BUCKET, land, s3_filesystem
 from tests.support.mirror import assert_parity
-from validations.contiguity import check_contiguity
 
 
 def test_i9_spark_ingest_reads_s3_landing_and_writes_s3_data_files(spark, lakehouse, s3_landing):
@@ -77,8 +77,8 @@ def test_spark_ingest_of_an_empty_s3_prefix_loads_nothing(spark, lakehouse, s3_l
 
 
 def test_i6_spark_mirror_from_sqlite_to_the_s3_lakehouse(spark, sqlite_spec, lakehouse):
-    from pipelines.mirror import mirror_bulk
-    from storage.replication.acls import add_acl
+    from icelog.pipelines.mirror import mirror_bulk
+    from icelog.storage.replication.acls import add_acl
 
     source, target = sqlite_spec.open(), lakehouse.open()
     add_acl(target, "bulk", "*")

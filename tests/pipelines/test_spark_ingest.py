@@ -14,16 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ingest import ingest
-from pipelines.spark import read_log
-from storage.admin.orphans import remove_orphan_files
-from storage.errors import InvalidInput, SchemaMismatch
-from storage.log.keys import partition_for_key
-from storage.log.table import LogTable
+from icelog.pipelines.ingest import ingest
+from icelog.pipelines.spark import read_log
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.errors import InvalidInput, SchemaMismatch
+from icelog.storage.log.keys import partition_for_key
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
+from icelog.validations.producers import check_producers
 from tests.support.faults import kill_at
 from tests.support.ingest import table_rows, write_landing
-from validations.contiguity import check_contiguity
-from validations.producers import check_producers
 
 
 def test_ingest_routes_by_key_hash_and_keeps_each_files_order(spark, env_catalog, tmp_path):
@@ -179,7 +179,7 @@ def test_same_table_on_a_standalone_cluster_as_in_local_mode(env_catalog, tmp_pa
 
 
 def test_slice_bases_follow_split_order_per_partition():
-    from pipelines.ingest import slice_bases
+    from icelog.pipelines.ingest import slice_bases
 
     counts = [(1, 0, 3), (0, 0, 5), (0, 1, 2), (2, 0, 4)]
     assert slice_bases(counts, {0: 10, 1: 7}) == {(0, 0): 10, (1, 0): 15, (2, 0): 18, (0, 1): 7}
@@ -187,9 +187,9 @@ def test_slice_bases_follow_split_order_per_partition():
 
 def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_catalog, tmp_path):
     """Spark computes the key hash (SQL md5) exactly as Python does; a large file is clustered."""
-    from storage.log import schema as cols
-    from storage.log.files import local_path
-    from storage.log.keys import key_hash
+    from icelog.storage.log import schema as cols
+    from icelog.storage.log.files import local_path
+    from icelog.storage.log.keys import key_hash
 
     t = LogTable.create(env_catalog.open(), "db.hashed", partitions=1)
     landing = tmp_path / "landing"

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from storage.replication.acls import add_acl
+from icelog.storage.replication.acls import add_acl
 from tests.support.catalogs import CatalogSpec
 from tests.support.mirror import PRINCIPAL
 

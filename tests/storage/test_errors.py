@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from storage import errors
-from storage.errors import EmptyBatch, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, UnknownTable
+from icelog.storage import errors
+from icelog.storage.errors import EmptyBatch, IcelogError, InvalidInput, MalformedInput, SchemaMismatch, UnknownTable
 
 
 def _declared() -> list[type[IcelogError]]:

@@ -31,8 +31,13 @@ LAYERS = {"storage": 0, "validations": 1, "pipelines": 2, "dags": 3}
 
 
 def module_name(path: Path) -> str:
+    """The name under which icelog's code imports it, without the ``icelog.`` every name shares."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unprefixed(name: str) -> str:
+    return name.removeprefix("icelog.")
 
 
 def modules() -> dict[str, Path]:
@@ -50,10 +55,11 @@ def imports(path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            names = [unprefixed(a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # ``from storage.log import schema`` imports storage.log.schema
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names]
+            # ``from icelog.storage.log import schema`` imports storage.log.schema
+            module = unprefixed(node.module)
+            names = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
         else:
             continue
         for name in names:
@@ -150,3 +156,21 @@ def test_the_core_holds_no_concept_state():
 def test_each_storage_package_says_what_it_owns_and_may_import(package):
     doc = ast.get_docstring(ast.parse((ROOT / package.replace(".", "/") / "__init__.py").read_text()))
     assert doc and "May import" in doc
+
+
+def test_every_import_of_icelog_code_goes_through_the_icelog_namespace():
+    """The folders are mapped under ``icelog`` when installed (``pyproject.toml``): a bare
+    ``import storage`` would find a team's own ``storage`` package, or a second copy of ours."""
+    roots = [*PACKAGES, "icelog", "infra", "tests"]
+    bare = []
+    for root in roots:
+        for path in (ROOT / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                bare += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert bare == []

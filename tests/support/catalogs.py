@@ -16,10 +16,10 @@ class CatalogSpec:
 
     def open(self):
         if self.kind == "rest":
-            from storage.core.catalog import open_catalog
+            from icelog.storage.core.catalog import open_catalog
 
             return open_catalog(self.name, **self.properties())
-        from storage.core.catalog import LogSqlCatalog
+        from icelog.storage.core.catalog import LogSqlCatalog
 
         return LogSqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse)
 

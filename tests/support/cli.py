@@ -10,8 +10,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipelines.cli import cli
-from storage.log.table import LogTable
+from icelog.pipelines.cli import cli
+from icelog.storage.log.table import LogTable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ class Cli:
 
     def process(self, *args: str, input: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", *args],
+            [sys.executable, "-m", "icelog.pipelines.cli", *args],
             input=input or b"",
             env={**self.env, **(env or {})},
             capture_output=True,

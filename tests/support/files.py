@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from storage.log.files import local_path
+from icelog.storage.log.files import local_path
 
 
 def files_on_disk(table) -> set[str]:

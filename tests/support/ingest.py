@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
 
 
 def write_landing(folder: Path, files: int = 3, rows: int = 200) -> list[dict]:

@@ -52,7 +52,7 @@ class LakehouseSpec(CatalogSpec):
     """A PostgreSQL catalog with an S3 warehouse; the ``s3.*`` properties ride in ``rest``."""
 
     def open(self):
-        from storage.core.catalog import LogSqlCatalog
+        from icelog.storage.core.catalog import LogSqlCatalog
 
         return LogSqlCatalog(self.name, **self.properties())
 

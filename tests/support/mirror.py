@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable
 
-from storage.log.maintenance import live_files
-from storage.log.table import LogTable
-from storage.replication.mirror import mirror
+from icelog.storage.log.maintenance import live_files
+from icelog.storage.log.table import LogTable
+from icelog.storage.replication.mirror import mirror
 
 PRINCIPAL = "mirror-bot"
 
@@ -73,7 +73,7 @@ def race_once(monkeypatch, name: str, race, *, skip: int = 0, before: bool = Fal
     """Run ``race()`` once, right after (or ``before``) call number ``skip + 1`` of
     ``storage.replication.mirror.<name>`` (the real function still runs): a concurrent step at an exact
     point of this one."""
-    import storage.replication.mirror as mirror_module
+    import icelog.storage.replication.mirror as mirror_module
 
     real, calls, fired = getattr(mirror_module, name), [], []
 

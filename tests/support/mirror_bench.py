@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from storage.core.commit import commit
-from storage.log.files import write_log_files
-from storage.log.table import LogTable, with_system_columns
-from storage.replication.acls import add_acl
-from storage.replication.replica import OffsetWriteRequest, batch_spans
+from icelog.storage.core.commit import commit
+from icelog.storage.log.files import write_log_files
+from icelog.storage.log.table import LogTable, with_system_columns
+from icelog.storage.replication.acls import add_acl
+from icelog.storage.replication.replica import OffsetWriteRequest, batch_spans
 from tests.support.catalogs import CatalogSpec
 
 PRINCIPAL = "bench"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
 
 
 def rows_at(table, partition: int, offsets: list[int], key: str = "planted") -> pa.Table:

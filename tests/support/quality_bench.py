@@ -23,7 +23,7 @@ def build_table(catalog, rows: int, partitions: int = 4):
     import numpy as np
     import pyarrow as pa
 
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     table = LogTable.create(catalog, "bench.events", partitions=partitions)
     per = rows // partitions
@@ -77,13 +77,13 @@ def measure(workdir: Path, engine: str, *, full: bool) -> dict:
     """One validation in this process (called in a child process by :func:`main`)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from validations.quality import run_suite
+    from icelog.validations.quality import run_suite
 
     catalog = SqlCatalog("bench", uri=f"sqlite:///{workdir}/catalog.db", warehouse=f"file://{workdir}/warehouse")
     table = catalog.load_table("bench.events")
     spark = None
     if engine == "spark":
-        from pipelines.spark import spark_session
+        from icelog.pipelines.spark import spark_session
 
         spark = spark_session("local[2]", "icelog-bench", {"spark.driver.memory": "4g"})
     peak = PeakMemory()

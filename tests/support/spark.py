@@ -7,7 +7,7 @@ process (``getOrCreate``).
 
 from __future__ import annotations
 
-from pipelines.spark import spark_session
+from icelog.pipelines.spark import spark_session
 
 
 def local_session():

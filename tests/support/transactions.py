@@ -18,16 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from storage.admin.orphans import referenced_files, remove_orphan_files
-from storage.core import faults
-from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log.files import local_path
-from storage.log.table import LogTable
-from storage.producers import journal as coordinator
-from storage.producers import transactional as tx
-from storage.producers.transactional import TransactionalProducer
-from storage.properties import TRANSACTION_TIMEOUT_MS
-from validations.checks import run_checks
+from icelog.storage.admin.orphans import referenced_files, remove_orphan_files
+from icelog.storage.core import faults
+from icelog.storage.groups.offsets import commit_offsets, committed_offsets
+from icelog.storage.log.files import local_path
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers import journal as coordinator
+from icelog.storage.producers import transactional as tx
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.properties import TRANSACTION_TIMEOUT_MS
+from icelog.validations.checks import run_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 # Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward.
@@ -146,7 +146,7 @@ def contiguous(log_table: LogTable) -> None:
 
 
 def metadata_locations(catalog, *identifiers: str) -> dict[str, str]:
-    from storage.groups.offsets import GROUPS_TABLE
+    from icelog.storage.groups.offsets import GROUPS_TABLE
 
     names = [*identifiers, coordinator.JOURNAL, GROUPS_TABLE]
     return {n: catalog.load_table(n).metadata_location for n in names}

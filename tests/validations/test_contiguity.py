@@ -15,15 +15,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from storage.log import schema as cols
-from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path
-from storage.log.state import LogState, Watermark
-from storage.log.table import LogTable
-from storage.properties import WATERMARKS
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path
+from icelog.storage.log.state import LogState, Watermark
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import WATERMARKS
+from icelog.validations import contiguity
+from icelog.validations.contiguity import FileSpan, check_contiguity, check_files, tile
+from icelog.validations.violations import Violation
 from tests.support.planting import plant
-from validations import contiguity
-from validations.contiguity import FileSpan, check_contiguity, check_files, tile
-from validations.violations import Violation
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.log import schema as cols
-from storage.log.files import arrow_location, is_local, local_path
-from storage.log.table import LogTable
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import arrow_location, is_local, local_path
+from icelog.storage.log.table import LogTable
+from icelog.validations import contiguity
+from icelog.validations.contiguity import check_contiguity
 from tests.support.cli import Cli, one_document
-from validations import contiguity
-from validations.contiguity import check_contiguity
 
 INT64_MAX = 2**63 - 1
 ROWS = 5  # rows of the first file of each partition: the one damaged
@@ -157,8 +157,8 @@ def test_i1_rows_of_another_partition_in_a_partition_folder_are_misplaced(sqlite
 def test_a_committed_foreign_file_of_text_or_floats_read_first_is_a_violation(tmp_path, offsets):
     """Files of the size their metadata says skip the footer check; DuckDB's grouped query takes
     its types from the first file, and types other than integers there send every file to it."""
-    from storage.log.state import LogState, Watermark
-    from validations.contiguity import check_files
+    from icelog.storage.log.state import LogState, Watermark
+    from icelog.validations.contiguity import check_files
 
     foreign, healthy = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
     pq.write_table(pa.table({cols.PARTITION: _partition(3), cols.OFFSET: offsets}), foreign)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from validations import contiguity
-from validations.contiguity import _proven_rows
+from icelog.validations import contiguity
+from icelog.validations.contiguity import _proven_rows
 
 
 def _oracle(offsets: list[int], parts: list[int], partition: int):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.flights import create_table, load_flights
-from storage.errors import InvalidInput
-from validations.quality import payload_expectations, run_suite
+from icelog.pipelines.flights import create_table, load_flights
+from icelog.storage.errors import InvalidInput
+from icelog.validations.quality import payload_expectations, run_suite
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +92,8 @@ def tamper(table, partition: int, column: str, value) -> str:
     first row's ``column`` becomes ``value``. No commit, so lineage knows nothing of it."""
     import pyarrow.parquet as pq
 
-    from storage.log.files import local_path
-    from storage.log.maintenance import files_by_partition
+    from icelog.storage.log.files import local_path
+    from icelog.storage.log.maintenance import files_by_partition
 
     path = local_path(files_by_partition(table.table())[partition][0][2].file_path)
     rows = pq.read_table(path)
@@ -142,7 +142,7 @@ def test_a_run_with_nothing_new_repeats_the_last_result_and_what_it_covered(flig
 def test_a_record_without_the_last_result_validates_again_rather_than_show_an_empty_pass(flights, tmp_path):
     import json
 
-    from validations.quality import validation_record
+    from icelog.validations.quality import validation_record
 
     root = tmp_path / "gx"
     run_suite(flights.table(), docs_root=root)
@@ -157,7 +157,7 @@ def test_a_record_without_the_last_result_validates_again_rather_than_show_an_em
 
 
 def test_incremental_validation_fails_on_a_bad_new_row_until_it_is_fixed(flights, flights_rows, tmp_path):
-    from validations.quality import validation_record
+    from icelog.validations.quality import validation_record
 
     root = tmp_path / "gx"
     passed = run_suite(flights.table(), docs_root=root)
@@ -175,7 +175,7 @@ def test_incremental_validation_fails_on_a_bad_new_row_until_it_is_fixed(flights
 
 
 def test_incremental_validation_falls_back_to_full_when_the_validated_snapshot_expired(sqlite_catalog, tmp_path):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1, properties={"icelog.snapshots.keep": "2"})
     t.append({0: [{"key": "a"}] * 3})
@@ -199,7 +199,7 @@ def test_incremental_validation_falls_back_to_full_after_a_foreign_commit(flight
 
 
 def test_engine_is_picked_by_rows_in_scope(monkeypatch):
-    from validations.quality import pick_engine
+    from icelog.validations.quality import pick_engine
 
     monkeypatch.setenv("ICELOG_GX_SPARK_ROWS", "1000")
     assert pick_engine(1000) == "pandas" and pick_engine(1001) == "spark"
@@ -247,8 +247,8 @@ def test_gx_on_spark_passes_on_the_flights_and_fails_on_planted_rows_like_pandas
 
 
 def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog, tmp_path, monkeypatch):
-    from storage.log.table import LogTable
-    from validations.quality import WebAssetsMissing, offline_data_docs
+    from icelog.storage.log.table import LogTable
+    from icelog.validations.quality import WebAssetsMissing, offline_data_docs
 
     monkeypatch.setenv("ICELOG_WEB_ASSETS", str(tmp_path / "nowhere"))
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
@@ -266,8 +266,8 @@ def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog
 
 
 def test_a_past_snapshot_is_validated_in_full_and_records_nothing(flights, flights_rows, tmp_path):
-    from storage.errors import UnknownSnapshot
-    from validations.quality import validation_record
+    from icelog.storage.errors import UnknownSnapshot
+    from icelog.validations.quality import validation_record
 
     before = flights.table().metadata.current_snapshot_id
     bad = flights_rows.slice(0, 5).to_pylist()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
+from icelog.validations.report import build_index, build_report
 from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from tests.support.planting import plant
-from validations.report import build_index, build_report
 
 
 class OfflineBrowser:
@@ -251,7 +251,7 @@ def test_report_all_writes_an_index_with_each_tables_status(sqlite_catalog, tmp_
 
 
 def test_report_all_leaves_out_system_tables_unless_named(sqlite_catalog, tmp_path):
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     LogTable.create(sqlite_catalog, "db.good", partitions=1)
     producer = TransactionalProducer(sqlite_catalog, "copier")
@@ -265,7 +265,7 @@ def test_report_all_leaves_out_system_tables_unless_named(sqlite_catalog, tmp_pa
 
 
 def test_rows_per_day_with_a_payload_column_named_day(sqlite_catalog):
-    from validations.history import rows_per_day
+    from icelog.validations.history import rows_per_day
 
     t = LogTable.create(sqlite_catalog, "db.days", 1, payload=[{"name": "day", "type": "int"}, {"name": "key", "type": "string"}])
     t.append({0: [{"day": d, "key": "k"} for d in (1, 2, 3)]})
@@ -287,7 +287,7 @@ def events_with_event_time(catalog, name: str = "db.flights"):
 
 
 def test_rows_per_day_by_event_time_where_the_table_has_one(sqlite_catalog):
-    from validations.history import event_time_column, rows_per_day
+    from icelog.validations.history import event_time_column, rows_per_day
 
     t = events_with_event_time(sqlite_catalog)
     assert event_time_column(t.table()) == "time_hour"

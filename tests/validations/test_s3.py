@@ -17,14 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from storage.errors import InvalidInput
-from storage.log.files import arrow_location
-from storage.log.state import LogState, Watermark
-from storage.log.table import LogTable
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log.files import arrow_location
+from icelog.storage.log.state import LogState, Watermark
+from icelog.storage.log.table import LogTable
+from icelog.validations import contiguity
+from icelog.validations.contiguity import check_contiguity, check_files
 from tests.support.cli import Cli, one_document
 from tests.support.planting import plant
-from validations import contiguity
-from validations.contiguity import check_contiguity, check_files
 
 
 def records(n: int, prefix: str = "k") -> list[dict]:
@@ -167,22 +167,22 @@ def test_duckdb_shell_on_s3(events, rest_spec):
 
 def test_checks_on_s3_read_through_pyarrow(events):
     """Producer sequences and transactions read S3 files the way the deep check does."""
-    from validations.producers import sequence_violations
-    from validations.transactions import check_transactions
+    from icelog.validations.producers import sequence_violations
+    from icelog.validations.transactions import check_transactions
 
     assert sequence_violations(events.table()) == []
     assert check_transactions(events.table()).ok
 
 
 def test_gx_suite_on_s3_with_pandas(events, tmp_path):
-    from validations.quality import run_suite
+    from icelog.validations.quality import run_suite
 
     result = run_suite(events.table(), engine="pandas", docs_root=tmp_path, full=True)
     assert result.success
 
 
 def test_report_on_s3(events, tmp_path):
-    from validations.report import build_report
+    from icelog.validations.report import build_report
 
     build_report(events.table(), tmp_path, gx=False)
     assert json.loads((tmp_path / "report.json").read_text())["ok"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.core.commit import commit_tables
-from storage.log.table import AppendRequest, LogTable
-from storage.producers.transactional import TransactionalProducer
-from validations.sql import connect
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.validations.sql import connect
 
 
 def counts(catalog, names: list[str], as_of_ms: int) -> list[int]:

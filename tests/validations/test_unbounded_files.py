@@ -13,14 +13,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from storage.log import schema as cols
-from storage.log.files import data_files_from_parquet
-from storage.log.manifests import live_files
-from storage.log.table import LogTable
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import data_files_from_parquet
+from icelog.storage.log.manifests import live_files
+from icelog.storage.log.table import LogTable
+from icelog.validations import contiguity
+from icelog.validations.contiguity import check_contiguity
 from tests.support.cli import Cli
 from tests.support.planting import plant, rows_at
-from validations import contiguity
-from validations.contiguity import check_contiguity
 
 NO_METRICS = [
     {"write.metadata.metrics.default": "none"},

@@ -9,8 +9,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import cli
-from storage.log.table import LogTable
+from icelog.pipelines.cli import cli
+from icelog.storage.log.table import LogTable
 from tests.support.planting import plant
 
 
@@ -138,7 +138,7 @@ def test_maintain_reports_and_keeps_offsets(run):
 
 
 def test_console_script_text_output_and_usage_error(catalog_spec, tmp_path):
-    exe = [sys.executable, "-m", "pipelines.cli"]
+    exe = [sys.executable, "-m", "icelog.pipelines.cli"]
     env = catalog_spec.env()
     done = subprocess.run([*exe, "topics", "create", "db.events", "--partitions", "2"], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "created db.events" in done.stdout

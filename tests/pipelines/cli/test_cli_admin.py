@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from storage.core import faults
-from storage.groups.offsets import group_state
-from storage.log.table import LogTable, OffsetAndTimestamp
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.core import faults
+from icelog.storage.groups.offsets import group_state
+from icelog.storage.log.table import LogTable, OffsetAndTimestamp
+from icelog.storage.producers.transactional import TransactionalProducer
 from tests.support.cli import Cli, one_document
 
 
@@ -57,7 +57,7 @@ def test_offsets_for_time_is_the_one_lookup_of_the_cli(icelog: Cli, events):
 
 
 def test_offsets_for_time_of_a_partition_the_table_lacks_is_refused(events):
-    from storage.errors import UnknownPartition
+    from icelog.storage.errors import UnknownPartition
 
     with pytest.raises(UnknownPartition):
         events.offsets_for_time(0, [7])
@@ -98,7 +98,7 @@ def test_delete_purge_also_deletes_the_files(icelog: Cli, events):
 
 
 def test_delete_on_a_terminal_asks_and_a_no_changes_nothing(icelog: Cli, events, unchanged, monkeypatch):
-    from pipelines.cli import topics
+    from icelog.pipelines.cli import topics
 
     monkeypatch.setattr(topics, "_interactive", lambda: True)
     with unchanged(events):
@@ -358,7 +358,7 @@ def test_two_concurrent_alters_of_different_knobs_both_land(icelog: Cli, events)
     """Property-only commits are conditional (DESIGN §3): neither overwrites the other's change."""
     import threading
 
-    from storage.log.maintenance import alter_properties
+    from icelog.storage.log.maintenance import alter_properties
 
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli, one_document
 
 

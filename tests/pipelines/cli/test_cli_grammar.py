@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import cli
+from icelog.pipelines.cli import cli
 from tests.support.cli import ROOT, Cli, one_document
 
 
@@ -103,7 +103,7 @@ def test_every_command_and_option_has_help():
 
 
 def test_validate_check_offers_every_check_the_validator_runs():
-    from validations.checks import CHECKS
+    from icelog.validations.checks import CHECKS
 
     check = next(p for p in cli.commands["validate"].params if p.name == "check_names")
     assert list(check.type.choices) == list(CHECKS)

@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import cli
-from storage.groups.consumer import key_hash
-from storage.log.table import LogTable
+from icelog.pipelines.cli import cli
+from icelog.storage.groups.consumer import key_hash
+from icelog.storage.log.table import LogTable
 
 
 @pytest.fixture
@@ -213,7 +213,7 @@ def test_i8_reset_bad_target_value_exit_2_nothing_changes(run, events, bad):
 
 
 def test_i10_reset_dry_run_is_refused_like_the_reset_while_members_are_live(run, events):
-    from storage.groups.offsets import GroupAction, group_action
+    from icelog.storage.groups.offsets import GroupAction, group_action
 
     run("groups", "commit", "db.events", "--group", "g", "--partition", "0", "--range", "0-9")
     group_action(run.catalog, GroupAction("g", "a", "join", {"db.events": [0]}, 60_000))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import HistoryExpired, UnknownSnapshot
-from storage.log.table import LogTable
+from icelog.storage.errors import HistoryExpired, UnknownSnapshot
+from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli, one_document
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -145,8 +145,8 @@ def test_i8_unknown_snapshot_is_an_error_not_an_empty_pass(events):
 
 
 def test_unknown_snapshot_python_api(events):
-    from validations.checks import run_checks
-    from validations.sql import connect, planned_paths
+    from icelog.validations.checks import run_checks
+    from icelog.validations.sql import connect, planned_paths
 
     catalog = events.spec.open()
     table = LogTable.open(catalog, "db.events").table()
@@ -212,7 +212,7 @@ def test_snapshot_as_of_sees_an_expired_snapshot_in_the_middle(events):
     """Another tool may expire a middle snapshot; its time is then unanswerable, the rest is not."""
     from pyiceberg.table.update import RemoveSnapshotsUpdate
 
-    from validations.sql import snapshot_as_of
+    from icelog.validations.sql import snapshot_as_of
 
     catalog = events.spec.open()
     table = LogTable.open(catalog, "db.events").table()
@@ -337,7 +337,7 @@ def test_unreadable_catalog_exit_4_in_a_real_process(sqlite_spec, tmp_path):
 
 
 def _errors():
-    from storage import errors as e
+    from icelog.storage import errors as e
 
     return [
         (e.OffsetMismatch(table="db.events", partition=0, expected=1, actual=2), 3),
@@ -436,7 +436,7 @@ def test_every_type_from_sql_text(typed):
 
 
 def test_every_type_from_duckdb_and_python_api(typed):
-    from validations.sql import connect
+    from icelog.validations.sql import connect
 
     catalog = typed.spec.open()
     con = connect(catalog)
@@ -621,9 +621,9 @@ def _staged_like_spark(spec, table: str) -> None:
     """Commit a data file that sits in a ``p=0`` folder, as the Spark ingest job leaves them."""
     import pyarrow.parquet as pq
 
-    from storage.log import schema as cols
-    from storage.log.files import local_path, with_key_hash
-    from storage.log.table import with_system_columns
+    from icelog.storage.log import schema as cols
+    from icelog.storage.log.files import local_path, with_key_hash
+    from icelog.storage.log.table import with_system_columns
 
     log_table = LogTable.create(spec.open(), table, 1)
     iceberg = log_table.table()

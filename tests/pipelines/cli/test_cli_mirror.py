@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli
 from tests.support.mirror import assert_parity
 
@@ -69,9 +69,9 @@ def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
 
 
 def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
-    from pipelines.mirror import mirror_table
-    from storage.errors import InvalidInput
-    from storage.replication.acls import add_acl
+    from icelog.pipelines.mirror import mirror_table
+    from icelog.storage.errors import InvalidInput
+    from icelog.storage.replication.acls import add_acl
 
     for key, value in {**sqlite_spec.env(), **target_spec.env()}.items():
         if key.startswith(("PYICEBERG_CATALOG__", "ICELOG_CATALOG")):
@@ -88,8 +88,8 @@ def test_i6_mirror_task_of_the_dag(sqlite_spec, target_spec, monkeypatch):
 
 
 def test_i6_spark_bulk_mirror_copies_on_executors_and_keeps_parity(spark, sqlite_spec, target_spec):
-    from pipelines.mirror import mirror_bulk
-    from storage.replication.acls import add_acl
+    from icelog.pipelines.mirror import mirror_bulk
+    from icelog.storage.replication.acls import add_acl
 
     source, target = sqlite_spec.open(), target_spec.open()
     add_acl(target, "bulk", "*")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli
 
 
@@ -75,9 +75,9 @@ def test_mirror_parity_on_a_table_that_is_no_mirror_names_the_catalog_option(ice
 
 
 def test_mirror_parity_when_the_recorded_source_catalog_is_not_configured_here(icelog, target_spec, sqlite_spec, monkeypatch):
-    from storage.core.catalog import CatalogNotConfigured
-    from storage.core.commit import load
-    from validations.mirror import check_mirror_parity
+    from icelog.storage.core.catalog import CatalogNotConfigured
+    from icelog.storage.core.commit import load
+    from icelog.validations.mirror import check_mirror_parity
 
     icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "*")
     icelog("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot")

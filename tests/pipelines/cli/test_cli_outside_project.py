@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import cli
+from icelog.pipelines.cli import cli
 from tests.support.cli import ROOT
 
 # Reads, and a write that needs a table: none may leave anything behind.
@@ -53,7 +53,7 @@ def icelog(outside: tuple[Path, dict[str, str]], *args: str, input: str | None =
     """The real ``icelog`` process in the folder (a fresh interpreter: nothing configured in-process helps it)."""
     cwd, env = outside
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args],
+        [sys.executable, "-m", "icelog.pipelines.cli", *args],
         input=input or "",
         env=env,
         cwd=cwd,
@@ -124,8 +124,8 @@ def test_icelog_home_names_the_home_looked_for(outside, tmp_path):
 
 
 def test_open_catalog_for_a_read_creates_nothing(tmp_path, monkeypatch):
-    from storage.core.catalog import CatalogNotFound, LogSqlCatalog, open_catalog
-    from storage.errors import TerminalError
+    from icelog.storage.core.catalog import CatalogNotFound, LogSqlCatalog, open_catalog
+    from icelog.storage.errors import TerminalError
 
     home = tmp_path / "home"
     monkeypatch.setenv("ICELOG_HOME", str(home))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from storage.log.keys import partition_for_key
+from icelog.storage.log.keys import partition_for_key
 from tests.support.cli import Cli
 
 

@@ -99,7 +99,7 @@ def events(icelog, tmp_path):
 
 
 def shell(env: dict[str, str]) -> Terminal:
-    terminal = Terminal([sys.executable, "-m", "pipelines.cli", "duckdb"], env)
+    terminal = Terminal([sys.executable, "-m", "icelog.pipelines.cli", "duckdb"], env)
     banner = terminal.expect(re.escape(PROMPT))
     assert "catalog 'testcat'" in banner and "history in" in banner
     return terminal
@@ -187,7 +187,7 @@ def test_a_shell_without_a_home_keeps_no_history_and_creates_none(icelog, tmp_pa
     icelog("topics", "create", "db.events", "--partitions", "1")
     home = tmp_path / "no-home"
     env = {**icelog.env, "ICELOG_HOME": str(home), "TERM": "xterm", "NO_COLOR": "1"}
-    term = Terminal([sys.executable, "-m", "pipelines.cli", "duckdb"], env)
+    term = Terminal([sys.executable, "-m", "icelog.pipelines.cli", "duckdb"], env)
     assert f"no history kept ({home} does not exist)" in term.expect(re.escape(PROMPT))
     term.enter("select 1 as x;")
     term.type("\x04")

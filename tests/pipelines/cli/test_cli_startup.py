@@ -19,7 +19,7 @@ HEAVY = ("pandas", "pyarrow.dataset", "pyiceberg.io.pyarrow", "duckdb", "pyspark
 # Runs the CLI as the ``icelog`` script does, then reports which heavy modules it loaded.
 _RUN_AND_REPORT = f"""
 import json, sys
-from pipelines.cli import main
+from icelog.pipelines.cli import main
 try:
     main()
 finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from storage.log.table import LogTable
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
 
 
 def test_transactions_list_on_a_catalog_without_a_journal_creates_nothing(icelog, sqlite_spec):

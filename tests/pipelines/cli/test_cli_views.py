@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from storage.log.schema import SYSTEM_COLUMNS
+from icelog.storage.log.schema import SYSTEM_COLUMNS
 from tests.support.cli import Cli
 
 

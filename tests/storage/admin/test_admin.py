@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from storage.errors import InvalidIdentifier, InvalidInput, InvalidProperty, UnknownProperty, UnknownTable
-from storage.groups.offsets import commit_ranges, committed_offsets, forget_table, group_state, reset_group
-from storage.log.maintenance import alter_properties
-from storage.log.table import LogTable, OffsetAndTimestamp
+from icelog.storage.errors import InvalidIdentifier, InvalidInput, InvalidProperty, UnknownProperty, UnknownTable
+from icelog.storage.groups.offsets import commit_ranges, committed_offsets, forget_table, group_state, reset_group
+from icelog.storage.log.maintenance import alter_properties
+from icelog.storage.log.table import LogTable, OffsetAndTimestamp
 
 
 @pytest.fixture

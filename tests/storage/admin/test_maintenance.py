@@ -9,17 +9,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from storage.admin.maintenance import maintain
-from storage.admin.orphans import remove_orphan_files
-from storage.core.commit import Decision, Request, commit
-from storage.errors import InvalidInput
-from storage.log.files import local_path, write_log_files
-from storage.log.maintenance import Retention, expire_snapshots, files_by_partition
-from storage.log.state import LogState
-from storage.log.table import LogTable
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core.commit import Decision, Request, commit
+from icelog.storage.errors import InvalidInput
+from icelog.storage.log.files import local_path, write_log_files
+from icelog.storage.log.maintenance import Retention, expire_snapshots, files_by_partition
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.files import files_on_disk, files_referenced
 from tests.support.planting import rows_at
-from validations.contiguity import check_contiguity
 
 
 def fill(t: LogTable, partition: int, batches: int, size: int = 3) -> None:

@@ -12,14 +12,14 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.admin.maintenance import maintain
-from storage.admin.orphans import referenced_files, remove_orphan_files
-from storage.core.metadata_files import file_system, list_files, version_of
-from storage.log import schema as cols
-from storage.log.repair import repair
-from storage.log.table import LogTable
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.admin.orphans import referenced_files, remove_orphan_files
+from icelog.storage.core.metadata_files import file_system, list_files, version_of
+from icelog.storage.log import schema as cols
+from icelog.storage.log.repair import repair
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.planting import plant
-from validations.contiguity import check_contiguity
 
 
 def fill(t: LogTable, partition: int, batches: int, size: int = 3) -> None:

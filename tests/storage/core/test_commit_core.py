@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.update import SetPropertiesUpdate
 
-from storage.core.catalog import LogSqlCatalog
-from storage.core.commit import commit
-from storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
-from storage.log.maintenance import PartitionGrowth
-from storage.log.table import AppendRequest, LogTable
+from icelog.storage.core.catalog import LogSqlCatalog
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import CommitConflict, ConflictError, OffsetMismatch, TransientError
+from icelog.storage.log.maintenance import PartitionGrowth
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.interleave import Interleaved
-from validations.contiguity import check_contiguity
 
 
 def payload(*keys: str) -> pa.Table:
@@ -241,7 +241,7 @@ class FlakyCatalog(LogSqlCatalog):
 
 
 def test_catalog_read_failures_are_retried_then_typed(sqlite_spec):
-    from storage.errors import CatalogUnavailable, TransientError
+    from icelog.storage.errors import CatalogUnavailable, TransientError
 
     flaky = FlakyCatalog(sqlite_spec.name, uri=sqlite_spec.uri, warehouse=sqlite_spec.warehouse)
     t = LogTable.create(flaky, "db.t", partitions=1)

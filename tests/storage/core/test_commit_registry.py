@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage import properties as props
-from storage.core import commit as core
-from storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
-from storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
-from storage.log.table import AppendRequest, LogTable
-from storage.producers.idempotent import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
-from storage.properties import COMMIT_IDS_MIN_RETENTION_MS, COMMITS
+from icelog.storage import properties as props
+from icelog.storage.core import commit as core
+from icelog.storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
+from icelog.storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.idempotent import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
+from icelog.storage.properties import COMMIT_IDS_MIN_RETENTION_MS, COMMITS
 
 MIN_RETENTION_MS = COMMIT_IDS_MIN_RETENTION_MS.key
 
@@ -73,7 +73,7 @@ def test_i4_producer_counts_its_own_sequences_and_a_resend_lands_once(catalog):
     assert a.ranges == {0: (0, 3)} and b.ranges == {0: (3, 5), 1: (0, 1)}
     assert producer.next_sequence(0) == 5 and producer.next_sequence(1) == 1
     # The same batch sent again with the sequences it had (as after a lost response) is a duplicate.
-    from storage.log.sequences import ProducerBatch
+    from icelog.storage.log.sequences import ProducerBatch
 
     resent = t.append(
         {0: rows("b", 2), 1: rows("c", 1)}, producer=ProducerBatch(producer.producer_id, producer.epoch, {0: 3, 1: 0})
@@ -106,7 +106,7 @@ def test_i2_check_expected_offsets_flag_refuses_unconditional_appends(sqlite_cat
 
 def test_append_request_receipt_round_trips():
     request = AppendRequest("db.t", {}, {}, "cid")
-    from storage.log.table import AppendResult
+    from icelog.storage.log.table import AppendResult
 
     result = AppendResult("db.t", {0: (3, 5), 2: (0, 1)}, "cid")
     back = request.from_receipt(request.receipt(result))
@@ -161,7 +161,7 @@ def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_i
     one: dropping them must not mark every id made before that drop as possibly forgotten."""
     import json
 
-    from storage.core import commit as core
+    from icelog.storage.core import commit as core
 
     monkeypatch.setattr(core, "COMMIT_IDS_MAX", 4)
     t = LogTable.create(sqlite_catalog, "db.upgraded", 1, properties={KEEP_COMMIT_IDS: "2"})

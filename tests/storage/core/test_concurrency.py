@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from storage.log.table import LogTable
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.processes import run_workers
-from validations.contiguity import check_contiguity
 
 
 @pytest.mark.parametrize("round_", [0, pytest.param(1, marks=pytest.mark.slow)])

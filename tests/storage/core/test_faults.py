@@ -14,16 +14,16 @@ import sys
 
 import pytest
 
-from storage.admin.orphans import remove_orphan_files
-from storage.core import faults
-from storage.log.maintenance import files_by_partition
-from storage.log.sequences import ProducerBatch
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core import faults
+from icelog.storage.log.maintenance import files_by_partition
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
+from icelog.validations.contiguity import check_contiguity
+from icelog.validations.producers import check_producers
 from tests.support.faults import kill_9, kill_at, run_to_end
 from tests.support.files import files_on_disk, files_referenced
-from validations.contiguity import check_contiguity
-from validations.producers import check_producers
 
 pytestmark = pytest.mark.fault
 

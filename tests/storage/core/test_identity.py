@@ -10,14 +10,14 @@ import os
 
 import pytest
 
-from storage.core import faults
-from storage.core.metadata_files import file_system, list_files
-from storage.errors import OffsetMismatch, TransactionTableChanged
-from storage.log.files import local_path
-from storage.log.table import LogTable
-from storage.producers import journal as coordinator
-from storage.producers import transactional as tx
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.core import faults
+from icelog.storage.core.metadata_files import file_system, list_files
+from icelog.storage.errors import OffsetMismatch, TransactionTableChanged
+from icelog.storage.log.files import local_path
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers import journal as coordinator
+from icelog.storage.producers import transactional as tx
+from icelog.storage.producers.transactional import TransactionalProducer
 from tests.support.transactions import (
     SMALL,
     contiguous,

@@ -11,14 +11,14 @@ from typing import Any, Callable
 import pytest
 import structlog
 
-import storage.core.commit as core
-from storage.core.commit import EXCLUSIVE_AFTER, Decision, commit
-from storage.errors import CommitConflict, InvalidInput
-from storage.log.maintenance import Compaction, Retention
-from storage.log.table import LogTable
-from storage.properties import LEASE
+import icelog.storage.core.commit as core
+from icelog.storage.core.commit import EXCLUSIVE_AFTER, Decision, commit
+from icelog.storage.errors import CommitConflict, InvalidInput
+from icelog.storage.log.maintenance import Compaction, Retention
+from icelog.storage.log.table import LogTable
+from icelog.storage.properties import LEASE
+from icelog.validations.contiguity import check_contiguity
 from tests.support.processes import worker_processes
-from validations.contiguity import check_contiguity
 
 
 class Contested:

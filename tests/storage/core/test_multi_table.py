@@ -14,12 +14,12 @@ import time
 import pyarrow as pa
 import pytest
 
-from storage.core import faults
-from storage.core.commit import commit_tables, was_committed
-from storage.core.swap import load_tables
-from storage.errors import AtomicCommitUnsupported
-from storage.log.state import LogState
-from storage.log.table import AppendRequest, LogTable
+from icelog.storage.core import faults
+from icelog.storage.core.commit import commit_tables, was_committed
+from icelog.storage.core.swap import load_tables
+from icelog.storage.errors import AtomicCommitUnsupported
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import AppendRequest, LogTable
 from tests.support.catalogs import forwarding_catalog
 from tests.support.interleave import Interleaved
 from tests.support.workers.multi_table import two_table_append

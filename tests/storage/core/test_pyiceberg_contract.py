@@ -14,7 +14,7 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import Transaction
 from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate
 
-from storage.core.catalog import LogSqlCatalog
+from icelog.storage.core.catalog import LogSqlCatalog
 
 
 def test_pyiceberg_version_is_the_pinned_one():
@@ -39,7 +39,7 @@ def test_sql_catalog_private_names_used_by_the_swap():
 
 
 def test_transaction_exposes_staged_updates(sqlite_catalog):
-    from storage.log.table import LogTable
+    from icelog.storage.log.table import LogTable
 
     table = LogTable.create(sqlite_catalog, "db.contract", 1).table()
     txn = table.transaction()
@@ -62,7 +62,7 @@ def test_parquet_footer_names_used_to_register_spark_files():
 
 
 def test_overwrite_builds_its_manifest_evaluators_through_an_instance_lookup():
-    """storage.core.commit._evaluator_per_manifest replaces ``_build_manifest_evaluator`` on the
+    """icelog.storage.core.commit._evaluator_per_manifest replaces ``_build_manifest_evaluator`` on the
     overwrite instance; pyiceberg must look it up there when it matches files to delete."""
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 
@@ -75,8 +75,8 @@ def test_staging_transaction_caches_exactly_what_pyiceberg_computes(sqlite_catal
     every change a commit stages (a snapshot, properties), and moves on when they change."""
     from pyiceberg.table.update import update_table_metadata
 
-    from storage.core.commit import _StagingTransaction
-    from storage.log.table import LogTable
+    from icelog.storage.core.commit import _StagingTransaction
+    from icelog.storage.log.table import LogTable
 
     log_table = LogTable.create(sqlite_catalog, "db.staging", 1)
     log_table.append({0: [{"key": "a"}]})
@@ -106,9 +106,9 @@ def test_apply_updates_is_pyicebergs_update_without_the_deep_copy(sqlite_catalog
     helpers: same result for every kind of update a commit stages, and the base left as it was."""
     from pyiceberg.table.update import RemoveSnapshotsUpdate, SetPropertiesUpdate, update_table_metadata
 
-    from storage.core.commit import _StagingTransaction
-    from storage.core.swap import apply_updates
-    from storage.log.table import LogTable
+    from icelog.storage.core.commit import _StagingTransaction
+    from icelog.storage.core.swap import apply_updates
+    from icelog.storage.log.table import LogTable
 
     assert "model_copy(deep=True)" in inspect.getsource(update_table_metadata)  # what it saves
     assert list(inspect.signature(update_table_metadata).parameters) == [
@@ -137,7 +137,7 @@ def test_apply_updates_is_pyicebergs_update_without_the_deep_copy(sqlite_catalog
 
 
 def test_log_file_writer_describes_a_file_as_pyicebergs_write_file(sqlite_catalog):
-    """storage.log.files writes data files itself (encodings, row groups) with pyiceberg's private
+    """icelog.storage.log.files writes data files itself (encodings, row groups) with pyiceberg's private
     writer options (_get_parquet_writer_kwargs) and statistics helpers: the DataFile it returns
     must say what pyiceberg's own write_file says of the same rows, apart from path and bytes."""
     import uuid
@@ -147,9 +147,9 @@ def test_log_file_writer_describes_a_file_as_pyicebergs_write_file(sqlite_catalo
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
     from pyiceberg.table import WriteTask
 
-    from storage.log import schema as cols
-    from storage.log.files import write_log_files
-    from storage.log.table import LogTable
+    from icelog.storage.log import schema as cols
+    from icelog.storage.log.files import write_log_files
+    from icelog.storage.log.table import LogTable
 
     assert set(inspect.signature(_get_parquet_writer_kwargs).parameters) == {"table_properties"}
     t = LogTable.create(sqlite_catalog, "db.contract", 2)  # key/value strings: a key column
@@ -195,7 +195,7 @@ def test_log_file_io_keeps_every_s3_option_pyiceberg_chooses_and_opens_small_fil
     ``PutObject`` per small file): nothing else pyiceberg set may change."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    from storage.core.fileio import LogFileIO
+    from icelog.storage.core.fileio import LogFileIO
 
     assert list(inspect.signature(PyArrowFileIO._initialize_s3_fs).parameters) == ["self", "netloc"]
     properties = {

@@ -17,9 +17,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from storage.admin.maintenance import maintain
-from storage.core.commit import commit_tables
-from storage.errors import (
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.errors import (
     AtomicCommitUnsupported,
     InvalidProducerEpoch,
     OffsetMismatch,
@@ -28,8 +28,8 @@ from storage.errors import (
     ReadOnlyTable,
     StaleGeneration,
 )
-from storage.groups.consumer import Consumer, key_hash
-from storage.groups.offsets import (
+from icelog.storage.groups.consumer import Consumer, key_hash
+from icelog.storage.groups.offsets import (
     GroupAction,
     commit_offsets,
     commit_ranges,
@@ -38,20 +38,20 @@ from storage.groups.offsets import (
     group_action,
     group_state,
 )
-from storage.ingest import ledger
-from storage.ingest.bulk import bulk_load
-from storage.log.maintenance import live_files
-from storage.log.repair import repair
-from storage.log.sequences import ProducerBatch
-from storage.log.table import AppendRequest, LogTable
-from storage.producers import journal as coordinator
-from storage.producers.idempotent import Producer, init_producer, lease_producer_ids
-from storage.producers.transactional import TransactionalProducer
-from storage.replication.acls import add_acl
-from storage.replication.mirror import promote
+from icelog.storage.ingest import ledger
+from icelog.storage.ingest.bulk import bulk_load
+from icelog.storage.log.maintenance import live_files
+from icelog.storage.log.repair import repair
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers import journal as coordinator
+from icelog.storage.producers.idempotent import Producer, init_producer, lease_producer_ids
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.replication.acls import add_acl
+from icelog.storage.replication.mirror import promote
+from icelog.validations.contiguity import check_contiguity
 from tests.support.catalogs import CatalogSpec
 from tests.support.mirror import PRINCIPAL, assert_parity, rows, run_mirror
-from validations.contiguity import check_contiguity
 
 
 def batch(n: int, tag: str = "r") -> list[dict]:
@@ -238,7 +238,7 @@ def test_i9_ingest_job_refused_on_rest_before_spark_reads(rest_spec, monkeypatch
     import pyiceberg.catalog
     from pyiceberg.utils.config import Config
 
-    from pipelines.ingest import ingest
+    from icelog.pipelines.ingest import ingest
 
     catalog = rest_spec.open()
     t = _log(catalog, n=3)
@@ -257,7 +257,7 @@ def test_i5_consume_produce_refused_on_rest_before_the_group_or_spark(rest_spec,
     import pyiceberg.catalog
     from pyiceberg.utils.config import Config
 
-    from pipelines.group_job import group_job
+    from icelog.pipelines.group_job import group_job
     from tests.support.cli import Cli
 
     catalog = rest_spec.open()
@@ -350,7 +350,7 @@ def test_i6_i10_a_step_stopped_between_its_data_and_its_group_offsets_catches_up
 ):
     """On REST a step's group offsets follow its data in a second commit: stopped in between,
     the target's groups stay behind (never ahead of its log end), and the next step sets them."""
-    import storage.replication.mirror as mirror_module
+    import icelog.storage.replication.mirror as mirror_module
 
     src = LogTable.create(sqlite_catalog, "orders", 1)
     src.append({0: rows(4)})

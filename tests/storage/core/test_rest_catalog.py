@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 
-from storage.core import swap
-from storage.core.commit import Decision, Request, commit, commit_tables
-from storage.errors import AtomicCommitUnsupported, ForeignCommit, OffsetMismatch
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from validations.contiguity import check_contiguity
+from icelog.storage.core import swap
+from icelog.storage.core.commit import Decision, Request, commit, commit_tables
+from icelog.storage.errors import AtomicCommitUnsupported, ForeignCommit, OffsetMismatch
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 
 COUNTER = "test.counter"
 
@@ -155,8 +155,8 @@ def test_tables_are_written_through_icelogs_file_io_unless_configured(rest_catal
     small S3 file); a ``py-io-impl`` in the configuration wins, as in pyiceberg."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    from storage.core.catalog import open_catalog
-    from storage.core.fileio import LogFileIO
+    from icelog.storage.core.catalog import open_catalog
+    from icelog.storage.core.fileio import LogFileIO
 
     t = LogTable.create(rest_catalog, "db.events", partitions=1)
     t.append({0: [{"key": "k", "value": "v"}]})
@@ -171,7 +171,7 @@ def test_racing_clients_create_one_namespace_without_a_server_error(rest_spec):
     """SeaweedFS answers 500 to a client whose create races another's half-created namespace
     (about 1 call in 30 here; CI saw it once in the producer-id race): ``ensure_namespace``
     asks again, as it would a read, and every racer returns."""
-    from storage.core.catalog import ensure_namespace
+    from icelog.storage.core.catalog import ensure_namespace
 
     clients, namespaces = 6, 12
     catalogs = [rest_spec.open() for _ in range(clients)]

@@ -29,13 +29,13 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.errors import AtomicCommitUnsupported, CatalogUnavailable, StorageUnreachable
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.replication.acls import add_acl
+from icelog.storage.replication.mirror import mirror
 from infra import seaweedfs
-from storage.admin.maintenance import maintain
-from storage.core.commit import commit_tables
-from storage.errors import AtomicCommitUnsupported, CatalogUnavailable, StorageUnreachable
-from storage.log.table import AppendRequest, LogTable
-from storage.replication.acls import add_acl
-from storage.replication.mirror import mirror
 from tests.support.catalogs import CatalogSpec
 
 TABLES = 20
@@ -233,7 +233,7 @@ def test_a_response_cut_off_mid_body_is_catalog_unavailable():
     the client with ``requests``' ChunkedEncodingError (urllib3's IncompleteRead). Reads outside a
     commit retry it and then raise the typed, retriable ``CatalogUnavailable``, like a refused
     connection; a raw requests error made the worker's run untyped."""
-    from storage.core.catalog import LogRestCatalog
+    from icelog.storage.core.catalog import LogRestCatalog
 
     server = _CutOffCatalog()
     server.start()

@@ -7,10 +7,10 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from storage.errors import InvalidInput, StaleGeneration
-from storage.groups.consumer import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, Consumer, key_hash, key_hashes, parse_key_range
-from storage.groups.offsets import GROUPS_TABLE, commit_ranges, describe_group
-from storage.log.table import LogTable
+from icelog.storage.errors import InvalidInput, StaleGeneration
+from icelog.storage.groups.consumer import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, Consumer, key_hash, key_hashes, parse_key_range
+from icelog.storage.groups.offsets import GROUPS_TABLE, commit_ranges, describe_group
+from icelog.storage.log.table import LogTable
 
 
 def _log(catalog, rows=120, keys=13):

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.core import faults
-from storage.groups.offsets import describe_group
-from storage.log.table import LogTable
+from icelog.storage.core import faults
+from icelog.storage.groups.offsets import describe_group
+from icelog.storage.log.table import LogTable
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from storage.core.commit import commit, commit_tables
-from storage.errors import InvalidInput, InvalidRange, RangeLimitExceeded, StaleGeneration
-from storage.groups import membership
-from storage.groups.offsets import (
+from icelog.storage.core.commit import commit, commit_tables
+from icelog.storage.errors import InvalidInput, InvalidRange, RangeLimitExceeded, StaleGeneration
+from icelog.storage.groups import membership
+from icelog.storage.groups.offsets import (
     GROUPS_TABLE,
     GroupAction,
     commit_ranges,
@@ -19,8 +19,8 @@ from storage.groups.offsets import (
     ranges_request,
     reset_group,
 )
-from storage.log.maintenance import Retention
-from storage.log.table import AppendRequest, LogTable
+from icelog.storage.log.maintenance import Retention
+from icelog.storage.log.table import AppendRequest, LogTable
 
 
 def _log(catalog, name="db.events", partitions=1, rows=60):
@@ -172,7 +172,7 @@ def test_chunk_slots_deal_round_robin():
 
 
 def test_transaction_offsets_still_work_and_drop_swallowed_ranges(sqlite_catalog):
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     _log(sqlite_catalog)
     LogTable.create(sqlite_catalog, "db.out", 1)
@@ -203,7 +203,7 @@ def test_reset_refused_while_members_live_then_moves(sqlite_catalog):
 def test_i10_groups_check_passes_then_finds_planted_violations(sqlite_catalog):
     import json
 
-    from validations.checks import run_checks
+    from icelog.validations.checks import run_checks
 
     t = _log(sqlite_catalog)
     commit_ranges(sqlite_catalog, "g", {("db.events", 0): [(0, 9), (20, 24), (30, 31)]})

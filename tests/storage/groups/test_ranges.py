@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.groups.ranges import RangeError, RangeState, amend, commit_range, pending, resume_at, to_ranges
+from icelog.storage.groups.ranges import RangeError, RangeState, amend, commit_range, pending, resume_at, to_ranges
 
 
 def test_i10_seed_example_merge_adjacent_ranges():

@@ -6,10 +6,10 @@ import datetime as dt
 
 import pytest
 
-from storage.core.commit import commit_tables
-from storage.errors import SourceFileChanged
-from storage.ingest import ledger
-from storage.log.files import write_log_files
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.errors import SourceFileChanged
+from icelog.storage.ingest import ledger
+from icelog.storage.log.files import write_log_files
 
 
 def source(tmp_path, name: str, content: bytes) -> ledger.SourceFile:

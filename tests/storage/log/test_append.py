@@ -9,8 +9,8 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from storage.core.commit import commit
-from storage.errors import (
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import (
     AbortableError,
     CommitConflict,
     EmptyBatch,
@@ -26,9 +26,9 @@ from storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from storage.log.table import AppendRequest, LogTable
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.validations.contiguity import check_contiguity
 from tests.support.interleave import Interleaved
-from validations.contiguity import check_contiguity
 
 
 def rows(*values: str) -> list[dict]:
@@ -234,7 +234,7 @@ def test_bare_table_names_go_to_namespace_logs(catalog):
 
 
 def test_open_catalog_without_a_name_is_the_embedded_sqlite_catalog_under_icelog_home(tmp_path, monkeypatch):
-    from storage.core.catalog import EMBEDDED_NAME, LogSqlCatalog, open_catalog
+    from icelog.storage.core.catalog import EMBEDDED_NAME, LogSqlCatalog, open_catalog
 
     home = tmp_path / "home"
     monkeypatch.setenv("ICELOG_HOME", str(home))
@@ -254,7 +254,7 @@ def test_open_catalog_without_a_name_is_the_embedded_sqlite_catalog_under_icelog
 
 
 def test_open_catalog_by_name_from_pyiceberg_environment_variables(sqlite_spec, tmp_path, monkeypatch):
-    from storage.core.catalog import LogSqlCatalog, open_catalog
+    from icelog.storage.core.catalog import LogSqlCatalog, open_catalog
 
     name = sqlite_spec.name  # the SQL catalog keeps each catalog name's tables apart
     monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
@@ -274,7 +274,7 @@ def test_open_catalog_by_name_from_pyiceberg_environment_variables(sqlite_spec, 
 
 @pytest.mark.parametrize("how", ["argument", "ICELOG_CATALOG"])
 def test_open_catalog_of_an_unknown_name_names_the_variable_to_set(tmp_path, monkeypatch, how):
-    from storage.core.catalog import CatalogNotConfigured, open_catalog
+    from icelog.storage.core.catalog import CatalogNotConfigured, open_catalog
 
     monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "embedded"))
     if how == "argument":
@@ -291,7 +291,7 @@ def test_open_catalog_of_an_unknown_name_names_the_variable_to_set(tmp_path, mon
 
 def test_the_users_pyiceberg_yaml_is_ignored(tmp_path, monkeypatch):
     """tests/conftest.py isolates every test from ~/.pyiceberg.yaml and catalog variables."""
-    from storage.core.catalog import CatalogNotConfigured, open_catalog
+    from icelog.storage.core.catalog import CatalogNotConfigured, open_catalog
 
     home = tmp_path / "user"
     home.mkdir()
@@ -364,7 +364,7 @@ def test_a_stale_base_whose_files_maintenance_deleted_is_read_again(catalog):
     """The base this LogTable last saw names a manifest list that snapshot expiry and orphan
     cleanup have deleted since: the append reads the table again and lands, not a false
     StorageUnavailable (which a retry on the same stale base would repeat)."""
-    from storage.admin.maintenance import maintain
+    from icelog.storage.admin.maintenance import maintain
 
     mine, theirs = LogTable.create(catalog, "db.events", partitions=1), LogTable(catalog, "db.events")
     mine.append({0: rows("a")})
@@ -402,7 +402,7 @@ def test_a_manifest_merge_rewrites_a_bounded_bin_not_every_live_file(sqlite_spec
     """A manifest merge must not rewrite the manifest of all live files (at pyiceberg's 8 MB
     target: a 2 s commit every 50 at 10,000 files, issue 20). Log tables set a target size, and
     what one commit's merge replaces stays within it. Shown at a small target, over 3 merges."""
-    from storage.log.table import MANIFEST_TARGET_BYTES
+    from icelog.storage.log.table import MANIFEST_TARGET_BYTES
 
     catalog = sqlite_spec.open()
     default = LogTable.create(catalog, "db.default", 1).table().metadata.properties

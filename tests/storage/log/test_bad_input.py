@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from storage.admin.maintenance import maintain
-from storage.errors import InvalidInput, InvalidProperty, UnknownSnapshot
-from storage.log.schema import load_payload_spec, payload_fields
-from storage.log.table import LogTable
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.errors import InvalidInput, InvalidProperty, UnknownSnapshot
+from icelog.storage.log.schema import load_payload_spec, payload_fields
+from icelog.storage.log.table import LogTable
 
 
 def fingerprint(t: LogTable) -> tuple:
@@ -116,7 +116,7 @@ def _prewritten(catalog, target: LogTable, offsets: list[int]) -> list[str]:
 
     import pyarrow as pa
 
-    from storage.log.files import write_log_files
+    from icelog.storage.log.files import write_log_files
 
     source = LogTable.create(catalog, f"db.source_{uuid.uuid4().hex[:8]}", 1)
     source.append({0: [{"key": str(i)} for i in range(len(offsets))]})
@@ -126,8 +126,8 @@ def _prewritten(catalog, target: LogTable, offsets: list[int]) -> list[str]:
 
 
 def test_i1_prewritten_files_with_a_duplicate_and_a_gap_are_refused(sqlite_catalog, unchanged):
-    from storage.errors import CorruptBatch
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.errors import CorruptBatch
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     target = LogTable.create(sqlite_catalog, "db.target", 1)
     paths = _prewritten(sqlite_catalog, target, [0, 0, 2])  # min 0, max 2, count 3: the statistics agree

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from storage.errors import ForeignCommit, ForeignPartitionSpec
-from storage.log import schema as cols
-from storage.log.repair import RepairImpossible, repair
-from storage.log.table import LogTable
-from validations.checks import run_checks
+from icelog.storage.errors import ForeignCommit, ForeignPartitionSpec
+from icelog.storage.log import schema as cols
+from icelog.storage.log.repair import RepairImpossible, repair
+from icelog.storage.log.table import LogTable
+from icelog.validations.checks import run_checks
 
 
 def rows(tag: str, n: int = 1) -> list[dict]:
@@ -140,9 +140,9 @@ def test_i1_a_forged_record_in_a_system_table_is_rolled_back_never_adopted(sqlit
     """A foreign engine's commit wedges icelog_system.transactions (every journal step raises
     ForeignCommit, which says: run repair); repair must roll it back, and must never adopt a
     forged record even when it extends the journal exactly."""
-    from storage.producers.journal import ensure_journal
-    from storage.producers.journal_state import JOURNAL
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.producers.journal import ensure_journal
+    from icelog.storage.producers.journal_state import JOURNAL
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     catalog = sqlite_catalog
     LogTable.create(catalog, "db.t", 1)
@@ -189,7 +189,7 @@ def set_foreign_spec(catalog, t: LogTable, *, keep_log_partition: bool, transfor
 
 def data_files_on_disk(t: LogTable) -> set[str]:
     """The Parquet files under the table, as its store lists them (local disk or S3)."""
-    from storage.core.metadata_files import file_system, list_files
+    from icelog.storage.core.metadata_files import file_system, list_files
 
     fs, root = file_system(t.table().io, t.table().metadata.location)
     return {f.path for f in list_files(fs, root, recursive=True) if f.path.endswith(".parquet")}

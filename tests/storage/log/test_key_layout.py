@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.admin.maintenance import maintain
-from storage.groups.consumer import Consumer
-from storage.log import schema as cols
-from storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path, write_log_files
-from storage.log.keys import HASH_SPACE, key_hash
-from storage.log.table import LogTable
-from storage.producers.transactional import TransactionalProducer
-from storage.properties import KEY_COLUMN
-from validations.contiguity import check_contiguity, offset_runs
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.groups.consumer import Consumer
+from icelog.storage.log import schema as cols
+from icelog.storage.log.files import GROUPS, MIN_GROUP_ROWS, local_path, write_log_files
+from icelog.storage.log.keys import HASH_SPACE, key_hash
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.properties import KEY_COLUMN
+from icelog.validations.contiguity import check_contiguity, offset_runs
 
 QUARTER = (0, 16383)
 
@@ -153,7 +153,7 @@ def test_rows_without_a_hash_are_never_pruned(sqlite_catalog):
     table.append(foreign)
     part = t.read(0, key_ranges=[QUARTER])
     assert part.num_rows == 40  # read, then filtered by the caller (the consumer computes the hash)
-    from storage.groups.consumer import key_hashes
+    from icelog.storage.groups.consumer import key_hashes
 
     assert sorted(np.flatnonzero(key_hashes(part.column("key")) <= QUARTER[1])) == [
         i for i, k in enumerate(keys) if key_hash(k) <= QUARTER[1]
@@ -178,8 +178,8 @@ def test_offset_runs_equal_a_counter_in_any_row_order(counts, dense, seed):
 
 def test_repair_never_adopts_foreign_rows_with_a_wrong_key_hash(sqlite_catalog):
     """A wrong log_key_hash would hide rows from key-range reads: such files are rolled back."""
-    from storage.errors import TerminalError
-    from storage.log.repair import repair
+    from icelog.storage.errors import TerminalError
+    from icelog.storage.log.repair import repair
 
     t = LogTable.create(sqlite_catalog, "db.events", 1)
     mine = t.append({0: rows(3)})
@@ -219,7 +219,7 @@ def test_hash_order_is_the_sort_by_hash_then_offset(hashes, case, start):
     """The radix fast path and its fallbacks (a null hash, offsets out of order) all give (hash, offset) order."""
     import pyarrow.compute as pc
 
-    from storage.log.files import _hash_order
+    from icelog.storage.log.files import _hash_order
 
     offsets = list(range(start, start + len(hashes)))
     if case == "reversed":

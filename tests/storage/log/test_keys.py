@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.log.keys import _PYTHON_HASH_LIMIT, key_hash, key_hashes
+from icelog.storage.log.keys import _PYTHON_HASH_LIMIT, key_hash, key_hashes
 
 
 def test_i10_many_distinct_keys_hash_like_one_key_at_a_time():

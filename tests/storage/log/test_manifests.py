@@ -11,14 +11,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from storage.admin.maintenance import maintain
-from storage.core.commit import commit
-from storage.errors import UnknownSnapshot
-from storage.log import manifests
-from storage.log.maintenance import Retention, files_by_partition
-from storage.log.manifests import LiveFile, live_files
-from storage.log.table import LogTable
-from validations.contiguity import check_contiguity
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import UnknownSnapshot
+from icelog.storage.log import manifests
+from icelog.storage.log.maintenance import Retention, files_by_partition
+from icelog.storage.log.manifests import LiveFile, live_files
+from icelog.storage.log.table import LogTable
+from icelog.validations.contiguity import check_contiguity
 
 
 def planned(table, field_id: int, snapshot_id: int | None = None) -> list[tuple]:

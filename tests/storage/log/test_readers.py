@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from storage.core.commit import METADATA_GRACE_MS
-from storage.core.metadata_files import SWEEP_EVERY, version_of
-from storage.log.table import LogTable
+from icelog.storage.core.commit import METADATA_GRACE_MS
+from icelog.storage.core.metadata_files import SWEEP_EVERY, version_of
+from icelog.storage.log.table import LogTable
 from tests.support.processes import worker_processes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,7 +46,7 @@ def test_i7_readers_never_fail_while_a_writer_commits(heavy_spec, tmp_path):
                 failures.append(repr(e))
             if reads % 25 == 1:
                 done = subprocess.run(
-                    [sys.executable, "-m", "pipelines.cli", "--output", "json", "offsets", t.identifier],
+                    [sys.executable, "-m", "icelog.pipelines.cli", "--output", "json", "offsets", t.identifier],
                     cwd=ROOT,
                     env=env,
                     capture_output=True,
@@ -121,7 +121,7 @@ def test_i7_metadata_superseded_inside_the_grace_is_deleted_by_a_later_commit(sq
 
 
 def test_i7_maintain_deletes_metadata_superseded_past_the_grace(sqlite_catalog):
-    from storage.admin.maintenance import maintain
+    from icelog.storage.admin.maintenance import maintain
 
     t = superseded_within_a_short_grace(sqlite_catalog, "db.idle_disk")
     held = t.table().metadata_location

@@ -12,16 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.table import Table
 
-from storage.core.commit import Decision, Request, commit
-from storage.errors import UnsupportedFormat
-from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
-from storage.log.sequences import ProducerBatch
-from storage.log.state import LogState, Watermark, Watermarks
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
-from storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
-from validations.contiguity import check_contiguity
-from validations.producers import check_producers
+from icelog.storage.core.commit import Decision, Request, commit
+from icelog.storage.errors import UnsupportedFormat
+from icelog.storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.state import LogState, Watermark, Watermarks
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
+from icelog.storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
+from icelog.validations.contiguity import check_contiguity
+from icelog.validations.producers import check_producers
 
 # --- codecs, property-based ----------------------------------------------------------------------
 

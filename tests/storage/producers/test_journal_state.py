@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from storage.producers.journal import PrepareCommit
-from storage.producers.journal_state import JOURNAL, JournalState, Prepared
-from storage.producers.transactional import TransactionalProducer
-from storage.properties import TRANSACTIONS
+from icelog.storage.producers.journal import PrepareCommit
+from icelog.storage.producers.journal_state import JOURNAL, JournalState, Prepared
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.storage.properties import TRANSACTIONS
 from tests.support.transactions import two_tables
 
 

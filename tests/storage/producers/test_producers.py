@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import storage.core.commit as core
-from storage.core.commit import commit
-from storage.errors import (
+import icelog.storage.core.commit as core
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import (
     DuplicateSequence,
     InvalidInput,
     InvalidProducerEpoch,
@@ -20,16 +20,16 @@ from storage.errors import (
     ProducerFenced,
     UnknownProducer,
 )
-from storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
-from storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
-from storage.log.state import LogState, Watermark
-from storage.log.table import AppendRequest, LogTable
-from storage.producers.idempotent import derive_state, init_producer, rebuild
-from storage.properties import PRODUCERS
+from icelog.storage.log.producer_state import PartitionSequences, ProducerEntry, Producers, WrittenBatch
+from icelog.storage.log.sequences import BATCHES_KEPT, ProducerBatch, admit
+from icelog.storage.log.state import LogState, Watermark
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.idempotent import derive_state, init_producer, rebuild
+from icelog.storage.properties import PRODUCERS
+from icelog.validations.producers import check_producers
 from tests.support.faults import kill_at, run_to_end, worker
 from tests.support.interleave import Interleaved
 from tests.support.processes import finish, run_workers, worker_processes
-from validations.producers import check_producers
 
 
 def batch(n: int, tag: str = "r") -> list[dict]:
@@ -303,7 +303,7 @@ def test_i4_validator_reports_every_sequence_break_exactly(catalog, table):
 
 
 def test_the_producer_id_table_is_not_a_log_table(catalog, table):
-    from storage.log.table import list_log_tables
+    from icelog.storage.log.table import list_log_tables
 
     init_producer(catalog, "db.p", "app")
     assert list_log_tables(catalog) == ["db.p"]

@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from storage.admin.orphans import remove_orphan_files
-from storage.core import faults
-from storage.errors import (
+from icelog.storage.admin.orphans import remove_orphan_files
+from icelog.storage.core import faults
+from icelog.storage.errors import (
     AtomicCommitUnsupported,
     ExpectedOffsetRequired,
     IcelogError,
@@ -31,13 +31,14 @@ from storage.errors import (
     ProducerFenced,
     RecoveryIncomplete,
 )
-from storage.groups.offsets import committed_offsets
-from storage.log.files import local_path
-from storage.log.table import LogTable
-from storage.producers import journal as coordinator
-from storage.producers import transactional as tx
-from storage.producers.journal import InvalidTxnState, TransactionAborted
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.groups.offsets import committed_offsets
+from icelog.storage.log.files import local_path
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers import journal as coordinator
+from icelog.storage.producers import transactional as tx
+from icelog.storage.producers.journal import InvalidTxnState, TransactionAborted
+from icelog.storage.producers.transactional import TransactionalProducer
+from icelog.validations.checks import run_checks
 from tests.support.catalogs import forwarding_catalog
 from tests.support.transactions import (
     BEFORE_PREPARE,
@@ -59,7 +60,6 @@ from tests.support.transactions import (
     whole_transaction_reads,
     worker,
 )
-from validations.checks import run_checks
 
 # --- 1. kill -9 at every named point, then recovery: all or nothing ---------------------------------
 
@@ -111,7 +111,7 @@ def age(paths: list[str], seconds: float = 7_200) -> None:
 def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
     """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
     are still needed (recovery rolls forward from them), so they are no orphans."""
-    from storage.admin.maintenance import maintain
+    from icelog.storage.admin.maintenance import maintain
 
     point = faults.AFTER_TXN_PREPARE
     catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
@@ -535,7 +535,7 @@ def test_i5_a_commit_after_its_sends_reads_no_metadata_and_a_stale_base_never_de
     reads = []
     real = type(catalog).load_table
     monkeypatch.setattr(type(catalog), "load_table", lambda self, ident: reads.append(ident) or real(self, ident))
-    from storage.core import commit as core
+    from icelog.storage.core import commit as core
 
     several = core.load_tables
     monkeypatch.setattr(core, "load_tables", lambda cat, idents: reads.extend(idents) or several(cat, idents))
@@ -617,7 +617,7 @@ def test_i5_staged_files_deleted_while_the_commit_decides_on_a_fresh_read_are_lo
     """The same race inside the atomic commit's decision, on a base read just before: the
     coordinator's roll-forward lands and deletes the staged files while the producer rewrites
     them. One more read finds the transaction landed."""
-    from storage.core import bases
+    from icelog.storage.core import bases
 
     a, b, mine = sent_to_both(catalog)
     monkeypatch.setattr(bases, "SEEN_MAX_AGE_S", -1.0)  # nothing cached: every base is a fresh read
@@ -695,11 +695,11 @@ def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     """The journal_table is believed by the coordinator and the transactions check: a forged record
     (an ABORTED for a committed transaction) must not get in through any user path."""
-    from storage.admin.maintenance import maintain
-    from storage.errors import InvalidIdentifier
-    from storage.producers.idempotent import init_producer
-    from storage.replication.acls import add_acl
-    from storage.replication.replica import write_with_offsets
+    from icelog.storage.admin.maintenance import maintain
+    from icelog.storage.errors import InvalidIdentifier
+    from icelog.storage.producers.idempotent import init_producer
+    from icelog.storage.replication.acls import add_acl
+    from icelog.storage.replication.replica import write_with_offsets
 
     LogTable.create(catalog, "db.a", 1)
     producer = TransactionalProducer(catalog, "copier")

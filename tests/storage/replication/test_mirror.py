@@ -11,10 +11,10 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
-from storage.admin.maintenance import maintain
-from storage.admin.orphans import referenced_files
-from storage.core.commit import commit
-from storage.errors import (
+from icelog.storage.admin.maintenance import maintain
+from icelog.storage.admin.orphans import referenced_files
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import (
     AuthorizationFailed,
     CorruptBatch,
     InvalidProduceOffset,
@@ -24,14 +24,14 @@ from storage.errors import (
     ProducerFenced,
     ReadOnlyTable,
 )
-from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log import schema as cols
-from storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files
-from storage.log.sequences import ProducerBatch
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
-from storage.replication.mirror import mirror, mirror_record, promote
-from storage.replication.replica import write_with_offsets
+from icelog.storage.groups.offsets import commit_offsets, committed_offsets
+from icelog.storage.log import schema as cols
+from icelog.storage.log.maintenance import Compaction, Retention, expire_snapshots, live_files
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer, lease_producer_ids, rebuild
+from icelog.storage.replication.mirror import mirror, mirror_record, promote
+from icelog.storage.replication.replica import write_with_offsets
 from tests.support.mirror import PRINCIPAL, assert_parity, mirror_threads, race_once, rows, run_mirror
 
 # --- writes with offsets ----------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_i6_target_read_only_until_promoted(source, target):
     dst = LogTable.open(target, "orders")
     with pytest.raises(ReadOnlyTable):
         dst.append({0: rows(1)})
-    from storage.producers.transactional import TransactionalProducer
+    from icelog.storage.producers.transactional import TransactionalProducer
 
     producer = TransactionalProducer(target, "writer-on-a-mirror")
     producer.init_transactions()
@@ -260,7 +260,7 @@ def test_i6_failover_drill_group_continues_from_committed_offset(source, target)
 
 
 def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
-    from storage.log.maintenance import Compaction
+    from icelog.storage.log.maintenance import Compaction
 
     src = LogTable.create(source, "orders", 1)
     for _ in range(3):
@@ -274,7 +274,7 @@ def test_i6_compacted_source_is_sliced_not_duplicated(source, target):
 
 
 def test_i6_individually_committed_ranges_mirrored_verbatim(source, target):
-    from storage.groups.offsets import commit_ranges, group_state
+    from icelog.storage.groups.offsets import commit_ranges, group_state
 
     src = LogTable.create(source, "orders", 1)
     src.append({0: rows(10)})
@@ -290,7 +290,7 @@ def test_i6_individually_committed_ranges_mirrored_verbatim(source, target):
 def test_i6_source_schema_gaining_a_column_fails_fast(source, target):
     from pyiceberg.types import StringType
 
-    from storage.errors import MirrorSchemaChanged
+    from icelog.storage.errors import MirrorSchemaChanged
 
     src = LogTable.create(source, "orders", 1)
     src.append({0: rows(2)})
@@ -322,7 +322,7 @@ def test_i6_a_step_that_loses_to_a_concurrent_step_which_mirrored_everything_end
     """Deterministic version of the race above: while this step copies, another step mirrors
     everything into the target; this step's commit loses (InvalidProduceOffset) and, with no
     attempt left to re-plan, it still ends, because the target already holds what it was asked."""
-    from storage.replication.mirror import copy_files
+    from icelog.storage.replication.mirror import copy_files
 
     source = source_spec.open()
     src = LogTable.create(source, "orders", 2)
@@ -442,7 +442,7 @@ def test_i4_a_mirror_made_by_an_older_icelog_still_never_hands_out_a_mirrored_id
     LogTable.create(source, "orders", 1)
     mirrored = {init_producer(source, "logs.orders", f"app{i}").producer_id for i in range(3)}
     with monkeypatch.context() as old:  # what an older icelog did: no reservation
-        old.setattr("storage.replication.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
+        old.setattr("icelog.storage.replication.mirror.reserve_producer_ids_below", lambda catalog, floor: None)
         run_mirror(source, target)
         if older == "mirror step and promote":
             promote(target, "orders")
@@ -485,8 +485,8 @@ def test_i6_a_foreign_commit_on_a_read_only_mirror_is_rolled_back_and_mirroring_
     """A foreign engine's commit on a mirror target stops the mirror (ForeignCommit: run
     repair); repair rolls it back (never adopts it: the target follows its source) and the
     next step continues in parity."""
-    from storage.errors import ForeignCommit
-    from storage.log.repair import RepairImpossible, repair
+    from icelog.storage.errors import ForeignCommit
+    from icelog.storage.log.repair import RepairImpossible, repair
 
     src = LogTable.create(source, "orders", 1)
     src.append({0: rows(2)})
@@ -514,8 +514,8 @@ def test_i4_a_commit_id_that_landed_on_the_source_is_never_written_again_on_the_
     landed: a re-send after failover must be refused (CommitIdForgotten), never written twice."""
     import time
 
-    from storage.core.commit import new_commit_id
-    from storage.errors import CommitIdForgotten
+    from icelog.storage.core.commit import new_commit_id
+    from icelog.storage.errors import CommitIdForgotten
 
     src = LogTable.create(source, "orders", 1)
     sent = new_commit_id()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.replication.mirror import mirror
+from icelog.storage.replication.mirror import mirror
 from tests.support.mirror_bench import PRINCIPAL, catalogs, fill
 
 pytestmark = pytest.mark.slow

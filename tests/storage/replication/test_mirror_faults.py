@@ -15,12 +15,12 @@ from dataclasses import asdict
 
 import pytest
 
-from storage.core import faults
-from storage.groups.offsets import committed_offsets
-from storage.log.sequences import ProducerBatch
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.core import faults
+from icelog.storage.groups.offsets import committed_offsets
+from icelog.storage.log.sequences import ProducerBatch
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
+from icelog.storage.producers.transactional import TransactionalProducer
 from tests.support.faults import kill_at
 from tests.support.mirror import PRINCIPAL, assert_parity, rows, run_mirror
 

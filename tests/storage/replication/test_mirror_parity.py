@@ -7,11 +7,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.log.maintenance import live_files
-from storage.log.table import LogTable
+from icelog.storage.log.maintenance import live_files
+from icelog.storage.log.table import LogTable
+from icelog.validations.checks import run_checks
+from icelog.validations.mirror import check_mirror_parity
 from tests.support.mirror import rows, run_mirror
-from validations.checks import run_checks
-from validations.mirror import check_mirror_parity
 
 
 def mirrored(source, target, batches: int = 3) -> LogTable:
@@ -73,6 +73,6 @@ def test_i6_parity_on_a_table_that_is_no_mirror(target):
 
 
 def _first(data_file, table) -> int:
-    from storage.log.files import file_offset_range
+    from icelog.storage.log.files import file_offset_range
 
     return file_offset_range(data_file, table.schema().find_field("log_offset").field_id)[0]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import threading
 
-from storage.core.commit import commit
-from storage.errors import MirrorPromoted
-from storage.groups.offsets import commit_offsets, committed_offsets
-from storage.log.maintenance import Retention
-from storage.log.table import LogTable
-from storage.producers.idempotent import init_producer
-from storage.replication.mirror import copy_files, mirror, promote
+from icelog.storage.core.commit import commit
+from icelog.storage.errors import MirrorPromoted
+from icelog.storage.groups.offsets import commit_offsets, committed_offsets
+from icelog.storage.log.maintenance import Retention
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import init_producer
+from icelog.storage.replication.mirror import copy_files, mirror, promote
 from tests.support.mirror import PRINCIPAL, assert_parity, mirror_threads, race_once, rows, run_mirror
 
 
@@ -175,7 +175,7 @@ def test_i6_a_groups_only_call_that_loses_to_a_state_only_step_still_mirrors_its
     step B plans a state-only change (a producer init); then a group commits offset 5 and the
     failover drill calls ``mirror()``. B lands between A's plan and A's commit: A's commit gets
     PlanOutdated (progress changed); it must plan again and write the group offset it read."""
-    import storage.replication.mirror as mirror_module
+    import icelog.storage.replication.mirror as mirror_module
 
     source = source_spec.open()
     src = LogTable.create(source, "orders", 1)

@@ -21,9 +21,9 @@ import time
 import uuid
 from pathlib import Path
 
-from storage.errors import StaleGeneration
-from storage.groups.consumer import Consumer
-from storage.log.table import AppendRequest, LogTable
+from icelog.storage.errors import StaleGeneration
+from icelog.storage.groups.consumer import Consumer
+from icelog.storage.log.table import AppendRequest, LogTable
 from tests.support.catalogs import CatalogSpec
 
 

@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from pipelines.fanout import fanout
-from pipelines.spark import spark_session
+from icelog.pipelines.fanout import fanout
+from icelog.pipelines.spark import spark_session
 from tests.support.catalogs import CatalogSpec
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ from tests.support.catalogs import CatalogSpec
 if __name__ == "__main__":
     spec = CatalogSpec(**json.loads(sys.argv[1]))
     os.environ.update(spec.env())
-    from pipelines.ingest import ingest
-    from pipelines.spark import spark_session
+    from icelog.pipelines.ingest import ingest
+    from icelog.pipelines.spark import spark_session
 
     result = ingest(spark_session(app_name="icelog-test"), sys.argv[2], sys.argv[3], sys.argv[4], catalog_name=spec.name)
     print(json.dumps(result.to_dict()), flush=True)

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from storage.errors import ConflictError, IcelogError
-from storage.log.table import LogTable
+from icelog.storage.errors import ConflictError, IcelogError
+from icelog.storage.log.table import LogTable
 from tests.support.catalogs import CatalogSpec
 
 
@@ -98,7 +98,7 @@ def produce_batch(
     spec_json: str, table: str, partition: int, producer_id: int, epoch: int, sequence: int, rows: int, tag: str
 ) -> None:
     """One idempotent batch (killed mid-commit by the fault tests, then re-sent)."""
-    from storage.log.sequences import ProducerBatch
+    from icelog.storage.log.sequences import ProducerBatch
 
     log_table = _table(spec_json, table)
     batch = [{"key": tag, "value": f"{tag}-{sequence + i}"} for i in range(rows)]
@@ -108,8 +108,8 @@ def produce_batch(
 
 def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, batches: int, size: int) -> None:
     """Send batches 0..n-1 in order, each until acknowledged (written or duplicate)."""
-    from storage.errors import DuplicateSequence, TransientError
-    from storage.log.sequences import ProducerBatch
+    from icelog.storage.errors import DuplicateSequence, TransientError
+    from icelog.storage.log.sequences import ProducerBatch
 
     log_table = _table(spec_json, table)
     for b in range(batches):
@@ -127,7 +127,7 @@ def resend_storm(spec_json: str, table: str, partition: int, producer_id: int, b
 
 
 def lease_ids(spec_json: str, count: int) -> None:
-    from storage.producers.idempotent import lease_producer_ids
+    from icelog.storage.producers.idempotent import lease_producer_ids
 
     catalog = _catalog(spec_json)
     for _ in range(count):
@@ -141,7 +141,7 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
     producer on the log table (a second commit). ``ICELOG_PAUSE_AT`` arms the fault point
     for the ``lease`` commit or for the ``register`` commit only.
     """
-    from storage.producers import idempotent as producers
+    from icelog.storage.producers import idempotent as producers
 
     armed = os.environ.pop("ICELOG_PAUSE_AT", None)
     lease = producers.lease_producer_ids
@@ -163,7 +163,7 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
 
 def maintain(spec_json: str, table: str, retention_bytes: int, compact: int) -> None:
     """``storage.admin.maintenance.maintain``: retention (if ``retention_bytes`` > 0), compaction (if ``compact``)."""
-    from storage.admin.maintenance import maintain as run
+    from icelog.storage.admin.maintenance import maintain as run
 
     report = run(
         _catalog(spec_json),

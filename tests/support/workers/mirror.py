@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from storage.replication.mirror import mirror
+from icelog.storage.replication.mirror import mirror
 from tests.support.catalogs import CatalogSpec
 
 

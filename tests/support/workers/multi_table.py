@@ -10,8 +10,8 @@ import sys
 
 import pyarrow as pa
 
-from storage.core.commit import commit_tables
-from storage.log.table import AppendRequest
+from icelog.storage.core.commit import commit_tables
+from icelog.storage.log.table import AppendRequest
 from tests.support.catalogs import CatalogSpec
 
 

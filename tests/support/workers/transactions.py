@@ -28,11 +28,11 @@ import random
 import sys
 import time
 
-from storage.core import faults
-from storage.errors import IcelogError
-from storage.log.state import LogState
-from storage.log.table import LogTable
-from storage.producers.transactional import TransactionalProducer
+from icelog.storage.core import faults
+from icelog.storage.errors import IcelogError
+from icelog.storage.log.state import LogState
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
 from tests.support.catalogs import CatalogSpec
 
 # When to arm each fault point so that it pauses inside the transaction's own step.
@@ -124,8 +124,8 @@ def loop(catalog, args: dict) -> None:
 def reader(catalog, args: dict) -> None:
     import duckdb
 
-    from storage.core.swap import load_tables
-    from storage.log.scan import planned_paths
+    from icelog.storage.core.swap import load_tables
+    from icelog.storage.log.scan import planned_paths
 
     names = [args["a"], args["b"]]
     con = duckdb.connect()
@@ -161,7 +161,7 @@ def copier(catalog, args: dict) -> None:
 
     With ``pause``, the fault point is armed once ``pause_after`` batches have committed,
     so the next transaction stops there (the test then kills the process)."""
-    from storage.groups.offsets import committed_offsets
+    from icelog.storage.groups.offsets import committed_offsets
 
     producer = TransactionalProducer(catalog, args["tid"])
     producer.init_transactions()  # rolls forward or aborts what the killed instance left
