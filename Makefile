@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo demo-lakehouse test test-slow bench lock clean airflow chaos lint format
+.PHONY: setup demo demo-lakehouse test test-slow bench lock clean airflow chaos lint format docs
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_install.py infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
@@ -40,6 +40,10 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The documentation site (docs/, mkdocs.yml) into site/: offline, warnings are errors.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # The long versions of the slowest scenarios (minutes each on 2 cores).
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
@@ -59,7 +63,7 @@ lock:
 	$(BIN)/uv pip compile -q pyproject.toml --extra test --python-version 3.11 --excludes infra/lock-excludes.txt -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .icelog
+	rm -rf $(VENV) .icelog site
 
 # The Airflow UI (standalone: scheduler, API server, DAG processor) on the icelog DAGs.
 airflow: setup
