@@ -1,4 +1,4 @@
-"""``icelog consume`` and ``icelog groups`` (I10, I8): the seed's examples through the CLI."""
+"""``icelog consume`` and ``icelog groups`` (I10, I8): the range-commit examples of docs/consumer-groups.md through the CLI."""
 
 from __future__ import annotations
 
