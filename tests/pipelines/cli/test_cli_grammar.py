@@ -254,6 +254,22 @@ def test_the_readme_shows_every_command():
     assert missing == []
 
 
+def test_the_cli_reference_shows_every_command_and_option():
+    """docs/cli.md alone covers the whole CLI: a new command or option is documented there."""
+    invocations = [
+        " ".join(shlex.quote(t) for t in shlex.split(line, comments=True))
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", CLI_REFERENCE, flags=re.S | re.M)
+        for line in block.splitlines()
+        if line.startswith("icelog ")
+    ]
+    shown = {tuple(_parse(argv)) for invocation in invocations for argv in _alternatives(_argv(invocation))}
+    missing = [" ".join(path) for path in LEAVES if path not in shown and not (path[-1] == "run" and path[:-1] in shown)]
+    assert missing == []
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", CLI_REFERENCE))
+    options = {opt for _, command in _commands() for p in command.params for opt in p.opts + p.secondary_opts}
+    assert sorted(o for o in options - named if o.startswith("--") and o != "--consistent") == []
+
+
 def test_every_option_the_cli_reference_names_exists():
     named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", CLI_REFERENCE))
     known = {opt for _, command in _commands() for p in command.params for opt in p.opts + p.secondary_opts}
