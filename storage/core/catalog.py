@@ -24,6 +24,7 @@ from pyiceberg.utils.config import Config
 
 from icelog.storage.core import faults
 from icelog.storage.errors import CatalogUnavailable, InvalidInput, TerminalError
+from icelog.storage.extras import require
 
 EMBEDDED_NAME = "icelog"
 EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
@@ -190,6 +191,7 @@ def open_catalog(name: str | None = None, *, create: bool = True, **properties: 
     Raises:
         CatalogNotConfigured: ``name`` has no configuration.
         CatalogNotFound: ``create`` is False and the embedded catalog does not exist.
+        MissingExtra: the catalog needs a driver that is not installed (``icelog[postgres]``, ``icelog[s3]``).
     """
     name = name or os.environ.get("ICELOG_CATALOG") or None
     if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
@@ -204,6 +206,10 @@ def open_catalog(name: str | None = None, *, create: bool = True, **properties: 
     if not conf:
         raise CatalogNotConfigured(catalog=name)
     uri = str(conf.get("uri", ""))
+    if uri.startswith(("postgresql://", "postgresql+psycopg2://")):  # SQLAlchemy's default PostgreSQL driver
+        require("psycopg2", f"the PostgreSQL catalog {name!r}")
+    if str(conf.get("rest.sigv4-enabled", "")).lower() == "true":  # pyiceberg signs with botocore
+        require("boto3", f"the SigV4-signed REST catalog {name!r}")
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
         return LogSqlCatalog(name, **{**FILE_IO, **{k: str(v) for k, v in conf.items() if k != "type"}})
     if conf.get("type") == "rest" and "py-catalog-impl" not in conf:
