@@ -94,7 +94,7 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
         app_name: Shown in the Spark UI.
         conf: Extra Spark settings.
     """
-    require("pyspark", "Spark jobs (ingest, fan-out, consume-produce, the Spark engine)")
+    require("pyspark", "Spark (ingest, fan-out, consume-produce, the Spark engine)")
     check_java()
     # Bind the driver to loopback unless told otherwise: a one-machine default should not
     # advertise itself on whatever interface the hostname resolves to.

@@ -298,7 +298,7 @@ class MissingExtra(TerminalError):
     feature: str
     module: str
     extra: str
-    message = "{module} is not installed ({feature} needs it): pip install 'icelog[{extra}]'"
+    message = "{module} is not installed; {feature} needs it: pip install 'icelog[{extra}]'"
 
 
 class UnknownPartition(TerminalError):
