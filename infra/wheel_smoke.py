@@ -7,10 +7,13 @@ conditional append, a deep check, a transaction, the errors that name a missing 
 the last Python it installs ``icelog[airflow]`` as well, imports every DAG module and, when the
 wheel declares an Airflow provider entry point, checks that ``airflow providers list`` shows icelog.
 
-Versions: every install is constrained by ``requirements.lock`` (``uv pip install -c``), the
-set ``make test`` runs, resolved for 3.11 and installable on 3.12 and 3.13 as it stands;
-packages the lock does not name are resolved within pyproject.toml's ranges. Airflow's own
-constraints files are not used (they live outside the package registries).
+Versions: on the first Python (3.12) the core install takes the lowest versions pyproject.toml's
+ranges allow for icelog's own dependencies (``uv pip install --resolution lowest-direct``), so a
+lower bound that is too low fails here. Every other install is constrained by
+``requirements.lock`` (``uv pip install -c``), the set ``make test`` runs, resolved for 3.11 and
+installable on 3.12 and 3.13 as it stands; packages the lock does not name are resolved within
+the ranges. Airflow's own constraints files are not used (they live outside the package
+registries).
 
 Usage: python -m infra.wheel_smoke [--python 3.12 --python 3.13] [--airflow-on 3.13] (make smoke)
 """
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -73,13 +77,24 @@ def provider_declared(wheel: Path) -> bool:
     return parser.has_section(PROVIDER_GROUP)
 
 
-def venv(python: str, where: Path, requirement: str) -> Path:
+def venv(python: str, where: Path, requirement: str, *, lowest: bool = False) -> Path:
+    """A fresh venv with ``requirement`` installed: constrained by the lock, or at the lowest
+    versions the core's ranges allow (``lowest``: they are named as direct requirements)."""
     step(f"venv on {python}", [UV, "venv", "-q", "--python", python, str(where)])
     bin_python = where / "bin" / "python"
-    step(
-        f"install {Path(requirement).name}",
-        [UV, "pip", "install", "-q", "--python", str(bin_python), "-c", str(ROOT / "requirements.lock"), requirement],
-    )
+    install = [UV, "pip", "install", "-q", "--python", str(bin_python)]
+    if lowest:
+        core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        step(
+            f"install {Path(requirement).name} at the lowest versions of {', '.join(core)}",
+            [*install, "--resolution", "lowest-direct", *core, requirement],
+        )
+        step("installed versions", [UV, "pip", "list", "--python", str(bin_python)])
+    else:
+        step(
+            f"install {Path(requirement).name} (requirements.lock as constraints)",
+            [*install, "-c", str(ROOT / "requirements.lock"), requirement],
+        )
     return bin_python
 
 
@@ -138,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             python = find_python(python_version)
             home = work / f"home-{python_version}"
             home.mkdir()
-            core = venv(python, work / f"core-{python_version}", str(wheel))
+            lowest = python_version == versions[0] and len(versions) > 1
+            core = venv(python, work / f"core-{python_version}", str(wheel), lowest=lowest)
             core_check(core, version, core=True, home=home)
             if python_version != airflow_on:
                 continue
