@@ -52,6 +52,9 @@ def test_dagbag_imports_cleanly_with_every_dag(dagbag):
         dag = dagbag.get_dag(dag_id)
         assert "icelog" in dag.tags
         assert all(t.retry_policy is not None for t in dag.tasks)
+        # Every task retries what is not icelog's: a validate run that the scheduler started
+        # before the API server listened (httpx.ConnectError) stayed failed with retries=0.
+        assert all(t.retries >= 1 for t in dag.tasks), {t.task_id: t.retries for t in dag.tasks}
 
 
 def test_the_demo_dags_start_unpaused_and_the_others_paused(dagbag, home):
@@ -65,6 +68,7 @@ def test_the_demo_dags_start_unpaused_and_the_others_paused(dagbag, home):
 def test_retry_policy_retries_transient_and_abortable_errors_and_fails_the_rest(dagbag):
     from airflow.sdk import RetryAction
 
+    from icelog.pipelines.tasks import ValidationFailed
     from icelog.storage import errors
 
     class Redo(errors.AbortableError):
@@ -80,6 +84,7 @@ def test_retry_policy_retries_transient_and_abortable_errors_and_fails_the_rest(
         (errors.InvalidInput(reason="end before start"), RetryAction.FAIL),
         (errors.ProducerFenced(table="demo.flights", producer_id=1, epoch=0, current_epoch=1), RetryAction.FAIL),
         (errors.UnknownTable(table="demo.nope"), RetryAction.FAIL),
+        (ValidationFailed(table="demo.flights", findings="1 violation", first="gap"), RetryAction.FAIL),  # at once
         # Not icelog's: Airflow's own retries decide (e.g. a Spark or OS failure).
         (OSError("disk full"), RetryAction.DEFAULT),
     ]
