@@ -30,16 +30,13 @@ from icelog.storage.admin.maintenance import maintain as run_maintenance
 from icelog.storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
 from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable
 from icelog.storage.log.table import LogTable
-from icelog.storage.telemetry import get_logger
+from icelog.storage.telemetry import get_logger, quiet_libraries
 from icelog.validations.checks import run_checks
 from icelog.validations.report import build_report
 from icelog.validations.verdict import OK, WARNINGS, Verdict, severity_of
 
 log = get_logger("tasks")
-# Airflow shows INFO in task logs: Great Expectations' internals would bury icelog's lines there
-# (some 150 per validation). Its warnings stay; a level configured elsewhere is kept.
-if logging.getLogger("great_expectations").level == logging.NOTSET:
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+quiet_libraries()  # Airflow shows INFO in task logs: pyiceberg's and GX's would bury icelog's lines
 
 
 class ValidationFailed(IcelogError):
