@@ -28,7 +28,7 @@ from icelog.pipelines.ingest import IngestResult, ingest, source_files
 from icelog.pipelines.spark import is_local, spark_session
 from icelog.storage.admin.maintenance import maintain as run_maintenance
 from icelog.storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
-from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable
+from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable, span
 from icelog.storage.log.table import LogTable
 from icelog.storage.telemetry import get_logger, quiet_libraries
 from icelog.validations.checks import run_checks
@@ -113,7 +113,7 @@ def log_ingest(result: dict[str, Any], day: str) -> None:
     """One line per file loaded, per log partition written, and the outcome of one day."""
     context = {"table": result["table"], "day": day}
     for f in result["loaded"]:
-        spans = {p: " ".join(f"[{a},{b})" for a, b in s) for p, s in f["ranges"].items()}
+        spans = {p: " ".join(span(a, b) for a, b in s) for p, s in f["ranges"].items()}
         log.info("loaded file", **context, file=f["path"], rows=f["rows"], offsets=spans)
     for p, (first, end) in sorted(result["ranges"].items()):
         log.info("committed offsets", **context, partition=p, first=first, end=end, rows=end - first)
