@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[bold]icelog demo, lakehouse profile[/]: PostgreSQL catalog {LAKEHOUSE_CATALOG!r}, "
             f"warehouse {properties['warehouse']} on SeaweedFS, Airflow home {env['AIRFLOW_HOME']}"
         )
-        code = run(console, env)
+        code = run(console, env, next_steps(home, lakehouse=True))
     console.print(f"lakehouse demo wall time (servers started and stopped): {time.perf_counter() - started:.0f} s")
     return code
 
@@ -151,8 +151,28 @@ def catalog_environment(name: str, properties: dict[str, str]) -> dict[str, str]
     }
 
 
-def run(console: Console, env: dict[str, str]) -> int:
-    """The demo's job through Airflow on the catalog the environment names (default: the embedded one)."""
+def next_steps(home: Path, lakehouse: bool) -> list[str]:
+    """The closing "next:" lines: what to open on the catalog this demo wrote to."""
+    from icelog.pipelines.flights import TABLE
+
+    if not lakehouse:
+        return [
+            "next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://127.0.0.1:8080; it prints the login last);",
+            f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"',
+        ]
+    # The lakehouse servers stop with the demo, and make airflow and the CLI's default are the
+    # embedded catalog: neither reaches what this run wrote.
+    return [
+        f"next: the report of the lakehouse catalog's {TABLE}: file://{home / 'reports' / TABLE / 'index.html'};",
+        f"      its PostgreSQL and SeaweedFS keep their data in {home} and stopped with this run:",
+        "      [bold]make demo-lakehouse[/] again starts them (it writes nothing twice). make airflow and",
+        "      .venv/bin/icelog without --catalog show the embedded catalog, not this one.",
+    ]
+
+
+def run(console: Console, env: dict[str, str], closing: list[str] | None = None) -> int:
+    """The demo's job through Airflow on the catalog the environment names (default: the embedded one);
+    ``closing``: the "next:" lines (default: the embedded catalog's)."""
     from icelog.pipelines.flights import LATE_DAY, TABLE, create_table, land_late_file, stage_landing
     from icelog.pipelines.tasks import landing_root
     from icelog.storage.core.catalog import open_catalog
@@ -204,10 +224,10 @@ def run(console: Console, env: dict[str, str]) -> int:
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
     ok = summarize(console, log_table)
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
-    console.print(
-        "next: [bold]make airflow[/] opens the Airflow UI on these DAGs (http://127.0.0.1:8080; it prints the login last);"
-    )
-    console.print(f'      .venv/bin/icelog sql "select origin, count(*) from {TABLE} group by 1"')
+    from icelog.storage.core.catalog import icelog_home
+
+    for line in closing or next_steps(icelog_home(), lakehouse=False):
+        console.print(line)
     return 0 if ok else 1
 
 
