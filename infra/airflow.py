@@ -4,9 +4,10 @@
     python -m infra.airflow test DAG_ID [DATE] [CONF_JSON]
     python -m infra.airflow standalone         # the UI on http://127.0.0.1:8080 (make airflow)
 
-``standalone`` runs ``airflow standalone`` with its output in ``$AIRFLOW_HOME/standalone.log``,
-waits until every component reports healthy, and prints the URL, the user and the password
-last. It binds ``$ICELOG_AIRFLOW_HOST`` (default 127.0.0.1: only this machine) on
+``standalone`` starts what ``airflow standalone`` would, the API server first and the other
+components once it answers, their output in ``$AIRFLOW_HOME/standalone/<component>.log``; waits
+until every component reports healthy, and prints the URL, the user and the password last.
+Nothing listens beyond loopback: the scheduler and triggerer serve no logs (``--skip-serve-logs``). It binds ``$ICELOG_AIRFLOW_HOST`` (default 127.0.0.1: only this machine) on
 ``$ICELOG_AIRFLOW_PORT`` (default 8080); ``ICELOG_AIRFLOW_HOST=0.0.0.0`` serves every interface.
 
 The components (scheduler, DAG processor, API server, triggerer) run as separate ``airflow``
@@ -35,6 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv's bin (not resolved: that would leave the venv)
 # What `airflow standalone` runs; a DAG run needs the first three (no deferrable tasks here).
 COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+# Their log servers would listen on every interface (Airflow binds them to host "", ports 8793
+# and 8794, whatever the API server's host): the API server reads the task logs from the files
+# they write on this machine instead.
+COMPONENT_ARGS = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}
 # How task processes call the API server's execution API ([workers] execution_api_*). The
 # scheduler runs a task before the API server listens (it starts in 25-35 s on a busy 2-core
 # machine), and the API server builds the execution API on its first request with its one event
@@ -134,33 +139,42 @@ def generated_passwords(env: dict[str, str]) -> dict[str, str] | None:
         return None
 
 
-def wait_healthy(env: dict[str, str], proc: subprocess.Popen, timeout: float = 600) -> None:
-    """Until the API server answers and reports the scheduler, DAG processor and triggerer healthy."""
+def health_url(env: dict[str, str]) -> str:
+    host = env["AIRFLOW__API__HOST"]
+    return f"http://{'127.0.0.1' if host in WILDCARDS else host}:{env['AIRFLOW__API__PORT']}/api/v2/monitor/health"
+
+
+def wait_healthy(
+    env: dict[str, str],
+    procs: dict[str, subprocess.Popen],
+    components: tuple[str, ...] = ("scheduler", "dag_processor", "triggerer"),
+    timeout: float = 600,
+) -> None:
+    """Until the API server answers and reports ``components`` healthy (none: it answers at all)."""
     import urllib.request
 
-    host = env["AIRFLOW__API__HOST"]
-    url = f"http://{'127.0.0.1' if host in WILDCARDS else host}:{env['AIRFLOW__API__PORT']}/api/v2/monitor/health"
+    url = health_url(env)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout
-    while proc.poll() is None:
+    while not (exited := [name for name, proc in procs.items() if proc.poll() is not None]):
         try:
             with opener.open(url, timeout=5) as response:
                 health = json.loads(response.read())
-            if all((health.get(c) or {}).get("status") == "healthy" for c in ("scheduler", "dag_processor", "triggerer")):
+            if all((health.get(c) or {}).get("status") == "healthy" for c in components):
                 return
         except (OSError, ValueError):
             pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"Airflow was not healthy after {timeout:.0f} s ({url})")
         time.sleep(1)
-    raise RuntimeError(f"airflow standalone exited with code {proc.returncode}")
+    raise RuntimeError(f"airflow {exited[0]} exited with code {procs[exited[0]].returncode}")
 
 
-def settle(log: Path, quiet: float = 2.0, limit: float = 30.0) -> None:
-    """Until ``log`` stops growing for ``quiet`` seconds (at most ``limit``): start-up output done."""
+def settle(logs: Path, quiet: float = 2.0, limit: float = 30.0) -> None:
+    """Until the ``*.log`` files in ``logs`` stop growing for ``quiet`` seconds (at most ``limit``): start-up output done."""
     deadline, size, since = time.monotonic() + limit, -1, time.monotonic()
     while time.monotonic() < deadline:
-        now = log.stat().st_size
+        now = sum(f.stat().st_size for f in logs.glob("*.log"))
         if now != size:
             size, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet:
@@ -169,7 +183,14 @@ def settle(log: Path, quiet: float = 2.0, limit: float = 30.0) -> None:
 
 
 def standalone(env: dict[str, str]) -> int:
-    """``airflow standalone`` in the background, then the login banner; runs until Ctrl-C."""
+    """Airflow's components in the background, then the login banner; runs until Ctrl-C.
+
+    Started here, not by ``airflow standalone``: the API server first, the other components once
+    it answers (a scheduler started with it ran a pending task before the execution API listened,
+    and the task failed), and the scheduler and triggerer with ``--skip-serve-logs`` (their log
+    servers bind every interface, port 8793 and 8794; the API server reads the task logs from
+    the same files on this machine instead).
+    """
     env = standalone_env(env)
     host, port = env["AIRFLOW__API__HOST"], int(env["AIRFLOW__API__PORT"])
     try:  # the API server would fail on a taken port while the other components run on
@@ -178,29 +199,27 @@ def standalone(env: dict[str, str]) -> int:
     except OSError as taken:
         print(f"cannot serve the Airflow UI on {host}:{port} ({taken.strerror}): set ICELOG_AIRFLOW_PORT", file=sys.stderr)
         return 2
-    log = Path(env["AIRFLOW_HOME"]) / "standalone.log"
-    print(f"starting Airflow (scheduler, DAG processor, API server, triggerer); its output: {log}", flush=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [airflow_bin(), "standalone"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    logs = Path(env["AIRFLOW_HOME"]) / "standalone"
+    print(f"starting Airflow (API server, then scheduler, DAG processor, triggerer); their output: {logs}", flush=True)
     try:
-        wait_healthy(env, proc)
-        settle(log)
-        print(login_banner(ui_url(env), generated_passwords(env), log), flush=True)
-        return proc.wait()
+        with services(env, logs, ("api-server",)) as api:
+            wait_healthy(env, api, components=())
+            with services(env, logs, tuple(c for c in COMPONENTS if c != "api-server")) as rest:
+                wait_healthy(env, {**api, **rest})
+                settle(logs)
+                print(login_banner(ui_url(env), generated_passwords(env), logs), flush=True)
+                while not any(proc.poll() is not None for proc in {**api, **rest}.values()):
+                    time.sleep(1)
+                return 1  # a component exited on its own
     except (RuntimeError, TimeoutError) as failure:
-        print(f"{failure}; the end of {log}:\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        print(f"{failure}; the end of its output in {logs}:\n{_tails(logs)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
-    finally:
-        stop([proc])
+
+
+def _tails(logs: Path, chars: int = 1500) -> str:
+    return "\n".join(f"== {f.name}\n{f.read_text(errors='replace')[-chars:]}" for f in sorted(logs.glob("*.log")))
 
 
 def free_port() -> int:
@@ -221,7 +240,7 @@ def migrate(env: dict[str, str]) -> None:
 def services(env: dict[str, str], logs: Path, components: tuple[str, ...] = COMPONENTS) -> Iterator[dict[str, subprocess.Popen]]:
     """Run Airflow components (``airflow scheduler`` ...) while the block runs; stop them after.
 
-    Each runs in its own process group (its executor workers and their Spark JVMs too), with
+    The scheduler and triggerer serve no logs (:data:`COMPONENT_ARGS`). Each runs in its own process group (its executor workers and their Spark JVMs too), with
     stdout and stderr appended to ``logs/<component>.log``, so no pipe can fill up.
     """
     logs.mkdir(parents=True, exist_ok=True)
@@ -230,7 +249,7 @@ def services(env: dict[str, str], logs: Path, components: tuple[str, ...] = COMP
         for name in components:
             with open(logs / f"{name}.log", "ab") as out:  # the child keeps its own descriptor
                 procs[name] = subprocess.Popen(
-                    [airflow_bin(), name],
+                    [airflow_bin(), name, *COMPONENT_ARGS.get(name, ())],
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,

@@ -28,26 +28,25 @@ from icelog.pipelines.ingest import IngestResult, ingest, source_files
 from icelog.pipelines.spark import is_local, spark_session
 from icelog.storage.admin.maintenance import maintain as run_maintenance
 from icelog.storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
-from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable
+from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable, span
 from icelog.storage.log.table import LogTable
-from icelog.storage.telemetry import get_logger
+from icelog.storage.telemetry import get_logger, quiet_libraries
 from icelog.validations.checks import run_checks
 from icelog.validations.report import build_report
+from icelog.validations.verdict import OK, WARNINGS, Verdict, severity_of
 
 log = get_logger("tasks")
-# Airflow shows INFO in task logs: Great Expectations' internals would bury icelog's lines there
-# (some 150 per validation). Its warnings stay; a level configured elsewhere is kept.
-if logging.getLogger("great_expectations").level == logging.NOTSET:
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+quiet_libraries()  # Airflow shows INFO in task logs: pyiceberg's and GX's would bury icelog's lines
 
 
 class ValidationFailed(IcelogError):
-    """A validation found violations (the Airflow task fails; the report names them)."""
+    """A validation failed its gate: check violations or failed expectations of severity error
+    (the Airflow task fails; the report names them; ``validations.verdict``)."""
 
     table: str
-    count: int
+    findings: str
     first: str
-    message = "{table}: {count} violations, first: {first}"
+    message = "{table}: {findings}, first: {first}"
 
 
 def landing_root(landing: str | None = None) -> Path | str:
@@ -114,7 +113,7 @@ def log_ingest(result: dict[str, Any], day: str) -> None:
     """One line per file loaded, per log partition written, and the outcome of one day."""
     context = {"table": result["table"], "day": day}
     for f in result["loaded"]:
-        spans = {p: " ".join(f"[{a},{b})" for a, b in s) for p, s in f["ranges"].items()}
+        spans = {p: " ".join(span(a, b) for a, b in s) for p, s in f["ranges"].items()}
         log.info("loaded file", **context, file=f["path"], rows=f["rows"], offsets=spans)
     for p, (first, end) in sorted(result["ranges"].items()):
         log.info("committed offsets", **context, partition=p, first=first, end=end, rows=end - first)
@@ -183,7 +182,8 @@ def validate(
     table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True, full: bool = False
 ) -> dict[str, Any]:
     """Run every registered check on ``table`` and publish its report (HTML, GX Data Docs)
-    under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` on any violation.
+    under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` when the gate fails
+    (check violations, failed expectations of severity error); warnings are logged at WARNING.
 
     Great Expectations validates only the rows committed since its last pass (``full``: all),
     on Spark when the scope is large (``$ICELOG_GX_SPARK_ROWS``)."""
@@ -201,6 +201,7 @@ def validate(
     )
     for v in checks.violations[:20]:  # the rest are in the report
         log.warning("violation", table=table, check=v.check, kind=v.kind, partition=v.partition, detail=v.detail)
+    quality = None
     if report:
         page = build_report(
             iceberg,
@@ -219,9 +220,23 @@ def validate(
             quality_ok=summary["quality_ok"],
             quality_scope=summary["quality_scope"],
         )
-    if checks.violations:
-        raise ValidationFailed(table=table, count=len(checks.violations), first=checks.violations[0].detail)
+    for f in (quality or {}).get("failed", []):
+        word = "expectation warning" if severity_of(f) == "warn" else "expectation failed"
+        log.warning(word, table=table, expectation=f["expectation"], kwargs=f["kwargs"], unexpected=f["unexpected_count"])
+    verdict = Verdict.of(summary, quality)
+    summary["status"] = verdict.status
+    # One verdict on every surface: the task fails when the gate fails and warns on findings.
+    level = {OK: logging.INFO, WARNINGS: logging.WARNING}.get(verdict.status, logging.ERROR)
+    log.log(level, "validation " + verdict.describe(), table=table, snapshot_id=checks.snapshot_id)
+    if not verdict.ok:
+        first = checks.violations[0].detail if checks.violations else _first_failure(quality)
+        raise ValidationFailed(table=table, findings=verdict.findings(), first=first)
     return summary
+
+
+def _first_failure(quality: dict[str, Any]) -> str:
+    f = next(f for f in quality["failed"] if severity_of(f) == "error")
+    return f"{f['expectation']} {json.dumps(f['kwargs'])}: {f['unexpected_count']} unexpected"
 
 
 def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:

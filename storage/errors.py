@@ -38,6 +38,13 @@ def _is_class_var(annotation: Any) -> bool:
     return annotation is ClassVar or str(annotation).startswith(("ClassVar", "typing.ClassVar"))
 
 
+def span(start: int, end: int) -> str:
+    """The offsets ``start`` up to, not including, ``end``, as icelog writes them in messages,
+    logs and text output:
+    half-open ``[start, end)``, like Kafka's log start and end offsets (``[0, 164)`` is 164 rows)."""
+    return f"[{start}, {end})"
+
+
 class _Attributes:
     """What a template's ``{name}`` reads: the error's attribute ``name``."""
 

@@ -30,9 +30,27 @@ def get_logger(name: str) -> Any:
     )
 
 
+#: Libraries whose INFO lines bury icelog's in a task log (Airflow shows INFO there): pyiceberg
+#: logs "Loaded FileIO" each time a table is loaded (450 of an ingest task's 768 lines), Great
+#: Expectations some 150 internal lines per validation. Their warnings stay.
+CHATTY = ("pyiceberg.io", "great_expectations")
+
+
+def quiet_libraries() -> None:
+    """:data:`CHATTY` loggers at WARNING, unless a level was configured for them elsewhere.
+
+    For entry points and for what Airflow runs (``pipelines.tasks``), where no one else does.
+    """
+    for name in CHATTY:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
 def configure(level: str | None = None) -> None:
     """Entry points only: icelog's events at ``level`` (default ``ICELOG_LOG_LEVEL``, else WARNING) on stderr."""
     name = (level or os.environ.get("ICELOG_LOG_LEVEL") or "WARNING").strip().upper()
+    quiet_libraries()
     logger = logging.getLogger(ROOT)
     logger.setLevel(logging.getLevelName(name) if isinstance(logging.getLevelName(name), int) else logging.WARNING)
     if not any(getattr(h, "icelog", False) for h in logger.handlers):

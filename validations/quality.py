@@ -3,7 +3,11 @@
 Per log table, one suite: icelog's system columns (non-null, (partition, offset) unique,
 sane timestamps) plus the payload expectations the user declares in
 ``<expectations dir>/<namespace.table>.json`` (``$ICELOG_EXPECTATIONS``, default
-``./expectations``), each ``{"type": "expect_...", "kwargs": {...}}``. A Checkpoint
+``./expectations``), each ``{"type": "expect_...", "kwargs": {...}}``, optionally with a
+``"severity"``: ``error`` (the default: a failure fails the gate) or ``warn`` (a failure is a
+finding the run reports and passes); a ``"severity"`` beside ``"expectations"`` sets the suite's
+default (``validations.verdict``). A ``row_condition`` in the kwargs is GX's engine-neutral
+condition, e.g. ``{"type": "nullity", "column": {"name": "dep_time"}, "is_null": true}``. A Checkpoint
 validates the rows and rebuilds the Data Docs HTML site under ``$ICELOG_HOME/quality``.
 
 **Engines.** The rows are the Parquet files pyiceberg plans for the snapshot, read by
@@ -25,8 +29,8 @@ lineage (a foreign writer). ``full=True`` (``icelog report --full``) re-validate
 in the table: a report never writes to the table it reads (I8 fingerprints stay equal, and a
 read-only catalog user can run it). The record holds the table's UUID (a recreated table
 starts over), the last snapshot that passed and the latest runs (mode, ranges, rows,
-engine, outcome, expectations evaluated, failures). The marker advances only on success, so a
-failure is re-validated until it is fixed. When nothing was committed since, a run reads no
+engine, outcome, expectations evaluated, failures). The marker advances only when the gate
+passes (warnings do not hold it), so an error is re-validated until it is fixed. When nothing was committed since, a run reads no
 rows and repeats the latest recorded result at that snapshot, with what it covered.
 """
 
@@ -49,12 +53,15 @@ from icelog.storage.log.files import local_path
 from icelog.storage.log.scan import check_snapshot, parquet_from
 from icelog.storage.log.state import LogState
 from icelog.storage.properties import COMMIT_ID, RANGES
+from icelog.validations.verdict import SEVERITIES, severity_of
 
 SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")
 KEEP_RUNS = 50
 #: Failed expectations kept per recorded run (a re-run with nothing new shows them again).
 KEEP_FAILURES = 50
+#: A suite's severities as GX names them (Data Docs show them).
+GX_SEVERITY = {"error": "critical", "warn": "warning"}
 
 
 @dataclass(frozen=True)
@@ -135,10 +142,18 @@ def payload_expectations(table: str, path: str | Path | None = None) -> list[dic
     except json.JSONDecodeError as e:
         raise InvalidInput(reason=f"{file}: not JSON ({e.msg})") from e
     entries = doc.get("expectations", []) if isinstance(doc, dict) else doc
+    default = doc.get("severity", "error") if isinstance(doc, dict) else "error"
+    if default not in SEVERITIES:
+        raise InvalidInput(reason=f"{file}: the suite's severity is one of {', '.join(SEVERITIES)}, not {default!r}")
+    checked = []
     for entry in entries:
         if not isinstance(entry, dict) or not str(entry.get("type", "")).startswith("expect_"):
             raise InvalidInput(reason=f"{file}: each expectation is {{'type': 'expect_...', 'kwargs': {{...}}}}, not {entry!r}")
-    return entries
+        severity = entry.get("severity", default)
+        if severity not in SEVERITIES:
+            raise InvalidInput(reason=f"{file}: {entry['type']}: severity is one of {', '.join(SEVERITIES)}, not {severity!r}")
+        checked.append({**entry, "severity": severity})
+    return checked
 
 
 def system_expectations(now_ms: int) -> list[dict[str, Any]]:
@@ -165,7 +180,7 @@ def _expectation(entry: dict[str, Any]):
     if cls is None:
         raise InvalidInput(reason=f"unknown expectation {entry['type']!r}")
     try:
-        return cls(**entry.get("kwargs", {}))
+        return cls(**entry.get("kwargs", {}), severity=GX_SEVERITY[entry.get("severity", "error")])
     except Exception as e:  # pydantic validation of the kwargs
         raise InvalidInput(reason=f"{entry['type']}: bad arguments ({e})") from e
 
@@ -408,10 +423,12 @@ def run_suite(
             "expectation": r.expectation_config.type,
             "kwargs": {k: v for k, v in r.expectation_config.kwargs.items() if k != "batch_id"},
             "unexpected_count": (r.result or {}).get("unexpected_count"),
+            "severity": "error" if r.expectation_config.severity == GX_SEVERITY["error"] else "warn",
         }
         for r in results
         if not r.success
     ]
+    gate = not any(severity_of(f) == "error" for f in failed)
     try:
         offline_data_docs(docs.parent)
         offline = ""
@@ -419,7 +436,7 @@ def run_suite(
         offline = e.describe()
     result = QualityResult(
         name,
-        bool(outcome.success),
+        gate,
         len(results),
         failed,
         str(docs) if docs.exists() else None,

@@ -38,6 +38,7 @@ from icelog.storage.log.state import LogState
 from icelog.storage.log.table import list_log_tables
 from icelog.validations.checks import run_checks
 from icelog.validations.history import commit_log, event_time_column, freshness_ms, human_age, iso, rows_per_day
+from icelog.validations.verdict import OK, VIOLATIONS, WARNINGS, Verdict, severity_of
 
 #: A file with fewer rows than compaction's target counts as small.
 SMALL_FILE_ROWS = Compaction(table="").target_rows
@@ -262,10 +263,12 @@ def build_report(
     commits = commit_log(table, paths)
     event_time = event_time_column(table)
     per_day = rows_per_day(table, paths, event_time)
-    ok = checks.ok and (quality is None or quality.success)
+    verdict = Verdict.of(checks.to_dict(), quality.to_dict() if quality else None)
     summary = {
         "table": name,
-        "ok": ok,
+        "ok": verdict.ok,
+        "status": verdict.status,
+        "verdict": verdict.describe(),
         "snapshot_id": state.snapshot_id,
         "rows": sum(p["rows"] for p in partitions),
         "partitions": len(partitions),
@@ -336,12 +339,13 @@ def _page(
             f"<tr><td>{esc(v.kind)}</td><td>{'' if v.partition is None else v.partition}</td><td>{'' if v.first is None else v.first}</td><td>{'' if v.last is None else v.last}</td><td class='text'>{esc(v.detail)}</td></tr>"
             for v in checks.violations[:50]
         )
-        or "<tr><td colspan=5>none</td></tr>"
+        or "<tr><td colspan=5>no check violations</td></tr>"
     )
     quality_html, quality_tile = "<p>Great Expectations not run.</p>", ("not run", "")
     if quality is not None:
         failed = "".join(
-            f"<li>{esc(f['expectation'])} {esc(json.dumps(f['kwargs']))}: {f['unexpected_count']} unexpected</li>"
+            f"<li class='{severity_of(f)}'>{'warning' if severity_of(f) == 'warn' else 'failed'}: {esc(f['expectation'])} "
+            f"{esc(json.dumps(f['kwargs']))}: {f['unexpected_count']} unexpected</li>"
             for f in quality.failed
         )
         docs_link = (
@@ -355,14 +359,15 @@ def _page(
             )
         scope = quality.scope or {}
         covered = _covered(scope, quality.engine)
+        word = _quality_word(quality)
         quality_html = (
-            f"<p><span id='quality-status' class='badge {'ok' if quality.success else 'bad'}'>{'passed' if quality.success else 'failed'}</span> "
+            f"<p><span id='quality-status' class='badge {BADGE[word]}'>{word}</span> "
             f"{quality.evaluated} expectations. {docs_link}</p>"
             f"<p id='quality-scope' class='meta'>{esc(covered)}</p><ul>{failed}</ul>"
         )
         shown = scope.get("last_run") or scope
         quality_tile = (
-            "passed" if quality.success else "failed",
+            word,
             f"{shown.get('mode', '')}, {shown.get('rows', 0):,} rows" + (" (last run)" if "last_run" in scope else ""),
         )
     labels = [str(p["partition"]) for p in partitions]
@@ -379,7 +384,7 @@ def _page(
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>icelog report: {esc(s["table"])}</title><style>{CSS}</style></head>
 <body>
-<h1>{esc(s["table"])} <span id="status" class="badge {"ok" if s["ok"] else "bad"}">{"OK" if s["ok"] else "VIOLATIONS"}</span></h1>
+<h1>{esc(s["table"])} <span id="status" class="badge {BADGE[s["status"]]}" title="{esc(s["verdict"])}">{s["status"]}</span></h1>
 <p class="meta">snapshot {s["snapshot_id"]} · generated {esc(iso(now_ms) or "")}</p>
 <div class="tiles">{tiles_html}</div>
 <h2>Partitions</h2>
@@ -393,6 +398,7 @@ def _page(
 <p class="meta">Rows appended, cumulative, over the last {len(commits):,} commits the table's commit registry keeps ({len(timed):,} with a time; a commit's time is the append time of its rows).</p>
 {line_chart("commit-history", points, x_title="commit time (UTC)", y_title="rows appended (cumulative)")}
 <h2>Validation</h2>
+<p id="verdict"><b>{esc(s["verdict"])}</b>: check violations fail the gate, and so do failed expectations of severity error; warnings are findings.</p>
 <p>Checks: {esc(", ".join(checks.checks))} ({checks.rows:,} rows, {checks.seconds:.2f} s)</p>
 <table id="violations"><tr><th>kind</th><th>partition</th><th>first</th><th>last</th><th>detail</th></tr>{violations}</table>
 <h2>Data quality</h2>
@@ -400,6 +406,15 @@ def _page(
 <script>{SCRIPT}</script>
 </body></html>
 """
+
+
+#: The badge's colour for each verdict status and data-quality word.
+BADGE = {OK: "ok", WARNINGS: "warn", VIOLATIONS: "bad", "passed": "ok", "warnings": "warn", "failed": "bad"}
+
+
+def _quality_word(quality: Any) -> str:
+    """``passed``, ``warnings`` (the gate passed; warn-severity expectations failed) or ``failed``."""
+    return "failed" if not quality.success else "warnings" if quality.failed else "passed"
 
 
 def _per_day_section(event_time: str | None, per_day: list[dict[str, Any]]) -> str:
@@ -480,6 +495,7 @@ INDEX_KEYS = (
     "freshness_ms",
     "violations",
     "quality_ok",
+    "status",
     "error",
 )
 
@@ -490,7 +506,8 @@ def _index_page(entries: list[dict[str, Any]], now_ms: int) -> str:
     def status(e: dict[str, Any]) -> str:
         if "error" in e:
             return '<span class="badge bad status">ERROR</span>'
-        return f'<span class="badge {"ok" if e["ok"] else "bad"} status">{"OK" if e["ok"] else "VIOLATIONS"}</span>'
+        word = e.get("status") or (OK if e["ok"] else VIOLATIONS)
+        return f'<span class="badge {BADGE[word]} status">{word}</span>'
 
     rows = (
         "".join(

@@ -30,7 +30,7 @@ from icelog.pipelines.cli.app import cli, exit_code, main
 
 __all__ = ["cli", "exit_code", "main"]
 
-cli.add_command(topics.topics)  # icelog topics create|list|describe|add-partitions
+cli.add_command(topics.topics)  # icelog topics create|list|describe|alter|add-partitions|delete
 cli.add_command(topics.offsets)  # icelog offsets
 cli.add_command(produce.produce)  # icelog produce
 cli.add_command(producers.producers)  # icelog producers init|list|rebuild

@@ -281,6 +281,8 @@ class IcelogGroup(click.Group):
 EPILOG = """\b
 Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized.
 --output json prints one JSON document per run, errors included: {"error", "message", ...}.
+Offset ranges are half-open, as Kafka's log start and end offsets: [0, 164) is offsets 0 to 163, 164 records.
+Times are ISO 8601 (UTC) in text and JSON output.
 JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strings.
 """
 
@@ -428,3 +430,8 @@ def status_line(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
 
 def clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 row``, ``2 rows``; ``1 batch``, ``3 batches`` (``many`` defaults to ``one + 's'``)."""
+    return f"{n} {one if n == 1 else many or one + ('es' if one.endswith(('ch', 'sh', 's', 'x')) else 's')}"

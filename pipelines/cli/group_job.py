@@ -6,8 +6,8 @@ import importlib
 
 import click
 
-from icelog.pipelines.cli.app import PARTITION, Context
-from icelog.storage.errors import InvalidInput
+from icelog.pipelines.cli.app import PARTITION, Context, plural
+from icelog.storage.errors import InvalidInput, span
 
 
 def load_transform(spec: str):
@@ -105,10 +105,13 @@ def consume_produce(
     def text(d: dict) -> None:
         who = f"member {d['member']} (generation {d['generation']})" if d["member"] else "explicit ranges"
         consumed = (
-            "; ".join(f"p{p}: {len(rs)} ranges {rs[0][0]}..{rs[-1][1]}" for p, rs in d["consumed"].items()) or "nothing new"
+            "; ".join(
+                f"p{p}: {plural(len(rs), 'range')} within {span(rs[0][0], rs[-1][1] + 1)}" for p, rs in d["consumed"].items()
+            )
+            or "nothing new"
         )
         click.echo(f"{d['group']} {who}: consumed {d['rows']} records of {d['source']} ({consumed})")
-        written = ", ".join(f"p{p} {a}..{b - 1}" for p, (a, b) in d["written"].items()) or "nothing"
+        written = ", ".join(f"p{p} {span(a, b)}" for p, (a, b) in d["written"].items()) or "nothing"
         click.echo(f"wrote {written} to {d['target']} in {d['seconds']:.1f} s")
 
     ctx.emit(result.to_dict(), text)

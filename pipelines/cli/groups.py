@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
-from icelog.storage.errors import InvalidInput
+from icelog.storage.errors import InvalidInput, span
 
 
 def _parse_range(text: str) -> tuple[int, int]:
@@ -116,7 +116,7 @@ def _start_positions(
     if start_offset is not None:
         mark = marks[partition]
         if not mark.start <= start_offset <= mark.end:
-            reason = f"outside the log [{mark.start}, {mark.end}]"
+            reason = f"the log holds {span(mark.start, mark.end)}: start at {mark.start} up to its end {mark.end}"
             raise InvalidOffset(partition=partition, offset=start_offset, reason=reason)
         return {partition: start_offset}
     if from_beginning:
@@ -232,8 +232,8 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
                 e["partition"],
                 e["stable_offset"],
                 e["committed_offset"],
-                " ".join(f"{first}-{last}" for first, last in e["ranges"]) or "-",
-                f"{e['log_start']}..{e['log_end']}",
+                " ".join(span(first, last + 1) for first, last in e["ranges"]) or "-",  # inclusive in JSON
+                span(e["log_start"], e["log_end"]),
                 e["lag"],
                 " ".join(f"{m}:{'+'.join(f'{lo}:{hi}' for lo, hi in rs)}" for m, rs in e["owners"].items()) or "-",
                 " ".join(f"{x['lo']}:{x['hi']}<-{x['from']}" for x in e["draining"]) or "-",

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import click
 
 from icelog.pipelines.cli.app import Context
-from icelog.storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable
+from icelog.storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable, span
 
 
 @contextlib.contextmanager
@@ -102,7 +102,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
             click.echo(f"{d['target']} in {d['target_catalog']} is up to date with {d['source']}")
             return
         added = (
-            ", ".join(f"p{p}: {r[0]}..{r[1] - 1}" for p, r in sorted(d["ranges"].items(), key=lambda e: int(e[0])))
+            ", ".join(f"p{p}: {span(r[0], r[1])}" for p, r in sorted(d["ranges"].items(), key=lambda e: int(e[0])))
             or "no new offsets"
         )
         click.echo(

@@ -13,8 +13,19 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
-from icelog.pipelines.cli.app import INT32, INT64_MAX, INT64_MIN, OFFSET, PARTITION, PRODUCER_ID, Context, clip, status_line
-from icelog.storage.errors import InvalidInput, MalformedInput, SchemaMismatch
+from icelog.pipelines.cli.app import (
+    INT32,
+    INT64_MAX,
+    INT64_MIN,
+    OFFSET,
+    PARTITION,
+    PRODUCER_ID,
+    Context,
+    clip,
+    plural,
+    status_line,
+)
+from icelog.storage.errors import InvalidInput, MalformedInput, SchemaMismatch, span
 
 
 class _NotInt64(ValueError):
@@ -294,8 +305,8 @@ def _arrow_batches(
 
 
 def _routed_text(d: dict) -> None:
-    written = ", ".join(f"p{p} {first}..{nxt - 1}" for p, (first, nxt) in d["partitions"].items()) or "nothing"
-    click.echo(f"{d['table']} by {d['key_column']}: {written} ({d['rows']} rows in {d['batches']} batches)")
+    written = ", ".join(f"p{p} {span(first, nxt)}" for p, (first, nxt) in d["partitions"].items()) or "nothing"
+    click.echo(f"{d['table']} by {d['key_column']}: {written} ({plural(d['rows'], 'row')} in {plural(d['batches'], 'batch')})")
 
 
 def _produced_text(d: dict) -> None:
@@ -306,5 +317,6 @@ def _produced_text(d: dict) -> None:
     else:
         duplicate = " (duplicate, not written)" if d.get("duplicate") else ""
         click.echo(
-            f"{d['table']}[{d['partition']}] offsets {base}..{nxt - 1} ({nxt - base} rows in {d['batches']} batches{resumed}){duplicate}"
+            f"{d['table']}[{d['partition']}] offsets {span(base, nxt)} "
+            f"({plural(nxt - base, 'row')} in {plural(d['batches'], 'batch')}{resumed}){duplicate}"
         )

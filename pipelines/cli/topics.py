@@ -15,7 +15,10 @@ from icelog.storage.errors import ConfirmationRequired, InvalidInput, MalformedI
 
 @click.group()
 def topics() -> None:
-    """Create, list and describe log tables."""
+    """Create, list, describe, alter, grow and delete log tables.
+
+    Offsets per partition are half-open: [start, end) holds start up to, not including, end.
+    """
 
 
 def read_schema_file(path: str) -> list[dict]:
@@ -59,11 +62,13 @@ def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | 
 @click.option("--system", is_flag=True, help="Also list icelog's own system tables (icelog_system.*).")
 @click.pass_obj
 def topics_list(ctx: Context, system: bool) -> None:
-    """List the log tables of the catalog (icelog's system tables with --system)."""
-    from icelog.storage.core.commit import is_system_table
+    """List the log tables of the catalog (and icelog's own system tables with --system)."""
+    from icelog.storage.core.commit import is_system_table, system_tables
     from icelog.storage.log.table import list_log_tables
 
-    names = [n for n in list_log_tables(ctx.catalog) if system or not is_system_table(n)]
+    names = [n for n in list_log_tables(ctx.catalog) if not is_system_table(n)]
+    if system:  # every table icelog keeps its state in, log tables or not (the ingest ledger)
+        names = sorted(names + system_tables(ctx.catalog))
     ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
 
 
@@ -87,7 +92,8 @@ def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
         doc["all_properties"] = dict(sorted(stored.items()))
 
     def text(d: dict) -> None:
-        click.echo(f"{d['table']}  partitions={d['partitions']}  snapshot={d['snapshot_id']}  location={d['location']}")
+        snapshot = d["snapshot_id"] if d["snapshot_id"] is not None else "none (nothing committed yet)"
+        click.echo(f"{d['table']}  partitions={d['partitions']}  snapshot={snapshot}  location={d['location']}")
         click.echo("payload: " + ", ".join(f"{c['name']} {c['type']}" for c in d["payload"]))
         print_table(
             [[p, o["start"], o["end"], o["end"] - o["start"]] for p, o in d["offsets"].items()],

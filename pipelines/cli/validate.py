@@ -92,7 +92,10 @@ def report(
     engine: str,
     expectations: str | None,
 ) -> None:
-    """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs."""
+    """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs.
+
+    Prints the verdict (OK, WARNINGS: findings only, VIOLATIONS: the gate failed) and exits 1
+    when the gate failed: a check violation or a failed expectation of severity error."""
     from icelog.pipelines.spark import spark_session
     from icelog.storage.core.catalog import icelog_home
     from icelog.storage.log.table import LogTable
@@ -117,5 +120,7 @@ def report(
     doc = json.loads((page.parent / "report.json").read_text())
     ctx.emit(
         {"table": log_table.identifier, "ok": doc["ok"], "report": str(page), "quality_scope": doc["quality_scope"]},
-        lambda d: click.echo(f"{'OK' if d['ok'] else 'VIOLATIONS'}: file://{d['report']}"),
+        lambda d: click.echo(f"{doc['verdict']}: file://{d['report']}"),
     )
+    if not doc["ok"]:  # the gate failed: the same verdict as the report's badge and the Airflow task
+        sys.exit(EXIT_VIOLATIONS)

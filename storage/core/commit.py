@@ -357,6 +357,16 @@ def is_system_table(identifier: str) -> bool:
     return identifier.split(".")[0].lower() == SYSTEM_NAMESPACE
 
 
+def system_tables(catalog: Catalog) -> list[str]:
+    """Every table in ``icelog_system`` (the commit registry, the ingest ledger, ...), sorted."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        return sorted(".".join(ident) for ident in catalog.list_tables(SYSTEM_NAMESPACE))
+    except NoSuchNamespaceError:
+        return []
+
+
 def refuse_system_table(identifier: str) -> None:
     """Raise :class:`InvalidIdentifier` for ``icelog_system.*``: icelog alone writes its state there."""
     if is_system_table(identifier):

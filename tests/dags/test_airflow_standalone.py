@@ -60,7 +60,7 @@ def test_standalone_refuses_a_taken_port_before_starting_anything(tmp_path, caps
         assert standalone(env) == 2
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "ICELOG_AIRFLOW_PORT" in err, err
-    assert not (tmp_path / "airflow" / "standalone.log").exists()  # airflow standalone never started
+    assert not (tmp_path / "airflow" / "standalone").exists()  # no component started
 
 
 # A task process's call to the execution API, made with Airflow's own client (its retries, timeouts).
@@ -166,6 +166,12 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
         listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
         addresses = {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines() if line.strip()}
         assert addresses == {"127.0.0.1"}, listening
+        # Every socket that make airflow's processes listen on is on loopback: no log server on
+        # 0.0.0.0:8793 (scheduler) or :8794 (triggerer).
+        from infra.seaweedfs import _loopback, listeners
+
+        sockets = listeners(proc.pid)
+        assert sockets and all(_loopback(address) for address, _ in sockets), sockets
         time.sleep(3)  # nothing may follow the banner on the console
         lines = out.read_text().strip().splitlines()
         assert lines[-1] == "Ctrl-C stops it." and lines[-5] == f"Airflow is ready: http://127.0.0.1:{port}", lines
@@ -178,7 +184,10 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
         )
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(request, timeout=30) as response:  # the printed password logs in
-            assert json.loads(response.read())["access_token"]
+            token = json.loads(response.read())["access_token"]
+        # Without log servers the API server still shows task logs: the scheduler ran today's
+        # icelog_ingest at once (unpaused; nothing landed, so it says so), and its log reads back.
+        assert "nothing to do: no landing files" in scheduled_task_log(f"http://127.0.0.1:{port}", token, "icelog_ingest")
         # A DAG test of a 2013 day, as make demo runs them (no landing files here: it is skipped at
         # once). The UI once showed such runs lasting "5067d 15h".
         subprocess.run(
@@ -198,7 +207,37 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert not subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout.strip()
-    assert Path(tmp_path / "airflow" / "standalone.log").stat().st_size > 0
+    assert Path(tmp_path / "airflow" / "standalone" / "scheduler.log").stat().st_size > 0
+
+
+def scheduled_task_log(url: str, token: str, dag_id: str, timeout: float = 240) -> str:
+    """The log of the first finished task of ``dag_id``'s scheduled runs, through the REST API."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def get(path: str) -> dict:
+        request = urllib.request.Request(
+            f"{url}/api/v2{path}", headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        )
+        with opener.open(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = [r for r in get(f"/dags/{dag_id}/dagRuns")["dag_runs"] if r["run_type"] == "scheduled"]
+        for run in runs:
+            done = [
+                t
+                for t in get(f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+                if t["state"] in ("success", "failed", "skipped") and t["try_number"]
+            ]
+            if done:
+                t = done[0]
+                doc = get(
+                    f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/{t['task_id']}/logs/{t['try_number']}?full_content=true"
+                )
+                return json.dumps(doc["content"])
+        time.sleep(3)
+    raise AssertionError(f"no finished scheduled task of {dag_id} after {timeout:.0f} s")
 
 
 def check_the_ui_in_chromium(url: str, user: str, password: str) -> None:

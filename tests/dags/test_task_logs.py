@@ -58,3 +58,50 @@ def test_a_day_with_no_landing_files_starts_nothing(tmp_path, monkeypatch, caplo
     # A backfill names the table it cannot find, even when no day has landing files.
     with pytest.raises(UnknownTable):
         tasks.backfill("demo.flights", "2026-11-24", "2026-11-25", landing=str(tmp_path / "landing"))
+
+
+def test_one_verdict_in_the_task_the_report_and_the_demo(sqlite_spec, monkeypatch, caplog, tmp_path):
+    """A data-quality warning passes everywhere and says so; a data-quality error (no check
+    violation) fails the task, the report's badge, its Validation section and the demo alike."""
+    import json
+
+    from infra import demo
+
+    for key, value in sqlite_spec.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ICELOG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ICELOG_EXPECTATIONS", str(tmp_path / "expectations"))
+    suite = tmp_path / "expectations" / "db.events.json"
+    suite.parent.mkdir()
+    caplog.set_level(logging.INFO, logger="icelog.tasks")
+    table = LogTable.create(sqlite_spec.open(), "db.events", 1)
+    table.append({0: [{"key": "a", "value": "1"}] * 3 + [{"key": "z", "value": "2"}]})
+    report_dir = tmp_path / "home" / "reports" / "db.events"
+
+    def surfaces() -> tuple[str, str, str, bool]:
+        doc = json.loads((report_dir / "report.json").read_text())
+        page = (report_dir / "index.html").read_text()
+        badge = page.split('id="status"')[1].split(">")[1].split("<")[0]
+        lines, ok = demo.validation_findings(doc, table.table().metadata.current_snapshot_id)
+        return doc["verdict"], badge, "\n".join(lines), ok
+
+    expectation = {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "key", "value_set": ["a"]}}
+    suite.write_text(json.dumps({"expectations": [{**expectation, "severity": "warn"}]}))
+    summary = tasks.validate("db.events")  # the task succeeds ...
+    assert summary["status"] == "WARNINGS"
+    (said,) = [r for r in caplog.records if r.getMessage().startswith("validation ")]
+    assert said.levelno == logging.WARNING and said.getMessage().startswith("validation WARNINGS: 1 warning")  # ... and warns
+    verdict, badge, lines, ok = surfaces()
+    assert (verdict, badge, ok) == ("WARNINGS: 1 warning", "WARNINGS", True)
+    assert "verdict: WARNINGS: 1 warning" in lines and "  warning: expect_column_values_to_be_in_set" in lines
+
+    suite.write_text(json.dumps({"expectations": [expectation]}))  # the same expectation as a gate
+    caplog.clear()
+    with pytest.raises(tasks.ValidationFailed, match="db.events: 1 failed expectation, first: expect_column_values_to_be_in_set"):
+        tasks.validate("db.events", full=True)
+    (said,) = [r for r in caplog.records if r.getMessage().startswith("validation ")]
+    assert said.levelno == logging.ERROR and said.getMessage().startswith("validation VIOLATIONS: 1 failed expectation")
+    verdict, badge, lines, ok = surfaces()
+    assert (verdict, badge, ok) == ("VIOLATIONS: 1 failed expectation", "VIOLATIONS", False)
+    page = (report_dir / "index.html").read_text()
+    assert "no check violations" in page and "VIOLATIONS: 1 failed expectation</b>" in page  # the section agrees with the badge

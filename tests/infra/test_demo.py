@@ -162,6 +162,14 @@ def test_the_lakehouse_demo_has_a_home_of_its_own(tmp_path, monkeypatch):
     assert all(p.is_relative_to(tmp_path / "lakehouse") for p in lakehouse)
     assert not any(p.is_relative_to(tmp_path / "lakehouse") for p in embedded)
 
+    # Its closing lines point at what it wrote (the lakehouse catalog's report under its home),
+    # not at make airflow and the CLI's default, which show the embedded catalog.
+    home = demo.demo_home(tmp_path, lakehouse=True)
+    closing = "\n".join(demo.next_steps(home, lakehouse=True))
+    assert f"file://{home / 'reports' / 'demo.flights' / 'index.html'}" in closing and "make demo-lakehouse" in closing
+    assert "opens the Airflow UI on these DAGs" not in closing and 'icelog sql "' not in closing
+    assert "make airflow" in "\n".join(demo.next_steps(tmp_path, lakehouse=False))
+
 
 FEBRUARY_1_2 = 1_608  # flights dated 2013-02-01 and 02 (28,612 - 27,004)
 

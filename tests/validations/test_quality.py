@@ -279,3 +279,55 @@ def test_a_past_snapshot_is_validated_in_full_and_records_nothing(flights, fligh
     assert not run_suite(flights.table(), docs_root=tmp_path).success  # the current snapshot has the bad row
     with pytest.raises(UnknownSnapshot):
         run_suite(flights.table(), docs_root=tmp_path, snapshot_id=12345)
+
+
+@pytest.fixture
+def february(sqlite_catalog):
+    """The demo table with all of February 2013: 1,261 of 24,951 flights cancelled (5.05 %, the 8-9 Feb blizzard)."""
+    import pyarrow.compute as pc
+
+    rows = load_flights()
+    rows = rows.filter(pc.equal(rows["month"], 2))
+    table, _ = create_table(sqlite_catalog)
+    table.append({0: rows.slice(0, 12_000), 1: rows.slice(12_000)})
+    return table
+
+
+def test_february_passes_the_demo_suite_with_its_cancellations_as_a_warning(february, tmp_path):
+    from icelog.validations.quality import validation_record
+    from icelog.validations.verdict import Verdict
+
+    result = run_suite(february.table(), docs_root=tmp_path / "gx")
+    assert result.success, result.failed  # the gate passes: cancellations are weather, not a defect
+    assert [(f["kwargs"]["column"], f["severity"], f["unexpected_count"]) for f in result.failed] == [("dep_time", "warn", 1261)]
+    assert Verdict.of(None, result.to_dict()).describe() == "WARNINGS: 1 warning"
+    # A warning does not hold the record back: the next run validates only what is new.
+    record = validation_record(february.table(), tmp_path / "gx")
+    assert record["validated_snapshot_id"] == february.table().metadata.current_snapshot_id
+    assert run_suite(february.table(), docs_root=tmp_path / "gx").scope["mode"] == "none"
+
+
+def test_a_cancelled_flight_that_arrived_still_fails_the_gate(february, tmp_path):
+    end = february.watermarks()[0].end
+    row = {"log_partition": 0, "log_offset": end, "carrier": "AA", "flight": 1, "origin": "JFK", "month": 2, "distance": 100.0}
+    plant_rows(february, [{**row, "dep_time": None, "arr_time": 1200.0}])  # no departure, yet an arrival
+    result = run_suite(february.table(), docs_root=tmp_path / "gx")
+    assert not result.success
+    errors = [(f["expectation"], f["kwargs"]["column"]) for f in result.failed if f["severity"] == "error"]
+    assert errors == [("expect_column_values_to_be_null", "arr_time")]
+
+
+def test_severities_are_checked(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(
+        '{"expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}, "severity": "fatal"}]}'
+    )
+    with pytest.raises(InvalidInput, match="severity"):
+        payload_expectations("db.x", bad)
+    bad.write_text('{"severity": "loud", "expectations": []}')
+    with pytest.raises(InvalidInput, match="severity"):
+        payload_expectations("db.x", bad)
+    bad.write_text(
+        '{"severity": "warn", "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}}]}'
+    )
+    assert payload_expectations("db.x", bad)[0]["severity"] == "warn"

@@ -117,7 +117,7 @@ def test_unknown_table_and_bad_sql_exit_2(run):
     assert run("sql", "select * from db.nope", code=2)["error"] == "InvalidInput"
 
 
-def test_validate_exit_1_on_violation(run, catalog_spec):
+def test_validate_exit_1_on_violation(run, catalog_spec, tmp_path):
     run("topics", "create", "db.events", "--partitions", "1")
     run("produce", "db.events", "--partition", "0", input=lines({"key": "a"}))
     plant(LogTable(catalog_spec.open(), "db.events"), 0, [5])
@@ -125,6 +125,9 @@ def test_validate_exit_1_on_violation(run, catalog_spec):
     assert report["ok"] is False
     gap = report["violations"][0]
     assert (gap["kind"], gap["partition"], gap["first"], gap["last"]) == ("gap", 0, 1, 4)
+    # `icelog report` gives the same verdict: the gate failed, exit 1, as the Airflow task fails.
+    out = run("report", "db.events", "--out", str(tmp_path / "r"), "--no-gx", code=1)
+    assert out["ok"] is False
 
 
 def test_maintain_reports_and_keeps_offsets(run):

@@ -63,7 +63,7 @@ def test_i6_mirror_cli_text_output_and_usage(icelog, sqlite_spec):
     LogTable.create(sqlite_spec.open(), "orders", 1).append({0: [{"key": "a"}]})
     icelog("--catalog", "drcat", "acls", "add", "--principal", "bot", "--table", "logs.orders")
     result = icelog.raw("mirror", "orders", "--target-catalog", "drcat", "--principal", "bot", json_output=False)
-    assert result.exit_code == 0 and "p0: 0..0" in result.stdout
+    assert result.exit_code == 0 and "p0: [0, 1)" in result.stdout
     assert icelog.raw("mirror", "--help", json_output=False).exit_code == 0
     assert icelog("mirror", "orders", code=2)["error"]  # --target-catalog is required
 
