@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 from urllib.parse import SplitResult
 
 from airflow.sdk import Asset
@@ -36,12 +37,13 @@ def asset_uri(table: str, catalog: str | None = None) -> str:
     return f"{SCHEME}://{parts[0]}/{parts[1]}/{parts[2]}"
 
 
-def icelog_asset(table: str, catalog: str | None = None) -> Asset:
+def icelog_asset(table: str, catalog: str | None = None, **kwargs: Any) -> Asset:
     """The Asset of log table ``table`` in ``catalog``: tasks that write it list it in ``outlets``, and
-    DAGs scheduled on it (or an ``AssetWatcher`` with :class:`~icelog.provider.triggers.IcelogLogTrigger`)
-    run when it changes. Its name is the URI: one catalog's ``demo.flights`` is not another's."""
+    DAGs scheduled on it (or on an ``AssetWatcher`` with :class:`~icelog.provider.triggers.IcelogLogTrigger`,
+    passed as ``watchers=[...]``) run when it changes. Its name is the URI: one catalog's
+    ``demo.flights`` is not another's."""
     uri = asset_uri(table, catalog)
-    return Asset(name=uri, uri=uri, group="icelog")
+    return Asset(name=uri, uri=uri, group="icelog", **kwargs)
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:
