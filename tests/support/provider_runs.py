@@ -3,8 +3,8 @@ environment already set (``python -m tests.support.provider_runs``, from the rep
 
 ``$PROVIDER_TEST_CASES`` names a JSON file of cases, each ``{"dag_id": ..., "tasks":
 [[operator class name, kwargs], ...]}`` (tasks in a chain), optionally ``"meanwhile": {"after_s",
-"action": "append" | "drop", "catalog", "table"}`` (done in a thread while the run waits, e.g.
-in a deferred sensor's trigger) and ``"catalog"`` (print its tables' snapshots after); a catalog
+"action": "append" | "drop", "catalog", "table"}`` (done in a thread ``after_s`` seconds after
+the run's task is deferred: while its trigger waits) and ``"catalog"`` (print its tables' snapshots after); a catalog
 is ``{"name", "uri", "warehouse"}``, opened directly (not through Airflow). ``dag.test()`` runs a DAG of the DAG
 folder, so the folder holds a file that builds the same DAGs (:data:`DAG_FILE`). The run's task
 states and XComs are printed as one ``RESULT <json>`` line per case, after Airflow's own output
@@ -50,12 +50,13 @@ def build(case: dict):
 def run(case: dict) -> dict:
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
+    from airflow.sdk.serde import deserialize
     from airflow.utils.session import create_session
 
     dag = build(case)
     meanwhile = case.get("meanwhile")
     if meanwhile:
-        threading.Timer(meanwhile["after_s"], act, [meanwhile]).start()
+        threading.Thread(target=act, args=(case["dag_id"], meanwhile), daemon=True).start()
     dagrun = dag.test(logical_date=pendulum.parse(case.get("logical_date", "2026-01-02")))
     out = {"dag_id": case["dag_id"], "state": str(dagrun.state), "tasks": {}}
     with create_session() as session:
@@ -66,7 +67,8 @@ def run(case: dict) -> dict:
                 .one_or_none()
             )
             value = None if xcom is None else xcom.value
-            out["tasks"][ti.task_id] = {"state": str(ti.state), "xcom": json.loads(value) if isinstance(value, str) else value}
+            value = json.loads(value) if isinstance(value, str) else value
+            out["tasks"][ti.task_id] = {"state": str(ti.state), "xcom": deserialize(value)}  # serde's tuples and the like
     if case.get("catalog"):
         out["catalog"] = snapshots(case["catalog"])
     return out
@@ -78,9 +80,19 @@ def open_catalog(spec: dict):
     return LogSqlCatalog(spec["name"], uri=spec["uri"], warehouse=spec["warehouse"])
 
 
-def act(meanwhile: dict) -> None:
+def act(dag_id: str, meanwhile: dict) -> None:
+    import sqlite3
+    import time
+
     from icelog.storage.log.table import LogTable
 
+    database = os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    while True:  # until the task deferred (dag.test() then queues it while the trigger runs)
+        with sqlite3.connect(database, timeout=30) as con:
+            if con.execute("SELECT 1 FROM task_instance WHERE dag_id = ? AND next_method IS NOT NULL", (dag_id,)).fetchone():
+                break
+        time.sleep(0.5)
+    time.sleep(meanwhile["after_s"])
     table = LogTable.open(open_catalog(meanwhile["catalog"]), meanwhile["table"])
     if meanwhile["action"] == "append":
         table.append({0: [{"key": "late", "value": "1"}] * 3})
@@ -99,5 +111,9 @@ def snapshots(spec: dict) -> dict[str, int | None]:
 
 
 if __name__ == "__main__":
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a run that hangs waits: kill -USR1
     for case in cases():
         print("RESULT " + json.dumps(run(case), default=str), flush=True)
