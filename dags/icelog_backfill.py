@@ -8,9 +8,10 @@ loaded fails the run (``SourceFileChanged``) unless ``reload_changed`` is set.
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLES, table_asset
+from icelog.provider.operators import IcelogBackfillOperator
 
 
 @dag(
@@ -18,6 +19,8 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLE
     schedule=None,
     doc_md=__doc__,
     is_paused_upon_creation=False,  # the demo's DAGs: unpaused in the UI from the start
+    # The params reach the operator as they are: partitions a list, reload_changed a bool, None as None.
+    render_template_as_native_obj=True,
     **DAG_DEFAULTS,
     params={
         "table": Param(TABLES[0], type="string", pattern=NAME_PATTERN, description="Log table, namespace.table"),
@@ -47,22 +50,19 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, NAME_PATTERN, TABLE
     },
 )
 def icelog_backfill():
-    @task(outlets=[table_asset(t) for t in TABLES])
-    def backfill(params: dict | None = None) -> dict:
-        from icelog.pipelines.tasks import backfill as run
-
-        return run(
-            params["table"],
-            params["start"],
-            params["end"],
-            landing=params["source"] or None,
-            fmt=params["format"],
-            key_column=params["key_column"],
-            partitions=params["partitions"],
-            reload_changed=bool(params.get("reload_changed")),
-        )
-
-    backfill()
+    IcelogBackfillOperator(
+        task_id="backfill",
+        outlets=[table_asset(t) for t in TABLES],
+        icelog_conn_id=CONN_ID,
+        table="{{ params.table }}",
+        start="{{ params.start }}",
+        end="{{ params.end }}",
+        landing="{{ params.source or None }}",
+        fmt="{{ params.format }}",
+        key_column="{{ params.key_column }}",
+        partitions="{{ params.partitions }}",
+        reload_changed="{{ params.reload_changed | default(false) }}",
+    )
 
 
 icelog_backfill()

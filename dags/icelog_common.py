@@ -11,10 +11,15 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, ExceptionRetryPolicy, RetryAction, RetryRule
 
+from icelog.provider.assets import icelog_asset
+
 # Log tables the scheduled DAGs serve: ICELOG_TABLES="demo.flights,db.events".
 TABLES = [t.strip() for t in os.environ.get("ICELOG_TABLES", "demo.flights").split(",") if t.strip()]
 LANDING = os.environ.get("ICELOG_LANDING", "")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$"
+# The catalog's Airflow connection (type icelog); unset: icelog's own default catalog
+# ($ICELOG_CATALOG, .pyiceberg.yaml, or the embedded one under $ICELOG_HOME).
+CONN_ID = os.environ.get("ICELOG_CONN_ID") or None
 
 
 def task_id(action: str, table: str) -> str:
@@ -22,7 +27,8 @@ def task_id(action: str, table: str) -> str:
 
 
 def table_asset(table: str) -> Asset:
-    return Asset(name=table, uri=f"icelog://{table.replace('.', '/')}", group="icelog")
+    """icelog://<catalog>/<namespace>/<table>: what the ingest tasks write, what icelog_validate runs on."""
+    return icelog_asset(table, CONN_ID)
 
 
 # Retry semantics live in icelog's exception types (storage.errors), not in messages:

@@ -7,9 +7,10 @@ aborted by the next run (``init_transactions``), so a re-run writes each record 
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, NAME_PATTERN
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, NAME_PATTERN
+from icelog.provider.operators import IcelogFanOutOperator
 
 COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -19,6 +20,8 @@ COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
     schedule=None,
     max_active_runs=1,
     doc_md=__doc__,
+    # The params reach the operator as they are: routes a mapping, not its text.
+    render_template_as_native_obj=True,
     **DAG_DEFAULTS,
     params={
         "source": Param("demo.flights", type="string", pattern=NAME_PATTERN, description="Source log table, namespace.table"),
@@ -36,19 +39,15 @@ COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
     },
 )
 def icelog_fanout():
-    @task
-    def fanout(params: dict | None = None) -> dict:
-        from icelog.pipelines.tasks import fanout as run
-
-        return run(
-            params["source"],
-            params["group"],
-            params["routes"],
-            route_column=params["route_column"],
-            key_column=params["key_column"],
-        )
-
-    fanout()
+    IcelogFanOutOperator(
+        task_id="fanout",
+        icelog_conn_id=CONN_ID,
+        table="{{ params.source }}",
+        group="{{ params.group }}",
+        routes="{{ params.routes }}",
+        route_column="{{ params.route_column }}",
+        key_column="{{ params.key_column }}",
+    )
 
 
 icelog_fanout()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset, task_id
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, LANDING, TABLES, task_id
+from icelog.provider.operators import IcelogIngestOperator
 
 
 @dag(
@@ -17,21 +18,11 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, LANDING, TABLES, table_asset
 )
 def icelog_ingest():
     for table in TABLES:
-
-        @task(task_id=task_id("ingest", table), outlets=[table_asset(table)])
-        def ingest(table: str = table, ds: str | None = None) -> dict:
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            from icelog.pipelines.tasks import ingest_day
-
-            result = ingest_day(table, ds, landing=LANDING or None)
-            if not result["loaded"] and not result["skipped"]:
-                # No landing files that day: skipped, so the table's Asset is not updated and
-                # icelog_validate does not run for a day that changed nothing.
-                raise AirflowSkipException(f"nothing to do: no landing files for {table} on {ds}")
-            return result
-
-        ingest()
+        # No landing files that day: skipped, so the table's Asset is not updated and
+        # icelog_validate does not run for a day that changed nothing.
+        IcelogIngestOperator(
+            task_id=task_id("ingest", table), table=table, icelog_conn_id=CONN_ID, landing=LANDING or None, skip_when_empty=True
+        )
 
 
 icelog_ingest()

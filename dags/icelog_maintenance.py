@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, TABLES, task_id
+from icelog.provider.operators import IcelogMaintainOperator
 
 
 @dag(
@@ -16,14 +17,7 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
 )
 def icelog_maintenance():
     for table in TABLES:
-
-        @task(task_id=task_id("maintain", table))
-        def maintain(table: str = table) -> dict:
-            from icelog.pipelines.tasks import maintain as run
-
-            return run(table)
-
-        maintain()
+        IcelogMaintainOperator(task_id=task_id("maintain", table), table=table, icelog_conn_id=CONN_ID)
 
 
 icelog_maintenance()

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, TABLES, task_id
+from icelog.provider.operators import IcelogMirrorOperator
 
 
 @dag(
@@ -33,14 +34,12 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, task_id
 )
 def icelog_mirror():
     for table in TABLES:
-
-        @task(task_id=task_id("mirror", table))
-        def mirror(table: str = table, params: dict | None = None) -> dict:
-            from icelog.pipelines.mirror import mirror_table
-
-            return mirror_table(table, (params or {}).get("target_catalog") or None)
-
-        mirror()
+        IcelogMirrorOperator(
+            task_id=task_id("mirror", table),
+            table=table,
+            icelog_conn_id=CONN_ID,
+            target_catalog="{{ params.target_catalog or '' }}",  # empty: $ICELOG_MIRROR_CATALOG
+        )
 
 
 icelog_mirror()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from airflow.sdk import AssetAny, dag, task
+from airflow.sdk import AssetAny, dag
 
-from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, table_asset, task_id
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, TABLES, table_asset, task_id
+from icelog.provider.operators import IcelogValidateOperator
 
 
 @dag(
@@ -16,14 +17,7 @@ from icelog.dags.icelog_common import DAG_DEFAULTS, TABLES, table_asset, task_id
 )
 def icelog_validate():
     for table in TABLES:
-
-        @task(task_id=task_id("validate", table))
-        def validate(table: str = table) -> dict:
-            from icelog.pipelines.tasks import validate as run
-
-            return run(table, deep=True)
-
-        validate()
+        IcelogValidateOperator(task_id=task_id("validate", table), table=table, icelog_conn_id=CONN_ID, deep=True)
 
 
 icelog_validate()

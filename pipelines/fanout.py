@@ -23,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from pyiceberg.catalog import Catalog
+
 from icelog.pipelines.ingest import _spark_type, slice_bases, write_slices
 from icelog.pipelines.spark import read_log
 from icelog.storage.core import faults
@@ -70,7 +72,7 @@ def fanout(
     route_column: str = "key",
     key_column: str = "key",
     transactional_id: str | None = None,
-    catalog_name: str | None = None,
+    catalog_name: str | Catalog | None = None,
     max_records_per_partition: int | None = None,
 ) -> FanoutResult:
     """Copy new source records to the routed tables and move the group, in one transaction.
@@ -83,7 +85,7 @@ def fanout(
         route_column: The source payload column whose value picks the target.
         key_column: The column whose CRC-32 picks the target partition (``storage.log.keys``).
         transactional_id: Stable identity of this copier (default ``fanout:<source>:<group>``).
-        catalog_name: pyiceberg catalog name (default: the embedded one).
+        catalog_name: pyiceberg catalog name, or a catalog already open (default: the embedded one).
         max_records_per_partition: Read at most this many records per source partition.
 
     Raises:

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
+from pyiceberg.catalog import Catalog
+
 from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
@@ -150,7 +152,7 @@ def ingest(
     fmt: str = "parquet",
     key_column: str | None = None,
     partition_column: str | None = None,
-    catalog_name: str | None = None,
+    catalog_name: str | Catalog | None = None,
     only_partitions: list[int] | None = None,
     reload_changed: bool = False,
     verify: bool = False,
@@ -167,7 +169,7 @@ def ingest(
         key_column: Route rows by CRC-32 of this column (``storage.log.keys``); default: the
             table property ``icelog.key-column``, else ``key``.
         partition_column: Or take the log partition from this integer column.
-        catalog_name: pyiceberg catalog name (default: the embedded one).
+        catalog_name: pyiceberg catalog name, or a catalog already open (default: the embedded one).
         only_partitions: Load only rows routed to these log partitions (the rest of each
             file stays loadable by a later run).
         reload_changed: Load a file whose content changed since it was loaded again, as new

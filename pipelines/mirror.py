@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from pyiceberg.catalog import Catalog
+
 from icelog.pipelines.spark import file_io_properties
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.errors import InvalidInput
@@ -16,15 +18,22 @@ MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
 
 
 def mirror_table(
-    source: str, target_catalog: str | None = None, target_table: str | None = None, principal: str | None = None
+    source: str,
+    target_catalog: str | Catalog | None = None,
+    target_table: str | None = None,
+    principal: str | None = None,
+    *,
+    source_catalog: str | Catalog | None = None,
 ) -> dict[str, Any]:
-    """One incremental, resumable mirror step of ``source`` (in the default catalog).
+    """One incremental, resumable mirror step of ``source``.
 
     Args:
         source: The source log table.
-        target_catalog: The copy's catalog (default ``$ICELOG_MIRROR_CATALOG``).
+        target_catalog: The copy's catalog, a name or a catalog already open (default
+            ``$ICELOG_MIRROR_CATALOG``).
         target_table: The copy's name (default: the source's).
         principal: Needs ``replicator-write`` on the target (default ``$ICELOG_PRINCIPAL``).
+        source_catalog: The source's catalog (default: the default catalog).
 
     Raises:
         InvalidInput: no target catalog named.
@@ -34,7 +43,7 @@ def mirror_table(
     name = target_catalog or os.environ.get(MIRROR_CATALOG_ENV)
     if not name:
         raise InvalidInput(reason=f"no target catalog: pass one or set {MIRROR_CATALOG_ENV}")
-    return mirror(open_catalog(), source, open_catalog(name), target_table, principal=principal).to_dict()
+    return mirror(open_catalog(source_catalog), source, open_catalog(name), target_table, principal=principal).to_dict()
 
 
 IoProperties = Mapping[str, str] | Callable[[], Mapping[str, str]] | None

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pyiceberg.catalog import Catalog
+
 from icelog.pipelines.fanout import fanout as run_fanout
 from icelog.pipelines.ingest import IngestResult, ingest, source_files
 from icelog.pipelines.spark import is_local, spark_session
@@ -77,7 +79,7 @@ def ingest_day(
     landing: str | None = None,
     fmt: str = "parquet",
     key_column: str | None = None,
-    catalog: str | None = None,
+    catalog: str | Catalog | None = None,
     partitions: list[int] | None = None,
     reload_changed: bool = False,
 ) -> dict[str, Any]:
@@ -140,7 +142,7 @@ def backfill(
     landing: str | None = None,
     fmt: str = "parquet",
     key_column: str | None = None,
-    catalog: str | None = None,
+    catalog: str | Catalog | None = None,
     partitions: list[int] | None = None,
     reload_changed: bool = False,
 ) -> dict[str, Any]:
@@ -179,7 +181,7 @@ def backfill(
 
 
 def validate(
-    table: str, *, deep: bool = True, catalog: str | None = None, report: bool = True, full: bool = False
+    table: str, *, deep: bool = True, catalog: str | Catalog | None = None, report: bool = True, full: bool = False
 ) -> dict[str, Any]:
     """Run every registered check on ``table`` and publish its report (HTML, GX Data Docs)
     under ``$ICELOG_HOME/reports/<table>``; raise :class:`ValidationFailed` when the gate fails
@@ -239,7 +241,7 @@ def _first_failure(quality: dict[str, Any]) -> str:
     return f"{f['expectation']} {json.dumps(f['kwargs'])}: {f['unexpected_count']} unexpected"
 
 
-def maintain(table: str, *, catalog: str | None = None) -> dict[str, Any]:
+def maintain(table: str, *, catalog: str | Catalog | None = None) -> dict[str, Any]:
     cat = open_catalog(catalog)
     report = run_maintenance(cat, LogTable.open(cat, table).identifier)
     log.info("maintained", **{"table": table, **{k: v for k, v in report.items() if k not in ("table", "started")}})
@@ -253,7 +255,7 @@ def fanout(
     *,
     route_column: str = "key",
     key_column: str = "key",
-    catalog: str | None = None,
+    catalog: str | Catalog | None = None,
 ) -> dict[str, Any]:
     """Copy a log table's new records to the routed tables in one transaction (exactly once)."""
     if (

@@ -267,6 +267,14 @@ class HistoryExpired(InvalidInput):
     )
 
 
+class InvalidConnection(InvalidInput):
+    """An Airflow connection that cannot open an icelog catalog (missing, another type, or
+    malformed); nothing was read or written."""
+
+    conn_id: str
+    message = "Airflow connection {conn_id!r}: {reason}"
+
+
 # --- unknown things ------------------------------------------------------------------------
 
 

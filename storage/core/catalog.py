@@ -175,12 +175,13 @@ def embedded_properties(home: Path | None = None) -> dict[str, str]:
     return embedded_layout(home)
 
 
-def open_catalog(name: str | None = None, *, create: bool = True, **properties: str) -> Catalog:
+def open_catalog(name: str | Catalog | None = None, *, create: bool = True, **properties: str) -> Catalog:
     """Open a catalog.
 
     Args:
         name: A pyiceberg catalog name; ``None`` means ``$ICELOG_CATALOG`` or, if unset, the
-            embedded default under ``$ICELOG_HOME``.
+            embedded default under ``$ICELOG_HOME``. A catalog already open (one an Airflow
+            connection opened, say) is returned as it is: callers take either.
         create: Create the embedded catalog (its home, SQLite file and warehouse folder) if it
             does not exist. False for reads: they open an existing one or fail, creating nothing.
         properties: Extra catalog properties, overriding configuration.
@@ -193,6 +194,8 @@ def open_catalog(name: str | None = None, *, create: bool = True, **properties: 
         CatalogNotFound: ``create`` is False and the embedded catalog does not exist.
         MissingExtra: the catalog needs a driver that is not installed (``icelog[postgres]``, ``icelog[s3]``).
     """
+    if isinstance(name, Catalog):
+        return name
     name = name or os.environ.get("ICELOG_CATALOG") or None
     if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
         if create:
