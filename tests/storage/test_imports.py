@@ -28,7 +28,8 @@ STORAGE_FLOORS = {
     "storage.replication": 6,
     "storage.admin": 7,
 }
-LAYERS = {"storage": 0, "validations": 1, "pipelines": 2, "dags": 3}
+# The Airflow provider (icelog/provider) sits on pipelines; the project's DAGs are built on it.
+LAYERS = {"storage": 0, "validations": 1, "pipelines": 2, "provider": 3, "dags": 4}
 
 
 def module_name(path: Path) -> str:
@@ -46,6 +47,8 @@ def modules() -> dict[str, Path]:
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             found[module_name(path)] = path
+    for path in (ROOT / "icelog" / "provider").rglob("*.py"):
+        found[unprefixed(module_name(path))] = path
     return found
 
 
@@ -125,7 +128,7 @@ def test_no_function_level_imports_of_project_modules():
     """They hid order problems. What stays lazy is a heavy optional package (pyspark, great_expectations),
     and the CLI's commands and the DAG files, which import what they use when they run (start-up and DAG
     parse time)."""
-    lazy_by_design = ("pipelines.cli", "dags")
+    lazy_by_design = ("pipelines.cli", "dags", "provider")  # provider: operators import their task at run time
     heavy = {"validations.quality"}  # imports great_expectations (about 14 s)
     hidden = [
         f"{m}:{line} imports {t}"
