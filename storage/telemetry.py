@@ -9,11 +9,12 @@ log. icelog's own entry points (the CLI, the demo) call :func:`configure`, which
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
 import structlog
+
+from icelog.storage.settings import Settings
 
 ROOT = "icelog"
 _RENDER = [
@@ -32,7 +33,7 @@ def get_logger(name: str) -> Any:
 
 def configure(level: str | None = None) -> None:
     """Entry points only: icelog's events at ``level`` (default ``ICELOG_LOG_LEVEL``, else WARNING) on stderr."""
-    name = (level or os.environ.get("ICELOG_LOG_LEVEL") or "WARNING").strip().upper()
+    name = (level or Settings.load().log_level or "WARNING").strip().upper()
     logger = logging.getLogger(ROOT)
     logger.setLevel(logging.getLevelName(name) if isinstance(logging.getLevelName(name), int) else logging.WARNING)
     if not any(getattr(h, "icelog", False) for h in logger.handlers):
