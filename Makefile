@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 UV      := uv==0.13.8
 
-.PHONY: setup demo demo-lakehouse test test-slow bench lock clean airflow chaos lint format
+.PHONY: setup demo demo-lakehouse test test-slow smoke bench lock clean airflow chaos lint format docs
 
 $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_install.py infra/web-assets/package-lock.json
 	bash infra/system-deps.sh
@@ -31,6 +31,11 @@ demo-lakehouse: setup
 test: setup
 	$(BIN)/python -m pytest -m "not slow"
 
+# The wheel as a team installs it: built from the checkout, installed with no extra into fresh venvs on
+# Python 3.12 and 3.13 (and with [airflow] on 3.13), then used (infra/wheel_smoke.py). CI runs it after make test.
+smoke: setup
+	$(BIN)/python -m infra.wheel_smoke
+
 # ruff, configured in pyproject.toml as pyiceberg configures it; CI runs `make lint`.
 lint: setup
 	$(BIN)/ruff check .
@@ -39,6 +44,10 @@ lint: setup
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The documentation site (docs/, mkdocs.yml) into site/: offline, warnings are errors.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The long versions of the slowest scenarios (minutes each on 2 cores).
 test-slow: setup
@@ -54,12 +63,13 @@ CHAOS_ARGS ?= --duration 600 --catalog all
 chaos: setup
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
-# Re-resolve the pinned lock after changing dependencies in pyproject.toml.
+# Re-resolve the pinned lock after changing dependencies in pyproject.toml: every extra, for the
+# Python `make test` runs on (3.11). The existing pins are kept where the ranges still allow them.
 lock:
-	$(BIN)/uv pip compile -q pyproject.toml --extra test --python-version 3.11 --excludes infra/lock-excludes.txt -o requirements.lock
+	$(BIN)/uv pip compile -q pyproject.toml --all-extras --python-version 3.11 --excludes infra/lock-excludes.txt -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .icelog
+	rm -rf $(VENV) .icelog site
 
 # The Airflow UI (standalone: scheduler, API server, DAG processor) on the icelog DAGs.
 airflow: setup

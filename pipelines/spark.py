@@ -19,6 +19,7 @@ from typing import IO, Any, Mapping
 from urllib.parse import urlparse
 
 from icelog.storage.errors import InvalidInput
+from icelog.storage.extras import require
 from icelog.storage.log import schema as cols
 from icelog.storage.log.files import arrow_location
 from icelog.storage.settings import Settings
@@ -103,6 +104,7 @@ def spark_session(
             partitions, driver memory and log level.
     """
     settings = settings or Settings.load()
+    require("pyspark", "Spark (ingest, fan-out, consume-produce, the Spark engine)")
     check_java()
     # Bind the driver to loopback unless told otherwise: a one-machine default should not
     # advertise itself on whatever interface the hostname resolves to.

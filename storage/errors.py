@@ -303,6 +303,16 @@ class UnsupportedFormat(TerminalError):
     )
 
 
+class MissingExtra(TerminalError):
+    """A feature needs an optional dependency that is not installed (``pyproject.toml``'s extras):
+    the core is pyiceberg, pyarrow and DuckDB; Spark, Airflow, Great Expectations come with extras."""
+
+    feature: str
+    module: str
+    extra: str
+    message = "{module} is not installed; {feature} needs it: pip install 'icelog[{extra}]'"
+
+
 class UnknownPartition(TerminalError):
     table: str
     partition: Any

@@ -1,4 +1,4 @@
-"""The tests' own house (issue 22): test support is a package, and a test module never imports
+"""The tests' own house: test support is a package, and a test module never imports
 another test module.
 
 Helpers, workers and fault tools live in ``tests/support/``; fixtures live in a ``conftest.py``

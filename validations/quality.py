@@ -43,6 +43,7 @@ from pyiceberg.table import Table
 
 from icelog.storage.core.catalog import icelog_home
 from icelog.storage.errors import InvalidInput
+from icelog.storage.extras import require
 from icelog.storage.log import schema as cols
 from icelog.storage.log.files import local_path
 from icelog.storage.log.scan import check_snapshot, parquet_from
@@ -359,7 +360,10 @@ def run_suite(
 
     Raises:
         InvalidInput: bad expectations, engine, or Spark chosen without a session.
+        MissingExtra: Great Expectations or pandas is not installed (``icelog[quality]``).
     """
+    for module in ("great_expectations", "pandas"):  # before anything is read or written
+        require(module, "the Great Expectations suite (icelog report --no-gx skips it)")
     started = time.perf_counter()
     name = ".".join(table.name()[-2:])
     root = docs_root or icelog_home() / "quality"
@@ -534,7 +538,10 @@ INTEGRITY = r'\s+(integrity="[^"]*"|crossorigin="[^"]*")'
 
 
 def web_assets_dir(settings: Settings | None = None) -> Path:
-    """Where ``make setup`` installed the npm assets (``$ICELOG_WEB_ASSETS`` overrides)."""
+    """Where ``make setup`` installed the npm assets in a checkout (``$ICELOG_WEB_ASSETS`` overrides).
+
+    An installed wheel has no ``infra/`` folder: there ``$ICELOG_WEB_ASSETS`` names them, or Data
+    Docs keep loading their assets from the CDNs (the validation result is the same)."""
     default = Path(__file__).resolve().parents[1] / "infra" / "web-assets" / "node_modules"
     return (settings or Settings.load()).web_assets or default
 
@@ -561,7 +568,10 @@ def offline_data_docs(site: Path, assets: Path | None = None) -> list[str]:
     assets = assets or web_assets_dir()
     missing = [rel for _, rel in CDN_ASSETS if not (assets / rel).exists()]
     if missing:
-        raise WebAssetsMissing(reason=f"{assets} lacks {missing[0]} (run `make setup`, or `npm ci` in infra/web-assets)")
+        raise WebAssetsMissing(
+            reason=f"{assets} lacks {missing[0]}: set ICELOG_WEB_ASSETS to a node_modules folder with the npm packages of "
+            "icelog's infra/web-assets/package.json (in a checkout, `make setup` installs them)"
+        )
     target = site / OFFLINE_DIR
     for rel in {rel for _, rel in CDN_ASSETS}:
         (target / rel).parent.mkdir(parents=True, exist_ok=True)

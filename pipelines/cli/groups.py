@@ -1,7 +1,7 @@
 """``icelog consume`` and ``icelog groups``: consumer groups with range commits.
 
 Offsets on the command line follow two conventions, both shown by ``groups describe``:
-the *stable offset* is the last offset done (inclusive, the seed's), the *committed
+the *stable offset* is the last offset done (inclusive, as in cooperative consumption), the *committed
 offset* is the next offset to read (Kafka's).
 """
 

@@ -23,6 +23,7 @@ from pyiceberg.utils.config import Config
 
 from icelog.storage.core import faults
 from icelog.storage.errors import CatalogUnavailable, InvalidInput, TerminalError
+from icelog.storage.extras import require
 from icelog.storage.settings import Settings
 
 EMBEDDED_NAME = "icelog"
@@ -194,6 +195,7 @@ def open_catalog(name: str | None = None, *, create: bool = True, settings: Sett
         CatalogNotConfigured: ``name`` has no configuration.
         CatalogNotFound: ``create`` is False and the embedded catalog does not exist.
         InvalidSetting: no ``settings`` given and an ``ICELOG_*`` variable is malformed.
+        MissingExtra: the catalog needs a driver that is not installed (``icelog[postgres]``, ``icelog[s3]``).
     """
     settings = settings or Settings.load()
     name = name or settings.catalog or None
@@ -209,6 +211,10 @@ def open_catalog(name: str | None = None, *, create: bool = True, settings: Sett
     if not conf:
         raise CatalogNotConfigured(catalog=name)
     uri = str(conf.get("uri", ""))
+    if uri.startswith(("postgresql://", "postgresql+psycopg2://")):  # SQLAlchemy's default PostgreSQL driver
+        require("psycopg2", f"the PostgreSQL catalog {name!r}")
+    if str(conf.get("rest.sigv4-enabled", "")).lower() == "true":  # pyiceberg signs with botocore
+        require("boto3", f"the SigV4-signed REST catalog {name!r}")
     if conf.get("type", "sql") == "sql" and uri.startswith(("sqlite", "postgresql")):
         return LogSqlCatalog(name, **{**FILE_IO, **{k: str(v) for k, v in conf.items() if k != "type"}})
     if conf.get("type") == "rest" and "py-catalog-impl" not in conf:

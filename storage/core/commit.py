@@ -1,7 +1,7 @@
 """The commit core: every icelog write path goes through :func:`commit_tables`.
 
-One protocol for one table or several (DESIGN I2, I3, I5, I7); :func:`commit` is its
-one-table case.
+One protocol for one table or several (docs/guarantees.md: I2, I3, I5, I7); :func:`commit`
+is its one-table case.
 
 1. Load the tables (one catalog instant). If this commit id already landed (an earlier
    attempt whose outcome was unknown), return its recorded result: never write twice.
@@ -309,7 +309,7 @@ def _register(raw: str, entry: list[Any], version: int, settings: props.CommitSe
     the newest commit time dropped, if any.
 
     A full registry (``COMMIT_IDS_MAX`` entries, ~300 KB) costs ~13 ms to parse and write
-    back: more than the rest of a commit, and growing with history (issue 20). So above
+    back: more than the rest of a commit, and growing with history. So above
     ``TRIM_FROM_BYTES`` the entry is appended to the text unparsed, and only every
     ``TRIM_EVERY``-th table version trims: a registry holds at most ``TRIM_EVERY - 1``
     entries beyond its bound. Keeping more ids is never wrong: ``icelog.commits.forgotten-ms``
@@ -972,7 +972,7 @@ class _StagingTransaction(Transaction):
 
     pyiceberg 0.12 re-applies every staged update and deep-copies the whole table metadata on
     each ``table_metadata`` access: 14 times while one append stages, about a third of the
-    commit (issue 20). The models are frozen and ``_updates`` is a tuple replaced on every
+    commit. The models are frozen and ``_updates`` is a tuple replaced on every
     change, so one view per tuple is exact (contract: tests/storage/core/test_pyiceberg_contract.py).
     """
 

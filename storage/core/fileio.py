@@ -5,7 +5,7 @@ pyarrow's S3 output stream starts a multipart upload when it is opened, so every
 three requests (create, upload a part, complete), however small. An append writes three small
 files before its catalog commit (the data file, its manifest, the manifest list), one after
 another: on SeaweedFS a 30 KB file took 8.4 ms that way against 3.5 ms as one ``PutObject``
-(issue 21, BENCHMARKS.md). With ``allow_delayed_open`` pyarrow buffers the start of a file and
+(BENCHMARKS.md). With ``allow_delayed_open`` pyarrow buffers the start of a file and
 sends a file that fits in one part as a single ``PutObject``; larger files are still multipart.
 Either upload makes the object appear whole or not at all, so nothing a reader sees changes; an
 error of the store surfaces when the file is written or closed instead of when it is opened,

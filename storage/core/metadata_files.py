@@ -21,13 +21,12 @@ Listing the folder costs in proportion to everything in it (manifests too, until
 cleanup), so a commit lists it only every ``SWEEP_EVERY`` versions (and ``maintain``
 always). Every other commit deletes just the file that left the metadata log with it, when
 the same rule proves it superseded more than the grace ago: the log names the files of the
-next versions and their times, so nothing needs listing (issue 20: a commit's cost stays flat
-with history). What that misses (a file still inside the grace, a lost race's file) the next
+next versions and their times, so nothing needs listing (a commit's cost stays flat with
+history). What that misses (a file still inside the grace, a lost race's file) the next
 listing sweeps.
 
 Listing and deleting go through the table's FileIO (the pyarrow file system it opens for the
-location's scheme), never ``os.*``: the same code sweeps a local warehouse and an object store
-(issue 21). Stores that keep whole seconds (S3's ``LastModified``) get their times rounded up,
+location's scheme), never ``os.*``: the same code sweeps a local warehouse and an object store. Stores that keep whole seconds (S3's ``LastModified``) get their times rounded up,
 so a truncated time never makes a file look older than it is.
 """
 
@@ -67,7 +66,7 @@ class _MetadataFile:
 def file_system(io: FileIO, location: str) -> tuple[FileSystem, str] | None:
     """The pyarrow file system the table's FileIO uses for ``location``, and the location's
     path in it (``bucket/key`` on S3); None for a FileIO that is not pyarrow's."""
-    # lazy: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading offsets never needs (issue 20)
+    # lazy: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading offsets never needs
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     if not isinstance(io, PyArrowFileIO):

@@ -4,7 +4,7 @@ pyiceberg 0.12 commits one table per call. Its SQL catalog keeps every table's m
 pointer in one database table (``iceberg_tables``), so icelog swaps several pointers in one
 database transaction: each ``UPDATE … WHERE metadata_location = <the base the decision
 read>`` must match exactly one row, or the whole transaction rolls back and the commit lost
-a race (DESIGN §3, I3, I5). Updates run in a fixed table order, so two PostgreSQL
+a race (docs/guarantees.md: I3, I5). Updates run in a fixed table order, so two PostgreSQL
 transactions cannot deadlock; nothing reads ``iceberg_tables`` inside the transaction, so
 SQLite never has to upgrade a read lock ("database is locked").
 
@@ -85,7 +85,7 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], metadata_
     Each update builds new models from the old (``model_copy(update=...)``, new lists and
     dicts); nothing in icelog or pyiceberg edits a metadata model in place, so the result may
     share the base's unchanged parts. The deep copy was about a fifth of a commit, paid twice
-    per table (issue 20). Contract: ``tests/storage/core/test_pyiceberg_contract.py``.
+    per table. Contract: ``tests/storage/core/test_pyiceberg_contract.py``.
     """
     context = _TableMetadataUpdateContext()
     metadata = base

@@ -10,7 +10,7 @@ through the commit core, so it can join a transaction's atomic multi-table commi
 (exactly-once consume–transform–produce).
 
 Consumer groups keep two more properties in the same table, apart from the stable offsets
-(as the seed separates them):
+(as cooperative consumption separates them; docs/consumer-groups.md):
 
 * ``icelog.group-ranges``: individually committed (IC) ranges above each stable offset,
   ``{"<group>": {"<table>": {"<partition>": [[first, last], ...]}}}``, at most
@@ -18,7 +18,7 @@ Consumer groups keep two more properties in the same table, apart from the stabl
 * ``icelog.group-members``: members, generation, assignment and draining hash ranges per
   group (``storage.groups.membership``).
 
-The seed's *stable offset* (the last offset done, inclusive) is ``committed - 1``.
+The *stable offset* (the last offset done, inclusive) is ``committed - 1``.
 """
 
 from __future__ import annotations

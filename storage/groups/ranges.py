@@ -3,7 +3,7 @@
 The state of one (group, table, partition) is a *stable offset* plus sorted, disjoint IC
 ranges above it, range-encoded like Kafka's share-group state (KIP-932):
 
-* ``stable`` is the seed's convention: the last offset done, inclusive (``-1`` or
+* ``stable`` is the cooperative-consumption convention: the last offset done, inclusive (``-1`` or
   ``log_start - 1``: nothing done yet). Kafka's committed offset, the next offset to read,
   is ``stable + 1`` (:attr:`RangeState.committed`).
 * ``ranges`` are ``(first, last)`` inclusive, each starting at ``stable + 2`` or later,

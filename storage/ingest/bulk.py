@@ -1,6 +1,6 @@
 """Bulk loads of any size into one partition, in bounded batches; resumable by a load id.
 
-The seed's bulk-load case for conditional appends (KIP-27): "even if the list is much
+The bulk-load case of Kafka's conditional-publish proposal (KIP-27): "even if the list is much
 larger than the buffer size or the producer has to be restarted, each message will be
 appended to the log just once". With a start offset K, input record i (0-based) belongs at
 offset K + i, and every batch is a conditional append at the offset its first record

@@ -14,7 +14,7 @@ with) are the same. Smaller files stay in offset order (a key-range read opens t
 **Encodings.** Offsets, timestamps and producer sequences are delta-encoded
 (:func:`parquet_encodings`), so a clustered file takes no more bytes than the same rows in
 offset order. Clustering costs a sort of the 16-bit hashes and a take per row group, made in
-a thread while the row group before is written (issue 20 measured the stages).
+a thread while the row group before is written (each stage measured: BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def parquet_encodings(names: Sequence[str]) -> dict[str, Any]:
     Offsets, timestamps and producer sequences rise with the offset, in a clustered file inside
     each hash group: delta encoding stores them in a few bits. A dictionary cannot (offsets are
     all distinct), and plain values out of offset order barely compress: clustered files were
-    2.5x the bytes of the same rows in offset order (issue 20).
+    2.5x the bytes of the same rows in offset order.
     """
     delta = [name for name in names if name in DELTA_COLUMNS]
     return {
@@ -254,7 +254,7 @@ class _FileWriter:
 
     def __init__(self, io: FileIO, metadata: TableMetadata) -> None:
         # lazy, here and below: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading
-        # offsets never needs (issue 20)
+        # offsets never needs (it keeps the CLI's start-up short)
         from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, schema_to_pyarrow
 
         self.io, self.metadata = io, metadata

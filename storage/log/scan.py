@@ -53,7 +53,7 @@ class PlannedFiles:
 
     def dataset(self) -> ds.Dataset:
         """All files as one pyarrow dataset (its schema is the first file's, as ``read_parquet``'s)."""
-        import pyarrow.dataset as ds  # lazy: it loads pandas, which reading offsets never needs (issue 20)
+        import pyarrow.dataset as ds  # lazy: it loads pandas, which reading offsets never needs
 
         groups: dict[int, tuple[FileSystem, list[str]]] = {}
         for uri in self.paths:

@@ -59,7 +59,8 @@ MANIFEST_TARGET_BYTES = 256 * 1024  # ~850 data files' entries: what one manifes
 TABLE_DEFAULTS = {
     "format-version": "2",
     # Belt and braces: icelog never calls pyiceberg's retrying commit, but other writers
-    # of the same table should fail rather than rebase a stale append (DESIGN §3).
+    # of the same table should fail rather than rebase a stale append
+    # (docs/guarantees.md#i3-decide-on-the-base-you-replace).
     "commit.retry.num-retries": "0",
     # Readers may hold an old metadata pointer: never delete a metadata file at commit time
     # (storage.core.commit deletes superseded ones after a grace; other writers should not at all).

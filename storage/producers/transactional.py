@@ -9,7 +9,7 @@ Shaped like Kafka's transactional producer::
         producer.send("db.audit", 3, other_rows, expected_offset=41)
         producer.send_offsets_to_transaction({("db.source", 0): 1200}, "copier")
 
-Design (DESIGN §3):
+Design (docs/transactions.md):
 
 * **The coordinator journal** is itself a log table, ``icelog_system.transactions`` (like
   Kafka's transaction-state topic): one row per record (BEGIN, ADD_PARTITIONS,

@@ -1,4 +1,4 @@
-"""Mirrors: offset-preserving copies of log tables in another catalog (KIP-391, DESIGN I6).
+"""Mirrors: offset-preserving copies of log tables in another catalog (KIP-391; docs/guarantees.md#i6-mirrors-keep-offsets).
 
 A mirror target holds the same (partition, offset) with the same content as its source, so
 consumers fail over with their committed offsets unchanged. :func:`mirror` is one

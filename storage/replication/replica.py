@@ -1,4 +1,4 @@
-"""Writes with explicit offsets (KIP-391's ``use_offset``), for replication (DESIGN I6).
+"""Writes with explicit offsets (KIP-391's ``use_offset``), for replication (docs/guarantees.md#i6-mirrors-keep-offsets).
 
 An :class:`OffsetWriteRequest` goes through the one commit core like every other write.
 Unlike an append, it does not have offsets assigned: it brings them, per partition, as rows

@@ -1,4 +1,4 @@
-"""``--only rest``: icelog on an Iceberg REST catalog over S3 (issue 21), beside plain references
+"""``--only rest``: icelog on an Iceberg REST catalog over S3, beside plain references
 on the same throwaway SeaweedFS server in the same run.
 
 * a conditional 1,000-row append beside plain pyiceberg ``Table.append`` of the same rows;

@@ -367,7 +367,7 @@ def bench_spark_ingest(root: Path, rows: int) -> None:
 
     def by_partition(i: int) -> None:
         """What a user would run instead: the same rows written one folder per log partition,
-        as Spark's own Iceberg writer does for a partitioned table (issue 20's fair reference)."""
+        as Spark's own Iceberg writer does for a partitioned table (the fair reference)."""
         df = spark.read.parquet(str(landing)).withColumn("log_partition", F.pmod(F.hash("key"), F.lit(8)))
         df.write.mode("overwrite").partitionBy("log_partition").parquet(str(root / f"partitioned{i}"))
 
@@ -567,7 +567,7 @@ def bench_gx(root: Path) -> None:
     table, _ = create_table(cat)
     flights = load_flights()
     table.append({p: flights.slice(p * 42_097, 42_097) for p in range(8)})
-    # full=True: since issue 13 a second pass validates only the rows committed since the first (none).
+    # full=True: otherwise a second pass validates only the rows committed since the first (none).
     elapsed = timed(lambda: run_suite(table.table(), docs_root=root / "gx-docs", full=True))
     started = time.perf_counter()
     second = run_suite(table.table(), docs_root=root / "gx-docs", full=True)
@@ -704,7 +704,7 @@ def bench_key_range(root: Path, rows: int) -> None:
 
 
 def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
-    """The mirror (issue 11): one incremental step on a table of ``files`` tiny files, and the bulk
+    """The mirror: one incremental step on a table of ``files`` tiny files, and the bulk
     first step of 16 files beside ``cp -r`` of them, alternated, medians of 4. The tables come from the
     mirror benchmarks' builders (``tests/support/mirror_bench.py``)."""
     from icelog.storage.replication.mirror import mirror
@@ -762,7 +762,7 @@ def bench_mirror(root: Path, files: int, rows_per_file: int) -> None:
 
 
 def bench_quality(root: Path, rows: int, increment: int, engines: list[str]) -> None:
-    """GX validation (issue 13), each run in a fresh process (``tests/support/quality_bench.py``):
+    """GX validation, each run in a fresh process (``tests/support/quality_bench.py``):
     full on each engine, then incremental after one ``increment``-row commit; Spark beside pandas."""
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -814,8 +814,8 @@ def _append_until(spec: dict, stop: Any, name: str) -> None:
 
 
 def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
-    """Compaction of ``files`` small files while two processes append back to back (issue 14:
-    before the commit core's lease it lost every race), beside the same compaction alone."""
+    """Compaction of ``files`` small files while two processes append back to back (without
+    the commit core's lease it would lose every race), beside the same compaction alone."""
     import multiprocessing
 
     from icelog.storage.core.commit import commit
@@ -859,7 +859,7 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
 
 
 def bench_cli(root: Path, runs: int) -> None:
-    """Start-up of the command line (issue 20): ``icelog offsets T`` beside ``pyiceberg describe T``
+    """Start-up of the command line: ``icelog offsets T`` beside ``pyiceberg describe T``
     on the same SQLite catalog, each the whole process, after one warm run each. Beside them, the
     floor that neither can go below: an interpreter importing click and pyiceberg's SQL catalog."""
     LogTable.create(catalog(root), "bench.cli", partitions=4).append({0: batch(100)})

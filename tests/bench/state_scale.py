@@ -1,4 +1,4 @@
-"""Commit latency as the state every commit rewrites grows (issue 14).
+"""Commit latency as the state every commit rewrites grows.
 
 Watermarks (one per partition) and idempotent-producer state (one entry per active producer)
 live in table properties, so every commit carries them. Two figures, each beside a small table

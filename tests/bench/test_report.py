@@ -92,11 +92,9 @@ def test_target_rejects_an_unknown_side_or_operator():
 
 
 def test_the_section_between_the_markers_is_replaced_and_the_rest_kept():
-    doc = f"# Benchmarks\nintro\n\n{BEGIN}\nold table\n{END}\n\n## Storage (issue 2)\nanalysis\n"
+    doc = f"# Benchmarks\nintro\n\n{BEGIN}\nold table\n{END}\n\n## Storage\nanalysis\n"
     once = replace_section(doc, render_section([Figure("append p50", 60.0, "ms", target=Target("value", "<=", 50))], RUN))
-    assert once.startswith("# Benchmarks\nintro\n\n" + BEGIN) and once.endswith(
-        f"{PREVIOUS_END}\n\n## Storage (issue 2)\nanalysis\n"
-    )
+    assert once.startswith("# Benchmarks\nintro\n\n" + BEGIN) and once.endswith(f"{PREVIOUS_END}\n\n## Storage\nanalysis\n")
     new, previous = once.split(END)
     assert "old table" not in new and "| append p50 | 60.0 ms |" in new and "**missed**" in new
     assert previous.count("old table") == 1  # the run before, kept beside it
@@ -106,7 +104,7 @@ def test_the_section_between_the_markers_is_replaced_and_the_rest_kept():
     assert twice.count(BEGIN) == 1 and twice.count(END) == 1 and "| met |" in twice.split(END)[0]
     new, previous = twice.split(END)
     assert "60.0 ms" not in new and "60.0 ms" in previous and "old table" not in twice  # one run back, no more
-    assert twice.count(PREVIOUS_BEGIN) == 1 and twice.endswith(f"{PREVIOUS_END}\n\n## Storage (issue 2)\nanalysis\n")
+    assert twice.count(PREVIOUS_BEGIN) == 1 and twice.endswith(f"{PREVIOUS_END}\n\n## Storage\nanalysis\n")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The chaos harness (issue 14): a mixed workload across OS processes, killed hard and soft.
+"""The chaos harness: a mixed workload across OS processes, killed hard and soft.
 
 ``tests.chaos.workers`` holds the worker entry points, ``tests.chaos.run`` the controller and
 the end-of-run checks (``python -m tests.chaos.run --help``).

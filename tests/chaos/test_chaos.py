@@ -1,4 +1,4 @@
-"""The chaos harness (issue 14; REST in issue 21): short runs in ``make test``, long ones under ``slow``, and the
+"""The chaos harness (on SQLite, PostgreSQL and REST): short runs in ``make test``, long ones under ``slow``, and the
 end-of-run checks themselves on synthetic data (a planted duplicate, a dropped acknowledged
 row, a key out of order each make them fail), so a passing run means something.
 

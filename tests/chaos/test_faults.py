@@ -1,4 +1,4 @@
-"""Faults beyond kill -9 and SIGTERM (issue 14), each in a short focused test:
+"""Faults beyond kill -9 and SIGTERM, each in a short focused test:
 
 * a slow metadata write (``ICELOG_DELAY_AT``, ``storage.core.faults``): a commit that sleeps between
   writing its metadata file and swapping the pointer loses to the commits made meanwhile, and

@@ -1,5 +1,5 @@
 """Named chaos scenarios: Kafka's own transaction bugs and Jepsen's findings, each replayed
-against icelog with real processes (issue 14).
+against icelog with real processes.
 
 =====  ==========================================  ===========================================================  ==========================================
  #     case (source)                               test                                                         icelog's mechanism

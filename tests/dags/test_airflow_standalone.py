@@ -202,7 +202,7 @@ def test_make_airflow_listens_on_loopback_only_and_prints_the_login_last(tmp_pat
 
 
 def check_the_ui_in_chromium(url: str, user: str, password: str) -> None:
-    """What a user sees in the Airflow UI, in a real Chromium (issue 23): the printed login works,
+    """What a user sees in the Airflow UI, in a real Chromium: the printed login works,
     the demo's DAGs are unpaused and the others paused, and icelog_backfill's Trigger form is
     complete with its defaults (an empty required param once kept Trigger disabled). The page may
     load nothing but the UI itself: every asset is served by the local API server."""

@@ -55,7 +55,7 @@ def test_dagbag_imports_cleanly_with_every_dag(dagbag):
 
 
 def test_the_demo_dags_start_unpaused_and_the_others_paused(dagbag, home):
-    # make airflow: the DAGs make demo runs are usable in the UI at once (issue 23).
+    # make airflow: the DAGs make demo runs are usable in the UI at once.
     demo = {"icelog_ingest", "icelog_backfill", "icelog_validate"}
     assert {d for d in DAG_IDS if dagbag.get_dag(d).is_paused_upon_creation is False} == demo
     # The others (maintenance, mirror, fan-out) keep Airflow's default: paused until asked for.

@@ -1,4 +1,4 @@
-"""The DAGs' ingest tasks with the landing root on S3 (issue 21): the lakehouse profile's bucket.
+"""The DAGs' ingest tasks with the landing root on S3: the lakehouse profile's bucket.
 
 The tasks (``pipelines.tasks``: what icelog_ingest and icelog_backfill run) take the landing root
 as a URI or a path; Spark's executors read the objects through pyarrow (no Hadoop connector).

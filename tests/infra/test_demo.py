@@ -163,7 +163,7 @@ def test_the_lakehouse_demo_has_a_home_of_its_own(tmp_path, monkeypatch):
     assert not any(p.is_relative_to(tmp_path / "lakehouse") for p in embedded)
 
 
-FEBRUARY_1_2 = 1_608  # flights dated 2013-02-01 and 02 (28,612 - 27,004, as issue 23 counted them)
+FEBRUARY_1_2 = 1_608  # flights dated 2013-02-01 and 02 (28,612 - 27,004)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +219,7 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
 @pytest.mark.integration
 @pytest.mark.timeout(3600)  # three full demos; one takes 5-15 min on a loaded 2-core machine
 def test_make_demo_three_times_with_a_backfill_from_the_ui_between(tmp_path, monkeypatch):
-    """Issue 23: `make demo` three times in a row, with the UI's backfill of 2013-02-01..02 (a
+    """`make demo` three times in a row, with the UI's backfill of 2013-02-01..02 (a
     run of icelog_backfill with that conf, as the Trigger form sends it) between runs."""
     from icelog.pipelines.flights import TABLE
     from icelog.storage.core.catalog import open_catalog

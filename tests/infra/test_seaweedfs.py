@@ -1,4 +1,4 @@
-"""infra/seaweedfs.py: a loopback-only SeaweedFS server whose Iceberg REST catalog pyiceberg can use (issue 21)."""
+"""infra/seaweedfs.py: a loopback-only SeaweedFS server whose Iceberg REST catalog pyiceberg can use."""
 
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ def test_missing_web_assets_leave_validation_standing_and_say_why(sqlite_catalog
     t = LogTable.create(sqlite_catalog, "db.events", partitions=1)
     t.append({0: [{"key": "a"}] * 3})
     result = run_suite(t.table(), docs_root=tmp_path / "gx")
-    assert result.success and "make setup" in result.docs_not_offline
+    assert result.success and "ICELOG_WEB_ASSETS" in result.docs_not_offline and "make setup" in result.docs_not_offline
     with pytest.raises(WebAssetsMissing):
         offline_data_docs(tmp_path / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site")
     monkeypatch.delenv("ICELOG_WEB_ASSETS")

@@ -1,4 +1,4 @@
-"""Validations and queries on log tables whose files live on S3 (a real SeaweedFS server, issue 21).
+"""Validations and queries on log tables whose files live on S3 (a real SeaweedFS server).
 
 DuckDB cannot read ``s3://`` here (its httpfs extension cannot be downloaded), so the deep check
 and ``icelog sql`` read S3 files through pyarrow with the table's FileIO. These tests show the

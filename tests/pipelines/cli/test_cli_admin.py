@@ -1,4 +1,4 @@
-"""Admin as kafka-topics, kafka-configs and kafka-consumer-groups offer it (issue 23): ``topics
+"""Admin as kafka-topics, kafka-configs and kafka-consumer-groups offer it: ``topics
 delete`` (guarded), ``topics alter`` and the properties ``topics describe`` shows, the time
 lookup ``offsets --at`` / ``consume --from-time`` / ``groups reset --to-datetime`` share, and
 ``--as-of`` errors that point to ``icelog snapshots``. ``groups reset`` itself: test_cli_groups.py."""
@@ -355,7 +355,7 @@ def test_time_travel_errors_point_to_icelog_snapshots(icelog: Cli, events):
 
 
 def test_two_concurrent_alters_of_different_knobs_both_land(icelog: Cli, events):
-    """Property-only commits are conditional (DESIGN §3): neither overwrites the other's change."""
+    """Property-only commits are conditional (I3): neither overwrites the other's change."""
     import threading
 
     from icelog.storage.log.maintenance import alter_properties

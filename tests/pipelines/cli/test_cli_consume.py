@@ -1,4 +1,4 @@
-"""``icelog consume`` without a group and ``icelog offsets --at`` (issue 23): kafka-console-consumer's
+"""``icelog consume`` without a group and ``icelog offsets --at``: kafka-console-consumer's
 and kafka-get-offsets' reads, which commit nothing."""
 
 from __future__ import annotations

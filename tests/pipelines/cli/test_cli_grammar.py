@@ -1,5 +1,5 @@
 """One grammar for every command: global options before or after the command name, ``-h``,
-``--version``, help on every command and option, and a README that matches the help."""
+``--version``, help on every command and option, and docs (README.md, docs/) that match the help."""
 
 from __future__ import annotations
 
@@ -164,17 +164,18 @@ def test_groups_describe_without_one_group_is_a_usage_error_naming_group(events,
     assert "--group" in one_document(result.stdout)["message"]
 
 
-# --- the README matches the help ------------------------------------------------------------
+# --- the docs match the help --------------------------------------------------------------
 
-README = (ROOT / "README.md").read_text()
+DOCS = "\n".join(page.read_text() for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+CLI_REFERENCE = (ROOT / "docs" / "cli.md").read_text()
 _SHELL_ENDS = {"|", "||", "&&", ";", "<", ">", ">>", "2>&1"}
 
 
 def _readme_invocations() -> list[str]:
-    """Every ``icelog ...`` the README shows: lines of its code blocks and its inline code."""
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README, flags=re.S | re.M)
+    """Every ``icelog ...`` README.md and docs/ show: lines of their code blocks and their inline code."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", DOCS, flags=re.S | re.M)
     lines = [line for block in blocks for line in block.splitlines()]
-    spans = re.findall(r"`(icelog [^`]+)`", README)
+    spans = re.findall(r"`(icelog [^`]+)`", DOCS)
     found = []
     for text in [*lines, *spans]:
         tokens = shlex.split(text, comments=True) if "icelog" in text else []
@@ -244,7 +245,7 @@ def test_every_command_line_in_the_readme_parses(invocation):
         try:
             _parse(argv)
         except click.UsageError as e:
-            pytest.fail(f"README: {invocation!r}: {e.format_message()}")
+            pytest.fail(f"README.md or docs/: {invocation!r}: {e.format_message()}")
 
 
 def test_the_readme_shows_every_command():
@@ -253,10 +254,24 @@ def test_the_readme_shows_every_command():
     assert missing == []
 
 
-def test_every_option_the_readmes_cli_section_names_exists():
-    section = README[README.index("\n## CLI\n") :]
-    section = section[: section.index("\n## ", 1)]
-    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", section))
+def test_the_cli_reference_shows_every_command_and_option():
+    """docs/cli.md alone covers the whole CLI: a new command or option is documented there."""
+    invocations = [
+        " ".join(shlex.quote(t) for t in shlex.split(line, comments=True))
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", CLI_REFERENCE, flags=re.S | re.M)
+        for line in block.splitlines()
+        if line.startswith("icelog ")
+    ]
+    shown = {tuple(_parse(argv)) for invocation in invocations for argv in _alternatives(_argv(invocation))}
+    missing = [" ".join(path) for path in LEAVES if path not in shown and not (path[-1] == "run" and path[:-1] in shown)]
+    assert missing == []
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", CLI_REFERENCE))
+    options = {opt for _, command in _commands() for p in command.params for opt in p.opts + p.secondary_opts}
+    assert sorted(o for o in options - named if o.startswith("--") and o != "--consistent") == []
+
+
+def test_every_option_the_cli_reference_names_exists():
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", CLI_REFERENCE))
     known = {opt for _, command in _commands() for p in command.params for opt in p.opts + p.secondary_opts}
     known |= set(cli.context_settings["help_option_names"])
     assert sorted(named - known) == []

@@ -1,4 +1,4 @@
-"""``icelog consume`` and ``icelog groups`` (I10, I8): the seed's examples through the CLI."""
+"""``icelog consume`` and ``icelog groups`` (I10, I8): the range-commit examples of docs/consumer-groups.md through the CLI."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_i10_consume_with_a_bad_group_id_prints_nothing_and_exits_2(run, events,
     assert [json.loads(line)["error"] for line in result.stdout.strip().splitlines()] == ["InvalidInput"]  # no record printed
 
 
-# --- groups reset: --dry-run, --to-datetime, --shift-by (issue 23, as kafka-consumer-groups) ---
+# --- groups reset: --dry-run, --to-datetime, --shift-by (as kafka-consumer-groups) ---
 
 
 def _groups_table_location(catalog) -> str | None:

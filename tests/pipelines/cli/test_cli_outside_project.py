@@ -1,4 +1,4 @@
-"""``icelog`` started outside a project (issue 23): a read creates nothing, and says which catalog
+"""``icelog`` started outside a project: a read creates nothing, and says which catalog
 and home it looked for and how to configure one; a write creates the home, as before.
 
 The real CLI runs in a fresh interpreter, in an empty folder outside the repository, with no

@@ -1,4 +1,4 @@
-"""``icelog offsets`` starts without the heavy packages (issue 20).
+"""``icelog offsets`` starts without the heavy packages.
 
 A read of watermarks needs the catalog (sqlalchemy, pyiceberg's catalog and table metadata) and
 nothing that writes or scans data: pyiceberg.io.pyarrow (which loads pyarrow.dataset and with it

@@ -1,4 +1,4 @@
-"""The storage side of issue 23's admin commands, through the Python API: the time lookup
+"""The storage side of the admin commands (kafka-topics, kafka-configs), through the Python API: the time lookup
 (``LogTable.offsets_for_time``), table knobs (``alter_properties``), group resets and a deleted
 table's group offsets (``reset_group``, ``forget_table``), and ``LogTable.drop``."""
 

@@ -1,4 +1,4 @@
-"""Maintenance and repair on an Iceberg REST catalog over S3 (a real SeaweedFS server, issue 21).
+"""Maintenance and repair on an Iceberg REST catalog over S3 (a real SeaweedFS server).
 
 Compaction, snapshot expiry, orphan cleanup and the superseded-metadata sweep list and delete
 through the table's FileIO (pyarrow's S3 file system), never ``os.*``: the same promises as on a

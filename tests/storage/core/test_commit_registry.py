@@ -193,7 +193,7 @@ registry_entries = st.lists(
 
 @given(registry_entries, registry_entries.filter(bool), st.sampled_from(["", " ", "[]", " [ ] "]))
 def test_i4_registry_appended_unparsed_reads_back_as_every_entry_in_order(old, new, empty):
-    """Between trims the registry's text is extended without parsing it (issue 20): the text
+    """Between trims the registry's text is extended without parsing it: the text
     must still read back as exactly the entries appended, whatever their receipts hold."""
     settings = props.CommitSettings.of({}, "db.t")
     text = json.dumps(old) if old else empty  # an older icelog's spacing, or no registry yet

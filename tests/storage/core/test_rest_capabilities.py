@@ -1,4 +1,4 @@
-"""Every icelog capability on an Iceberg REST catalog over S3 (a real SeaweedFS server, issue 21).
+"""Every icelog capability on an Iceberg REST catalog over S3 (a real SeaweedFS server).
 
 Single-table commits run on REST: each proves its exact base with the table's tag
 (``storage.core.swap.prove_base``). So idempotent producers (I4), consumer groups (I10), bulk

@@ -1,4 +1,4 @@
-"""The commit core on an Iceberg REST catalog over S3 (a real SeaweedFS server, issue 21).
+"""The commit core on an Iceberg REST catalog over S3 (a real SeaweedFS server).
 
 The REST spec has no requirement on properties or on the metadata location, so icelog proves
 the exact base of every commit with a tag that each commit moves (``storage.core.swap.
@@ -39,7 +39,7 @@ def counter(t: LogTable) -> int:
 
 
 def without_base_proof(monkeypatch) -> None:
-    """The swap as it was before issue 21: the spec's requirements alone, no tag."""
+    """The swap without the base tag: the spec's requirements alone."""
 
     def spec_only(catalog, s):
         return tuple(r for r in s.requirements if r.type in swap.SPEC_REQUIREMENTS), s.updates

@@ -1,5 +1,5 @@
 """Why icelog refuses multi-table commits on a REST catalog: SeaweedFS's ``transactions/commit``
-under ``kill -9`` (issue 21).
+under ``kill -9``.
 
 The REST spec's ``POST /v1/{prefix}/transactions/commit`` promises that a multi-table commit is
 applied whole or not at all. SeaweedFS (4.48) serves it but applies the tables one after another:
@@ -152,7 +152,7 @@ def test_i5_seaweedfs_transactions_commit_is_not_atomic_under_kill_9_so_icelog_r
     assert half_applied, (
         f"SeaweedFS kept every multi-table commit whole over {MAX_KILLS} kills -9 in {time.monotonic() - started:.0f} s: "
         "its transactions/commit may now be atomic, and the refusal of multi-table commits on it "
-        "(storage.core.swap.check_atomic, the README's 'Multi-table commits are refused on REST') can be "
+        "(storage.core.swap.check_atomic, docs/guarantees.md's 'Multi-table commits are refused on REST') can be "
         "lifted once readers are shown to see a commit whole too.\n" + "\n".join(history)
     )
     print("\n".join(history))

@@ -400,7 +400,7 @@ def test_rows_checked_for_a_table_since_re_created_are_checked_again_on_the_new_
 
 def test_a_manifest_merge_rewrites_a_bounded_bin_not_every_live_file(sqlite_spec):
     """A manifest merge must not rewrite the manifest of all live files (at pyiceberg's 8 MB
-    target: a 2 s commit every 50 at 10,000 files, issue 20). Log tables set a target size, and
+    target: a 2 s commit every 50 at 10,000 files). Log tables set a target size, and
     what one commit's merge replaces stays within it. Shown at a small target, over 3 merges."""
     from icelog.storage.log.table import MANIFEST_TARGET_BYTES
 
