@@ -1,25 +1,27 @@
 """Shared wiring for the icelog DAGs: which tables, their Assets, the retry policy.
 
-Only the standard library and ``airflow.sdk`` are imported here: DAG parsing stays light.
+Only the standard library, ``airflow.sdk`` and icelog's settings (stdlib-only) are imported
+here: DAG parsing stays light.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Asset, ExceptionRetryPolicy, RetryAction, RetryRule
 
 from icelog.provider.assets import icelog_asset
+from icelog.storage.settings import Settings
 
+SETTINGS = Settings.load()  # the DAG files' one read of the environment, at parse time
 # Log tables the scheduled DAGs serve: ICELOG_TABLES="demo.flights,db.events".
-TABLES = [t.strip() for t in os.environ.get("ICELOG_TABLES", "demo.flights").split(",") if t.strip()]
-LANDING = os.environ.get("ICELOG_LANDING", "")
+TABLES = list(SETTINGS.tables)
+LANDING = SETTINGS.landing or ""
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$"
 # The catalog's Airflow connection (type icelog); unset: icelog's own default catalog
 # ($ICELOG_CATALOG, .pyiceberg.yaml, or the embedded one under $ICELOG_HOME).
-CONN_ID = os.environ.get("ICELOG_CONN_ID") or None
+CONN_ID = SETTINGS.conn_id
 
 
 def task_id(action: str, table: str) -> str:

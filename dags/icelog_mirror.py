@@ -9,12 +9,11 @@ skips offsets.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 from airflow.sdk import Param, dag
 
-from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, TABLES, task_id
+from icelog.dags.icelog_common import CONN_ID, DAG_DEFAULTS, SETTINGS, TABLES, task_id
 from icelog.provider.operators import IcelogMirrorOperator
 
 
@@ -26,7 +25,7 @@ from icelog.provider.operators import IcelogMirrorOperator
     **DAG_DEFAULTS,
     params={
         "target_catalog": Param(
-            os.environ.get("ICELOG_MIRROR_CATALOG") or None,
+            SETTINGS.mirror_catalog,
             type=["null", "string"],
             description="pyiceberg catalog name of the copies (empty: $ICELOG_MIRROR_CATALOG)",
         ),

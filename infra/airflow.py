@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from icelog.storage.settings import Settings
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv's bin (not resolved: that would leave the venv)
 # What `airflow standalone` runs; a DAG run needs the first three (no deferrable tasks here).
@@ -49,7 +51,7 @@ EXECUTION_API_CLIENT = {"TIMEOUT": "60", "RETRIES": "10", "RETRY_WAIT_MIN": "5"}
 
 
 def airflow_env(home: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    icelog_home = Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve()
+    icelog_home = Settings.load(defaults={"home": REPO / ".icelog"}).home
     airflow_home = home or Path(os.environ.get("AIRFLOW_HOME", icelog_home / "airflow"))
     airflow_home.mkdir(parents=True, exist_ok=True)
     env = {
@@ -96,8 +98,8 @@ WILDCARDS = ("0.0.0.0", "::", "")
 
 def standalone_env(env: dict[str, str]) -> dict[str, str]:
     """``env`` with the API server on ``$ICELOG_AIRFLOW_HOST:$ICELOG_AIRFLOW_PORT`` (default 127.0.0.1:8080)."""
-    host = env.get("ICELOG_AIRFLOW_HOST", "127.0.0.1").strip()
-    port = int(env.get("ICELOG_AIRFLOW_PORT", "8080"))
+    settings = Settings.load(env)
+    host, port = settings.airflow_host, settings.airflow_port
     if host in WILDCARDS:
         # Every interface: task processes still reach the execution API on loopback, and the
         # UI builds its links from the address the browser used (no fixed base URL).

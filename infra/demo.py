@@ -37,6 +37,7 @@ from rich.console import Console
 
 from icelog.storage.log.maintenance import alter_properties
 from icelog.storage.properties import SNAPSHOTS_KEEP
+from icelog.storage.settings import Settings
 from infra.airflow import REPO, airflow_env, dags_test, migrate
 
 LAKEHOUSE_CATALOG = "lakehouse"
@@ -56,23 +57,24 @@ def demo_home(base: Path, lakehouse: bool) -> Path:
 def main(argv: list[str] | None = None) -> int:
     from icelog.storage.telemetry import configure
 
-    configure()  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
+    # The demo's one read of the environment; its home defaults to the repository's .icelog.
+    # It exports what it decides (os.environ) for the Airflow processes it starts.
+    settings = Settings.load(defaults={"home": REPO / ".icelog"})
+    configure(settings.log_level or "WARNING")  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
     console = Console()
     if "--lakehouse" not in (sys.argv[1:] if argv is None else argv):
-        env = airflow_env()
-        os.environ["ICELOG_HOME"] = env["ICELOG_HOME"]
-        from icelog.storage.core.catalog import icelog_home
-
-        console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {icelog_home()}")
+        env = airflow_env()  # its ICELOG_HOME: settings.home, as read here
+        os.environ["ICELOG_HOME"] = str(settings.home)
+        console.print(f"[bold]icelog demo[/]: embedded catalog, warehouse and Airflow home in {settings.home}")
         return run(console, env)
-    base = Path(os.environ.get("ICELOG_HOME", REPO / ".icelog")).resolve()
+    base = settings.home
     home = demo_home(base, lakehouse=True)
     os.environ["ICELOG_HOME"] = str(home)
     started = time.perf_counter()
     with lakehouse_servers(console, home) as properties:
         os.environ.update(catalog_environment(LAKEHOUSE_CATALOG, properties))
         shared = earlier_landing(base / "landing")
-        if shared is not None and "ICELOG_LANDING" not in os.environ:
+        if shared is not None and settings.landing is None:
             # Loaded before the lakehouse demo had a home of its own: the ledger knows those
             # files by path, so the same files stay its source (new paths would load them twice).
             os.environ["ICELOG_LANDING"] = str(shared)
@@ -177,9 +179,11 @@ def run(console: Console, env: dict[str, str], closing: list[str] | None = None)
     from icelog.pipelines.tasks import landing_root
     from icelog.storage.core.catalog import open_catalog
 
-    staged = stage_landing(landing_root())
-    console.print(f"landing: {staged} new daily files under {landing_root() / TABLE}")
-    log_table, created = create_table(open_catalog())
+    settings = Settings.load()  # as exported for Airflow's processes
+    landing = landing_root(settings=settings)
+    staged = stage_landing(landing)
+    console.print(f"landing: {staged} new daily files under {landing / TABLE}")
+    log_table, created = create_table(open_catalog(settings=settings))
     console.print(
         f"{'created' if created else 'reusing'} {log_table.identifier} ({len(log_table.watermarks())} partitions, routed by tailnum)"
     )
@@ -200,7 +204,7 @@ def run(console: Console, env: dict[str, str], closing: list[str] | None = None)
     ]
     for dag_id, date, conf, label in runs:
         if dag_id == "icelog_ingest" and date == LATE_DAY:
-            late = land_late_file(landing_root())
+            late = land_late_file(landing)
             console.print(
                 f"a late file landed in a day already ingested: {late}"
                 if late
@@ -222,7 +226,7 @@ def run(console: Console, env: dict[str, str], closing: list[str] | None = None)
         loaded = _ledger_rows(log_table)[before.num_rows :] if before is not None else _ledger_rows(log_table)
         what = "" if dag_id == "icelog_validate" else f": loaded {_files(loaded)}"
         console.print(f"[green]✓[/] {label} ({timings[label]:.0f} s){what}")
-    ok = summarize(console, log_table)
+    ok = summarize(console, log_table, settings.home)
     console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     from icelog.storage.core.catalog import icelog_home
 
@@ -231,16 +235,15 @@ def run(console: Console, env: dict[str, str], closing: list[str] | None = None)
     return 0 if ok else 1
 
 
-def summarize(console: Console, log_table) -> bool:
+def summarize(console: Console, log_table, home: Path | None = None) -> bool:
     """The demo's verdict: offsets per partition and contiguity, every January 2013 flight
     there once, and what ``icelog_validate`` found on the current snapshot. Holds for whatever
     the user loaded since (a backfill of February from the UI)."""
     from icelog.pipelines.flights import print_summary
-    from icelog.storage.core.catalog import icelog_home
 
     ok = print_summary(console, log_table)
     complete = check_january(console, log_table)
-    validated = print_validation(console, log_table, icelog_home() / "reports" / log_table.identifier)
+    validated = print_validation(console, log_table, (home or Settings.load().home) / "reports" / log_table.identifier)
     return ok and complete and validated
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -13,8 +12,9 @@ from icelog.storage.core.catalog import open_catalog
 from icelog.storage.errors import InvalidInput
 from icelog.storage.log import schema as cols
 from icelog.storage.replication.mirror import copy_files, mirror
+from icelog.storage.settings import MIRROR_CATALOG, Settings
 
-MIRROR_CATALOG_ENV = "ICELOG_MIRROR_CATALOG"
+MIRROR_CATALOG_ENV = MIRROR_CATALOG.name
 
 
 def mirror_table(
@@ -40,10 +40,18 @@ def mirror_table(
         AuthorizationFailed, MirrorGap, MirrorSourceChanged, MirrorPromoted: terminal; see
             ``storage.replication.mirror.mirror``. Transient errors are safe to retry: a step resumes.
     """
-    name = target_catalog or os.environ.get(MIRROR_CATALOG_ENV)
+    settings = Settings.load()  # this task's one read of the environment
+    name = target_catalog or settings.mirror_catalog
     if not name:
         raise InvalidInput(reason=f"no target catalog: pass one or set {MIRROR_CATALOG_ENV}")
-    return mirror(open_catalog(source_catalog), source, open_catalog(name), target_table, principal=principal).to_dict()
+    return mirror(
+        open_catalog(source_catalog, settings=settings),
+        source,
+        open_catalog(name, settings=settings),
+        target_table,
+        principal=principal or settings.principal,
+        copy_threads=settings.mirror_threads,
+    ).to_dict()
 
 
 IoProperties = Mapping[str, str] | Callable[[], Mapping[str, str]] | None

@@ -22,6 +22,7 @@ from icelog.storage.errors import InvalidInput
 from icelog.storage.extras import require
 from icelog.storage.log import schema as cols
 from icelog.storage.log.files import arrow_location
+from icelog.storage.settings import Settings
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("spark")
@@ -85,15 +86,24 @@ def check_java() -> str:
     return java
 
 
-def spark_session(master: str | None = None, app_name: str = "icelog", conf: dict[str, str] | None = None):
+def spark_session(
+    master: str | None = None,
+    app_name: str = "icelog",
+    conf: dict[str, str] | None = None,
+    settings: Settings | None = None,
+):
     """Get or create a SparkSession.
 
     Args:
-        master: Spark master URL; default ``$ICELOG_SPARK_MASTER`` or ``local[*]``. A
-            standalone (``spark://host:7077``) or Kubernetes (``k8s://...``) master works unchanged.
+        master: Spark master URL; default the settings' (``$ICELOG_SPARK_MASTER``, else
+            ``local[*]``). A standalone (``spark://host:7077``) or Kubernetes (``k8s://...``)
+            master works unchanged.
         app_name: Shown in the Spark UI.
         conf: Extra Spark settings.
+        settings: The entry point's settings (default: loaded now): the master, shuffle
+            partitions, driver memory and log level.
     """
+    settings = settings or Settings.load()
     require("pyspark", "Spark (ingest, fan-out, consume-produce, the Spark engine)")
     check_java()
     # Bind the driver to loopback unless told otherwise: a one-machine default should not
@@ -104,15 +114,15 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("ICELOG_SPARK_MASTER", "local[*]")
-    settings = {
+    master = master or settings.spark_master
+    spark_conf = {
         "spark.master": master,
         "spark.app.name": app_name,
         "spark.sql.session.timeZone": "UTC",
         # Iceberg and DuckDB read microsecond timestamps; Spark's default INT96 is legacy.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.parquet.compression.codec": "zstd",
-        "spark.sql.shuffle.partitions": os.environ.get("ICELOG_SPARK_SHUFFLE_PARTITIONS", "8"),
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.ui.showConsoleProgress": "false",
         # One input split never packs two files, so ingest can number rows in file order
         # without a shuffle (pipelines.ingest.slice_bases).
@@ -120,17 +130,17 @@ def spark_session(master: str | None = None, app_name: str = "icelog", conf: dic
         "spark.sql.files.openCostInBytes": "134217728",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-        "spark.driver.memory": os.environ.get("ICELOG_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.driver.memory": settings.spark_driver_memory,
         # Read when the JVM starts: setLogLevel below would come after the startup warnings.
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
         **(conf or {}),
     }
-    _launch_driver_jvm(settings)
+    _launch_driver_jvm(spark_conf)
     builder = SparkSession.builder
-    for key, value in settings.items():
+    for key, value in spark_conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("ICELOG_SPARK_LOG_LEVEL", "WARN"))
+    session.sparkContext.setLogLevel(settings.spark_log_level)
     return session
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -29,9 +28,10 @@ from icelog.pipelines.fanout import fanout as run_fanout
 from icelog.pipelines.ingest import IngestResult, ingest, source_files
 from icelog.pipelines.spark import is_local, spark_session
 from icelog.storage.admin.maintenance import maintain as run_maintenance
-from icelog.storage.core.catalog import CatalogNotFound, icelog_home, open_catalog
+from icelog.storage.core.catalog import CatalogNotFound, open_catalog
 from icelog.storage.errors import IcelogError, InvalidInput, UnknownTable, span
 from icelog.storage.log.table import LogTable
+from icelog.storage.settings import Settings
 from icelog.storage.telemetry import get_logger, quiet_libraries
 from icelog.validations.checks import run_checks
 from icelog.validations.report import build_report
@@ -51,20 +51,22 @@ class ValidationFailed(IcelogError):
     message = "{table}: {findings}, first: {first}"
 
 
-def landing_root(landing: str | None = None) -> Path | str:
-    """The landing root: ``landing``, else ``$ICELOG_LANDING``, else ``$ICELOG_HOME/landing``.
+def landing_root(landing: str | None = None, settings: Settings | None = None) -> Path | str:
+    """The landing root: ``landing``, else the settings' (``$ICELOG_LANDING``), else
+    ``$ICELOG_HOME/landing`` (``settings``: default loaded now).
 
     A local folder is a :class:`~pathlib.Path` (``file:`` URIs too); an object store's URI
     (``s3://bucket/prefix``) stays a string, listed and read through the table's FileIO.
     """
-    root = str(landing or os.environ.get("ICELOG_LANDING") or icelog_home() / "landing")
+    settings = settings or Settings.load()
+    root = str(landing or settings.landing or settings.home / "landing")
     if not is_local(root):
         return root.rstrip("/")
     return Path(unquote(urlparse(root).path) if root.startswith("file:") else root)
 
 
-def day_folder(landing: str | None, table: str, day: str) -> Path | str:
-    root = landing_root(landing)
+def day_folder(landing: str | None, table: str, day: str, settings: Settings | None = None) -> Path | str:
+    root = landing_root(landing, settings)
     return root / table / f"date={day}" if isinstance(root, Path) else f"{root}/{table}/date={day}"
 
 
@@ -85,19 +87,20 @@ def ingest_day(
 ) -> dict[str, Any]:
     """Ingest one day's landing folder: the files not loaded yet (each file exactly once)."""
     dt.date.fromisoformat(day)
-    folder = day_folder(landing, table, day)
+    settings = Settings.load()  # this task's one read of the environment
+    folder = day_folder(landing, table, day, settings)
     if isinstance(folder, Path) and not source_files(str(folder)):
         # Nothing landed that day: no Spark, and the catalog only read (make airflow on a fresh
         # home runs today's ingest at once, before make demo created the table).
         empty = IngestResult(table, run_key(table, day), 0).to_dict()
         log_ingest(empty, day)
         try:
-            LogTable.open(open_catalog(catalog, create=False), table)
+            LogTable.open(open_catalog(catalog, create=False, settings=settings), table)
         except (CatalogNotFound, UnknownTable) as e:
             log.warning("no such log table yet", table=table, day=day, reason=str(e))
         return empty
     result = ingest(
-        spark_session(app_name=f"icelog-ingest-{table}"),
+        spark_session(app_name=f"icelog-ingest-{table}", settings=settings),
         table,
         str(folder),
         run_key(table, day),
@@ -189,7 +192,8 @@ def validate(
 
     Great Expectations validates only the rows committed since its last pass (``full``: all),
     on Spark when the scope is large (``$ICELOG_GX_SPARK_ROWS``)."""
-    log_table = LogTable.open(open_catalog(catalog), table)
+    settings = Settings.load()  # this task's one read of the environment
+    log_table = LogTable.open(open_catalog(catalog, settings=settings), table)
     iceberg = log_table.table()
     checks = run_checks(iceberg, ("contiguity-deep" if deep else "contiguity", "producers", "transactions"))
     summary = checks.to_dict()
@@ -207,9 +211,9 @@ def validate(
     if report:
         page = build_report(
             iceberg,
-            icelog_home() / "reports" / log_table.identifier,
+            settings.home / "reports" / log_table.identifier,
             full=full,
-            spark=lambda: spark_session(app_name=f"icelog-validate-{table}"),
+            spark=lambda: spark_session(app_name=f"icelog-validate-{table}", settings=settings),
         )
         summary["report"] = str(page)
         quality = json.loads((page.parent / "report.json").read_text())["quality"]
@@ -264,8 +268,9 @@ def fanout(
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in routes.items())
     ):
         raise InvalidInput(reason=f"routes must be a non-empty {{value: table}} mapping, not {routes!r}")
+    settings = Settings.load()
     result = run_fanout(
-        spark_session(app_name=f"icelog-fanout-{source}"),
+        spark_session(app_name=f"icelog-fanout-{source}", settings=settings),
         source,
         group,
         routes,

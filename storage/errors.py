@@ -211,6 +211,18 @@ class InvalidProperty(InvalidInput):
         return f"{where}table property {self.key}={self.value!r} is malformed ({self.reason}); nothing was written"
 
 
+class InvalidSetting(InvalidInput):
+    """An ``ICELOG_*`` environment variable has a malformed value (``storage.settings``).
+
+    Refused where icelog reads its settings (an entry point, or a library call that was given
+    none), before anything is written.
+    """
+
+    variable: str
+    value: str
+    message = "environment variable {variable}={value!r} is malformed: {reason}"
+
+
 class UnknownSnapshot(InvalidInput):
     table: str
     snapshot_id: int

@@ -9,11 +9,12 @@ log. icelog's own entry points (the CLI, the demo) call :func:`configure`, which
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
 import structlog
+
+from icelog.storage.settings import Settings
 
 ROOT = "icelog"
 _RENDER = [
@@ -49,7 +50,7 @@ def quiet_libraries() -> None:
 
 def configure(level: str | None = None) -> None:
     """Entry points only: icelog's events at ``level`` (default ``ICELOG_LOG_LEVEL``, else WARNING) on stderr."""
-    name = (level or os.environ.get("ICELOG_LOG_LEVEL") or "WARNING").strip().upper()
+    name = (level or Settings.load().log_level or "WARNING").strip().upper()
     quiet_libraries()
     logger = logging.getLogger(ROOT)
     logger.setLevel(logging.getLevelName(name) if isinstance(logging.getLevelName(name), int) else logging.WARNING)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["python-api.md", "transactions.md", "consumer-groups.md", "mirror.md", "duckdb.md", "quality.md"]
+PAGES = ["python-api.md", "transactions.md", "consumer-groups.md", "mirror.md", "duckdb.md", "quality.md", "configuration.md"]
 
 
 def examples(page: Path) -> str:

@@ -53,9 +53,9 @@ from icelog.storage.log.files import local_path
 from icelog.storage.log.scan import check_snapshot, parquet_from
 from icelog.storage.log.state import LogState
 from icelog.storage.properties import COMMIT_ID, RANGES
+from icelog.storage.settings import Settings
 from icelog.validations.verdict import SEVERITIES, severity_of
 
-SPARK_ROWS_DEFAULT = 2_000_000
 ENGINES = ("auto", "pandas", "spark")
 KEEP_RUNS = 50
 #: Failed expectations kept per recorded run (a re-run with nothing new shows them again).
@@ -126,8 +126,9 @@ class QualityResult:
         return self.__dict__.copy()
 
 
-def expectations_dir() -> Path:
-    return Path(os.environ.get("ICELOG_EXPECTATIONS", "expectations")).resolve()
+def expectations_dir(settings: Settings | None = None) -> Path:
+    """``$ICELOG_EXPECTATIONS`` (default ``./expectations``)."""
+    return (settings or Settings.load()).expectations
 
 
 def payload_expectations(table: str, path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -308,17 +309,14 @@ def scope_paths(table: Table, scope: ValidationScope, snapshot_id: int | None) -
     return [local_path(t.file.file_path) for t in table.scan(row_filter=condition, snapshot_id=snapshot_id).plan_files()]
 
 
-def pick_engine(rows: int, engine: str = "auto") -> str:
-    """``pandas`` or ``spark`` for a scope of ``rows`` rows."""
+def pick_engine(rows: int, engine: str = "auto", spark_rows: int | None = None) -> str:
+    """``pandas`` or ``spark`` for a scope of ``rows`` rows: ``auto`` picks Spark above
+    ``spark_rows`` (default ``$ICELOG_GX_SPARK_ROWS``, else 2,000,000)."""
     if engine not in ENGINES:
         raise InvalidInput(reason=f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine != "auto":
         return engine
-    raw = os.environ.get("ICELOG_GX_SPARK_ROWS", str(SPARK_ROWS_DEFAULT))
-    try:
-        threshold = int(raw)
-    except ValueError:
-        raise InvalidInput(reason=f"ICELOG_GX_SPARK_ROWS must be a row count, not {raw!r}") from None
+    threshold = Settings.load().gx_spark_rows if spark_rows is None else spark_rows
     return "spark" if rows > threshold else "pandas"
 
 
@@ -556,13 +554,13 @@ GX_IMAGES = r"https://great-expectations-web-assets\.s3\.us-east-2\.amazonaws\.c
 INTEGRITY = r'\s+(integrity="[^"]*"|crossorigin="[^"]*")'
 
 
-def web_assets_dir() -> Path:
+def web_assets_dir(settings: Settings | None = None) -> Path:
     """Where ``make setup`` installed the npm assets in a checkout (``$ICELOG_WEB_ASSETS`` overrides).
 
     An installed wheel has no ``infra/`` folder: there ``$ICELOG_WEB_ASSETS`` names them, or Data
     Docs keep loading their assets from the CDNs (the validation result is the same)."""
     default = Path(__file__).resolve().parents[1] / "infra" / "web-assets" / "node_modules"
-    return Path(os.environ.get("ICELOG_WEB_ASSETS", default))
+    return (settings or Settings.load()).web_assets or default
 
 
 class WebAssetsMissing(InvalidInput):

@@ -3,18 +3,19 @@
 The catalog segment names where the table lives, so that a table and its mirror in another
 catalog are two Assets: an Airflow connection's ``catalog_name`` extra, else its connection
 id; without a connection, the pyiceberg catalog name (``$ICELOG_CATALOG``, else ``icelog``,
-the embedded catalog). Only the standard library and ``airflow.sdk`` are imported here: DAG
+the embedded catalog). Only the standard library, ``airflow.sdk`` and icelog's settings are imported here: DAG
 files build Assets at parse time.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 from urllib.parse import SplitResult
 
 from airflow.sdk import Asset
+
+from icelog.storage.settings import Settings
 
 SCHEME = "icelog"
 EMBEDDED_CATALOG = "icelog"  # storage.core.catalog.EMBEDDED_NAME, without importing pyiceberg
@@ -23,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 def default_catalog_name() -> str:
     """The catalog icelog opens without a connection: ``$ICELOG_CATALOG``, else the embedded one."""
-    return os.environ.get("ICELOG_CATALOG") or EMBEDDED_CATALOG
+    return Settings.load().catalog or EMBEDDED_CATALOG
 
 
 def asset_uri(table: str, catalog: str | None = None) -> str:

@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import json
 import math
 import numbers
-import os
 import sys
 import traceback
 from typing import Any, Callable, Iterable, Iterator
 
 import click
 
-from icelog.storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, TerminalError
+from icelog.storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, InvalidSetting, TerminalError
+from icelog.storage.settings import LOG_LEVEL, Settings
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
 
@@ -89,8 +90,11 @@ def dumps(doc: Any) -> str:
     return json.dumps(jsonable(doc), allow_nan=False)
 
 
-def _debug() -> bool:
-    return os.environ.get("ICELOG_LOG_LEVEL", "").strip().lower() == "debug"
+def _debug(ctx: click.Context) -> bool:
+    obj = ctx.find_object(Context)
+    # Before the group's callback (a usage error, malformed settings): the one variable, which never is.
+    level = obj.settings.log_level if obj is not None else LOG_LEVEL.read()
+    return (level or "").lower() == "debug"
 
 
 def one_line(text: str) -> str:
@@ -109,10 +113,12 @@ CREATES_HOME = frozenset({"topics create", "acls add"})
 
 
 class Context:
-    """What the global options chose (the catalog, the output format), shared by every command."""
+    """What the global options chose (the catalog, the output format) and the settings read at
+    start (``storage.settings``), shared by every command."""
 
-    def __init__(self, catalog_name: str | None, output: str) -> None:
-        self.catalog_name = catalog_name
+    def __init__(self, settings: Settings, output: str) -> None:
+        self.settings = settings
+        self.catalog_name = settings.catalog
         self.output = output
         self._catalog = None
 
@@ -127,7 +133,7 @@ class Context:
         if self._catalog is None:
             from icelog.storage.core.catalog import open_catalog
 
-            self._catalog = open_catalog(self.catalog_name, create=self.command in CREATES_HOME)
+            self._catalog = open_catalog(self.catalog_name, create=self.command in CREATES_HOME, settings=self.settings)
         return self._catalog
 
     @property
@@ -184,12 +190,12 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
         doc = error.to_dict()
     else:
         doc = {"error": type(error).__name__, "message": str(error) or repr(error)}
-    if _debug():
+    if _debug(ctx):
         traceback.print_exception(error, file=sys.stderr)
     if _json_mode(ctx):
         click.echo(dumps(doc))
     else:
-        hint = "" if isinstance(error, IcelogError) or _debug() else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
+        hint = "" if isinstance(error, IcelogError) or _debug(ctx) else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
         click.echo(f"error: {doc['error']}: {one_line(str(doc['message']))}{hint}", err=True)
     sys.exit(code)
 
@@ -206,7 +212,7 @@ GLOBAL_OPTIONS: list[tuple[list[str], dict[str, Any], dict[str, Any]]] = [
             "metavar": "NAME",
             "help": "pyiceberg catalog name (default: $ICELOG_CATALOG, else the embedded SQLite catalog under $ICELOG_HOME).",
         },
-        {"envvar": "ICELOG_CATALOG", "default": None},
+        {"default": None},  # then $ICELOG_CATALOG: Settings.load
     ),
     (
         ["--output"],
@@ -296,18 +302,24 @@ def cli(ctx: click.Context, catalog_name: str | None, output: str) -> None:
 
     The global options --catalog and --output go before or after the command name.
     """
-    ctx.obj = Context(catalog_name, output)
+    # The settings main() read, else read now (cli invoked in-process); --catalog wins over them.
+    settings = ctx.obj if isinstance(ctx.obj, Settings) else Settings.load()
+    ctx.obj = Context(dataclasses.replace(settings, catalog=catalog_name) if catalog_name else settings, output)
 
 
 def main() -> None:
-    """The ``icelog`` script: logging as ``ICELOG_LOG_LEVEL`` asks, then the command line."""
-    if os.environ.get("ICELOG_LOG_LEVEL", "").strip():
+    """The ``icelog`` script: the settings read once, logging as ``ICELOG_LOG_LEVEL`` asks, then the command line."""
+    try:
+        settings: Settings | None = Settings.load()
+    except InvalidSetting:
+        settings = None  # cli reads them again and reports the error, in the output format asked for
+    if settings is not None and settings.log_level:
         # Only when asked: structlog costs a fifth of a second at start-up, and unconfigured
         # Python already shows warnings on stderr. Never in ``cli``: tests invoke it in-process.
         from icelog.storage.telemetry import configure
 
-        configure()
-    cli(prog_name="icelog")
+        configure(settings.log_level)
+    cli(prog_name="icelog", obj=settings)
 
 
 # --- option types --------------------------------------------------------------------------

@@ -62,7 +62,6 @@ def mirror() -> None:
 @click.option("--target-table", default=None, help="Name of the copy (default: the source's).")
 @click.option(
     "--principal",
-    envvar="ICELOG_PRINCIPAL",
     default=None,
     help="Who writes (needs replicator-write on the target; default $ICELOG_PRINCIPAL).",
 )
@@ -72,10 +71,12 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
     from icelog.storage.core.catalog import open_catalog
     from icelog.storage.replication.mirror import mirror as run
 
+    principal = principal or ctx.settings.principal
+
     with _hint(_catalog_hint("--catalog (or $ICELOG_CATALOG)", f"the catalog {source} is read from")):
         source_catalog = ctx.catalog
     with _hint(_catalog_hint("--target-catalog", "the catalog of the copy")):
-        copy_catalog = open_catalog(target_catalog)
+        copy_catalog = open_catalog(target_catalog, settings=ctx.settings)
 
     def hint(e: IcelogError) -> str | None:
         if isinstance(e, AuthorizationFailed):
@@ -95,7 +96,9 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
         return None
 
     with _hint(hint):
-        result = run(source_catalog, source, copy_catalog, target_table, principal=principal)
+        result = run(
+            source_catalog, source, copy_catalog, target_table, principal=principal, copy_threads=ctx.settings.mirror_threads
+        )
 
     def text(d: dict) -> None:
         if d["up_to_date"]:

@@ -332,13 +332,11 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
     [{"statement", "columns", "rows"} or {"statement", "error", "message"}]}``. Exit code 2 if
     any statement failed.
     """
-    from icelog.storage.core.catalog import icelog_home
-
     con = _duckdb(snapshot_id, as_of, only, ctx)
     terminal = sys.stdin.isatty()
     shell = _Shell(con, ctx, interactive=terminal)
     if terminal and sys.stdout.isatty() and ctx.output == "text":
-        home = icelog_home()
+        home = ctx.settings.home
         history = home / HISTORY_FILE if home.is_dir() else None  # a read creates no home, not even for this
         kept = f"history in {history}" if history else f"no history kept ({home} does not exist)"
         click.echo(

@@ -97,16 +97,20 @@ def report(
     Prints the verdict (OK, WARNINGS: findings only, VIOLATIONS: the gate failed) and exits 1
     when the gate failed: a check violation or a failed expectation of severity error."""
     from icelog.pipelines.spark import spark_session
-    from icelog.storage.core.catalog import icelog_home
     from icelog.storage.log.table import LogTable
     from icelog.validations.report import build_index, build_report
 
     if bool(table) == all_tables:
         raise click.UsageError("name one TABLE, or --all")
-    options = {"gx": not no_gx, "full": full, "engine": engine, "spark": lambda: spark_session(app_name="icelog-report")}
+    options = {
+        "gx": not no_gx,
+        "full": full,
+        "engine": engine,
+        "spark": lambda: spark_session(app_name="icelog-report", settings=ctx.settings),
+    }
     if all_tables:
         with status_line(ctx, "building the report of every log table"):
-            index = build_index(ctx.catalog, out or str(icelog_home() / "reports"), **options)
+            index = build_index(ctx.catalog, out or str(ctx.settings.home / "reports"), **options)
         tables = json.loads((index.parent / "index.json").read_text())
         doc = {"ok": all(t.get("ok") for t in tables), "report": str(index), "tables": tables}
         ctx.emit(
@@ -114,7 +118,7 @@ def report(
         )
         return
     log_table = LogTable.open(ctx.catalog, table)
-    target = out or str(icelog_home() / "reports" / log_table.identifier)
+    target = out or str(ctx.settings.home / "reports" / log_table.identifier)
     with status_line(ctx, f"building the report of {log_table.identifier}"):
         page = build_report(log_table.table(), target, expectations_file=expectations, **options)
     doc = json.loads((page.parent / "report.json").read_text())

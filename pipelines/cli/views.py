@@ -9,13 +9,13 @@ needs to reach it.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
 from icelog.pipelines.cli.app import POSITIVE_INT64, Context, print_table
+from icelog.storage.settings import Settings
 
 SECRET = "****"
 
@@ -145,18 +145,20 @@ def mask_password(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{name}:{SECRET}@{host}"))
 
 
-def catalog_settings(name: str | None) -> dict[str, Any]:
-    """What ``open_catalog(name)`` would connect to, without connecting or creating anything.
+def catalog_settings(name: str | None, settings: Settings | None = None) -> dict[str, Any]:
+    """What ``open_catalog(name, settings=settings)`` would connect to, without connecting or
+    creating anything (``settings``: default loaded now).
 
     Raises:
         CatalogNotConfigured: ``name`` has no configuration.
     """
     from pyiceberg.utils.config import Config
 
-    from icelog.storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout, icelog_home
+    from icelog.storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout
 
-    home = icelog_home()
-    name = name or os.environ.get("ICELOG_CATALOG") or None
+    settings = settings or Settings.load()
+    home = settings.home
+    name = name or settings.catalog or None
     conf = Config().get_catalog_config(name) if name else None
     if name is None or (name == EMBEDDED_NAME and not conf):
         layout = embedded_layout(home)
@@ -194,7 +196,7 @@ def _settings(name: str, kind: str, uri: str, warehouse: Any, home: Path, *, emb
 @click.pass_obj
 def catalog(ctx: Context) -> None:
     """The catalog in use (name, type, uri with its password masked, warehouse, ICELOG_HOME); opens nothing."""
-    doc = catalog_settings(ctx.catalog_name)
+    doc = catalog_settings(ctx.catalog_name, ctx.settings)
 
     def text(d: dict[str, Any]) -> None:
         for key in ("name", "type", "uri", "warehouse", "icelog_home", "exists"):

@@ -1,6 +1,6 @@
 """Catalogs: the embedded default and any pyiceberg catalog named by configuration.
 
-Precedence follows pyiceberg: an explicit name (``--catalog`` / ``ICELOG_CATALOG``) is
+Precedence follows pyiceberg (``storage.settings``): an explicit name, else ``ICELOG_CATALOG``, is
 resolved from ``PYICEBERG_CATALOG__<NAME>__...`` variables and ``.pyiceberg.yaml``.
 With no name, the embedded default is used: a SQLite SQL catalog and a local warehouse
 under ``$ICELOG_HOME`` (default ``./.icelog``). Opening it for a write creates the home;
@@ -10,7 +10,6 @@ opening it for a read (``create=False``) never does: a home that does not exist 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from pyiceberg.utils.config import Config
 from icelog.storage.core import faults
 from icelog.storage.errors import CatalogUnavailable, InvalidInput, TerminalError
 from icelog.storage.extras import require
+from icelog.storage.settings import Settings
 
 EMBEDDED_NAME = "icelog"
 EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
@@ -156,7 +156,8 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
 
 
 def icelog_home() -> Path:
-    return Path(os.environ.get("ICELOG_HOME", ".icelog")).resolve()
+    """``$ICELOG_HOME`` (default ``./.icelog``), for a caller that was given no settings."""
+    return Settings.load().home
 
 
 def embedded_layout(home: Path | None = None) -> dict[str, str]:
@@ -175,15 +176,19 @@ def embedded_properties(home: Path | None = None) -> dict[str, str]:
     return embedded_layout(home)
 
 
-def open_catalog(name: str | Catalog | None = None, *, create: bool = True, **properties: str) -> Catalog:
+def open_catalog(
+    name: str | Catalog | None = None, *, create: bool = True, settings: Settings | None = None, **properties: str
+) -> Catalog:
     """Open a catalog.
 
     Args:
-        name: A pyiceberg catalog name; ``None`` means ``$ICELOG_CATALOG`` or, if unset, the
-            embedded default under ``$ICELOG_HOME``. A catalog already open (one an Airflow
-            connection opened, say) is returned as it is: callers take either.
+        name: A pyiceberg catalog name; ``None`` means the settings' catalog
+            (``$ICELOG_CATALOG``) or, if none, the embedded default under their home
+            (``$ICELOG_HOME``). A catalog already open (one an Airflow connection opened, say)
+            is returned as it is: callers take either.
         create: Create the embedded catalog (its home, SQLite file and warehouse folder) if it
             does not exist. False for reads: they open an existing one or fail, creating nothing.
+        settings: An entry point's settings (default: loaded now, ``Settings.load()``).
         properties: Extra catalog properties, overriding configuration.
 
     Returns:
@@ -192,15 +197,17 @@ def open_catalog(name: str | Catalog | None = None, *, create: bool = True, **pr
     Raises:
         CatalogNotConfigured: ``name`` has no configuration.
         CatalogNotFound: ``create`` is False and the embedded catalog does not exist.
+        InvalidSetting: no ``settings`` given and an ``ICELOG_*`` variable is malformed.
         MissingExtra: the catalog needs a driver that is not installed (``icelog[postgres]``, ``icelog[s3]``).
     """
     if isinstance(name, Catalog):
         return name
-    name = name or os.environ.get("ICELOG_CATALOG") or None
+    settings = settings or Settings.load()
+    name = name or settings.catalog or None
     if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
+        home = settings.home
         if create:
-            return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **embedded_properties(), **properties})
-        home = icelog_home()
+            return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **embedded_properties(home), **properties})
         layout = embedded_layout(home)
         if not (home / EMBEDDED_DATABASE).is_file():  # SQLite would create the file on connect
             raise CatalogNotFound(catalog=EMBEDDED_NAME, home=str(home), uri=layout["uri"])

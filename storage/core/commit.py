@@ -16,8 +16,11 @@ is its one-table case.
    writes and its promotion may), and a system table ``icelog_system.*`` (only icelog's own
    state requests may: a forged journal record or producer-id lease would be believed).
 3. Decide, purely, from the base state: ``request.decide(state, table)`` -> :class:`Decision`.
-   Each request names its state type (log table or system table).
-4. Write data files (reused across attempts while the decision's offsets stay the same).
+   Each request names its state type (log table or system table). A request that records what
+   the others decided (a transaction's COMMITTED record names each table's offsets) decides
+   after them, on their decisions: ``request.decide_after(state, table, decided)``.
+4. Write data files: each decision's ``rows``, through its request's ``write_rows`` (reused
+   across attempts while the offsets they depend on stay the same).
 5. Swap every table's metadata pointer from the exact base the decision read, all or nothing
    (``storage.core.swap``). pyiceberg's own commit retry, which rebases an append onto a
    different base, is never involved.
@@ -132,7 +135,8 @@ class Decision:
     Attributes:
         state: The table state after the commit (written as table properties).
         result: Returned to the caller, with the snapshot id filled in.
-        rows: Rows to append per partition, system columns filled; empty for none.
+        rows: What the request's ``write_rows`` writes, per partition (rows with their system
+            columns filled; a transaction's staged sends and their first offsets); empty for none.
         ranges: Offsets added per partition (lineage, and the key for reusing written files).
         drop_files: Data files to remove (retention, compaction).
         add_files: Data files already written (e.g. by Spark executors or compaction).
@@ -168,8 +172,14 @@ class CommitRequest(Protocol):
     exclusive: ClassVar[bool]
     writes_read_only: ClassVar[bool]
     writes_system: ClassVar[bool]
+    reads_decisions: ClassVar[bool]
+    reads_inputs: ClassVar[bool]
 
     def decide(self, state: Any, table: Table) -> Decision: ...
+
+    def decide_after(self, state: Any, table: Table, decided: Mapping[str, Decision]) -> Decision: ...
+
+    def keeps(self, data_file: DataFile) -> bool: ...
 
     def properties_after(self, properties: Mapping[str, str]) -> Mapping[str, str]: ...
 
@@ -191,12 +201,28 @@ class Request:
     ``allow_foreign`` is for repair alone; ``exclusive`` may take the table's lease (step 7).
     ``writes_read_only`` is for the mirror's own writes and its promotion; ``writes_system``
     for the requests that keep icelog's own state in ``icelog_system.*`` (step 2).
+    ``reads_decisions``: decided after the commit's other requests, on their decisions
+    (:meth:`decide_after`); its files then depend on every table's offsets. ``reads_inputs``:
+    its ``write_rows`` reads files another process may delete (a transaction's staged sends):
+    one that is gone counts as a decision's input gone (the commit looks once more).
     """
 
     allow_foreign: ClassVar[bool] = False
     exclusive: ClassVar[bool] = False
     writes_read_only: ClassVar[bool] = False
     writes_system: ClassVar[bool] = False
+    reads_decisions: ClassVar[bool] = False
+    reads_inputs: ClassVar[bool] = False
+
+    def decide_after(self, state: Any, table: Table, decided: Mapping[str, Decision]) -> Decision:
+        """Decide on the base and on ``decided``, the decisions of the commit's other tables
+        (a request that ``reads_decisions``; by default, :meth:`decide` alone)."""
+        return self.decide(state, table)  # type: ignore[attr-defined]
+
+    def keeps(self, data_file: DataFile) -> bool:
+        """Whether a file ``write_rows`` gave must stay when the commit does not land (a file
+        the caller wrote and commits as it is). By default none: the core deletes them."""
+        return False
 
     def receipt(self, result: Any) -> Any:
         return None
@@ -655,6 +681,13 @@ class _Run:
             if not (deciding and callers_base):
                 raise
             return _Turn.FRESH  # decided on the caller's base, which may be stale: decide again on a fresh read
+        except _InputGone as gone:  # a write step's input, as a decision's below
+            if callers_base:
+                return _Turn.FRESH
+            if not self.input_gone:
+                self.input_gone = True
+                return _Turn.NOW
+            raise gone.error from None
         except OSError as e:
             if callers_base:
                 # The caller's base may be stale: a coordinator finished the transaction and deleted its
@@ -705,8 +738,9 @@ class _Run:
         if not (self.swapped or self.landed or self.in_doubt):
             # The commit ends without landing, and no attempt may have: what it wrote is nobody's
             # (a stale writer's OffsetMismatch, a lost race, a duplicate found on a fresh read).
+            requests = dict(self.parts)
             for ident, (_, files) in self.written.items():
-                _discard(self.tables[ident], files)
+                _discard(self.tables[ident], [f for f in files if not requests[ident].keeps(f)])
         if self.exclusive and self.lost >= EXCLUSIVE_AFTER and not self.swapped:
             # It may hold the lease (it gave up, or found nothing to do): no need to wait out the TTL.
             _release_lease(self.catalog, self.identifiers, self.commit_id, self.bound)
@@ -725,20 +759,39 @@ class _Plan:
 
 
 def _decide(parts: Sequence[tuple[str, CommitRequest]], tables: Mapping[str, Table]) -> list[_Plan]:
-    """Steps 2 and 3: refuse what may not be built on or written, then decide on the exact base."""
-    plans = []
-    for ident, request in parts:
-        table = tables[ident]
-        if not request.allow_foreign:
-            check_head(ident, table.metadata)
-        check_writable(ident, table.metadata, request)
-        state = request.state_type.from_metadata(table.metadata)
-        # Read before anything is written; a request that changes these knobs runs under its new
-        # values, so that a malformed one (set by another tool) can be fixed by a commit.
-        settings = props.CommitSettings.of(request.properties_after(table.metadata.properties), ident)
-        # A decision may write files itself (compaction's merged files): the caller handles OSError.
-        plans.append(_Plan(ident, request, table, state, settings, request.decide(state, table)))
-    return plans
+    """Steps 2 and 3: refuse what may not be built on or written, then decide on the exact base:
+    first the requests that decide on their base alone, then those that read their decisions."""
+    plans: dict[str, _Plan] = {}
+    for after_others in (False, True):
+        decided = {ident: plan.decision for ident, plan in plans.items()}
+        for ident, request in parts:
+            if request.reads_decisions is after_others:
+                plans[ident] = _decide_one(ident, request, tables[ident], decided if after_others else None)
+    return [plans[ident] for ident, _ in parts]
+
+
+def _decide_one(ident: str, request: CommitRequest, table: Table, decided: Mapping[str, Decision] | None) -> _Plan:
+    if not request.allow_foreign:
+        check_head(ident, table.metadata)
+    check_writable(ident, table.metadata, request)
+    state = request.state_type.from_metadata(table.metadata)
+    # Read before anything is written; a request that changes these knobs runs under its new
+    # values, so that a malformed one (set by another tool) can be fixed by a commit.
+    settings = props.CommitSettings.of(request.properties_after(table.metadata.properties), ident)
+    # A decision may write files itself (compaction's merged files): the caller handles OSError.
+    if decided is None:
+        decision = request.decide(state, table)
+    else:
+        decision = request.decide_after(state, table, decided)
+    return _Plan(ident, request, table, state, settings, decision)
+
+
+class _InputGone(Exception):
+    """A write step found an input of its request deleted (``reads_inputs``): ``error`` says which."""
+
+    def __init__(self, error: FileNotFoundError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _write_files(
@@ -749,21 +802,28 @@ def _write_files(
     """Step 4: write each decision's rows, reusing the last attempt's files while the offsets hold.
 
     A file is reused only for the same table (uuid: a table re-created under the name may be at
-    the same offsets) and the same offsets in *every* table of the commit: one table's rows may
-    record what the others got (the journal's COMMITTED record names each table's offsets).
+    the same offsets) and the same offsets of that table; for a request that ``reads_decisions``,
+    the same offsets in *every* table of the commit: its rows record what the others got (the
+    journal's COMMITTED record names each table's offsets).
     """
     offsets = {plan.ident: sorted((int(p), list(r)) for p, r in plan.decision.ranges.items()) for plan in plans}
     for plan in plans:
         decision = plan.decision
         if not decision.write:
             continue
-        key = json.dumps([str(plan.table.metadata.table_uuid), offsets[plan.ident], sorted(offsets.items())])
+        depends = sorted(offsets.items()) if plan.request.reads_decisions else []
+        key = json.dumps([str(plan.table.metadata.table_uuid), offsets[plan.ident], depends])
         if plan.ident in written and written[plan.ident][0] == key:
             continue
         if plan.ident in written:
             # The commit id is not in the table, so the last attempt's files never landed.
-            _discard(plan.table, written[plan.ident][1])
-        files = (write_rows or plan.request.write_rows)(plan.table, decision.rows) if decision.rows else []
+            _discard(plan.table, [f for f in written.pop(plan.ident)[1] if not plan.request.keeps(f)])
+        try:
+            files = (write_rows or plan.request.write_rows)(plan.table, decision.rows) if decision.rows else []
+        except FileNotFoundError as e:
+            if plan.request.reads_inputs:
+                raise _InputGone(e) from e
+            raise
         written[plan.ident] = (key, files)
 
 

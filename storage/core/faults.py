@@ -4,12 +4,14 @@ Production code calls :func:`checkpoint` at each point. Two actions can be armed
 environment variable:
 
 * ``ICELOG_PAUSE_AT=<point>``: the process writes its pid to ``$ICELOG_PAUSE_FILE`` and
-  sleeps, so a test can kill it with SIGKILL right there. Read at every checkpoint, so a
-  process can arm and disarm it as it goes.
+  sleeps, so a test can kill it with SIGKILL right there. :func:`set_pause` arms and disarms
+  it in-process as a worker goes.
 * ``ICELOG_DELAY_AT=<point>:<seconds>[,<point>:<seconds>...]``: the process sleeps that long
   at the point and goes on, so other writers commit while this one is slow (e.g. a slow
-  metadata write: ``after_metadata_write:2``). Read once, when this module is imported (a
-  worker gets it in its environment at start); :func:`set_delays` changes it in-process.
+  metadata write: ``after_metadata_write:2``). :func:`set_delays` changes it in-process.
+
+Both are read once, through ``storage.settings``, when this module is imported (a worker gets
+them in its environment at start).
 
 Unarmed, a checkpoint costs one dict lookup (plus a test of an empty dict).
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import os
 import time
+
+from icelog.storage import settings
 
 AFTER_DATA_FILES = "after_data_files"
 AFTER_METADATA_WRITE = "after_metadata_write"
@@ -33,27 +37,22 @@ TXN_POINTS = (AFTER_TXN_BEGIN, AFTER_TXN_STAGE, AFTER_TXN_PREPARE, BETWEEN_TABLE
 # Spark ingest: executors have written the run's files, the driver has not committed them.
 AFTER_INGEST_WRITE = "after_ingest_write"
 
-PAUSE_VARIABLE = "ICELOG_PAUSE_AT"
-DELAY_VARIABLE = "ICELOG_DELAY_AT"
+PAUSE_VARIABLE = settings.PAUSE_AT.name
+DELAY_VARIABLE = settings.DELAY_AT.name
 
 
 def parse_delays(spec: str | None) -> dict[str, float]:
-    """``"point:seconds,point:seconds"`` -> ``{point: seconds}``; a malformed entry raises ValueError."""
-    delays: dict[str, float] = {}
-    for entry in (spec or "").split(","):
-        if not entry.strip():
-            continue
-        point, sep, seconds = entry.strip().rpartition(":")
-        if not sep or not point:
-            raise ValueError(f"{DELAY_VARIABLE} entries are <point>:<seconds>, not {entry!r}")
-        value = float(seconds)
-        if not 0 <= value < float("inf"):
-            raise ValueError(f"{DELAY_VARIABLE}: seconds must be finite and >= 0, not {seconds!r}")
-        delays[point] = value
-    return delays
+    """``"point:seconds,point:seconds"`` -> ``{point: seconds}``.
+
+    Raises:
+        InvalidSetting: a malformed entry (a ``ValueError``).
+    """
+    return settings.fault_delays(settings.DELAY_AT, spec or "")
 
 
-_delays: dict[str, float] = parse_delays(os.environ.get(DELAY_VARIABLE))
+_delays: dict[str, float] = settings.DELAY_AT.read() or {}
+_pause_at: str | None = settings.PAUSE_AT.read()
+_pause_file: str | None = settings.PAUSE_FILE.read()
 
 
 def set_delays(spec: str | None) -> None:
@@ -62,12 +61,23 @@ def set_delays(spec: str | None) -> None:
     _delays = parse_delays(spec)
 
 
+def set_pause(point: str | None, marker: str | None = None) -> str | None:
+    """Arm the pause at ``point`` (``None``: disarm) in this process, writing the pid to ``marker``
+    (default: the file armed before); returns the point armed before."""
+    global _pause_at, _pause_file
+    before, _pause_at = _pause_at, point
+    _pause_file = marker or _pause_file
+    return before
+
+
 def checkpoint(point: str) -> None:
     if _delays and point in _delays:
         time.sleep(_delays[point])
-    if os.environ.get(PAUSE_VARIABLE) != point:
+    if _pause_at != point:
         return
-    marker = os.environ["ICELOG_PAUSE_FILE"]
+    marker = _pause_file
+    if marker is None:
+        raise settings.PAUSE_FILE.malformed("", f"unset while {PAUSE_VARIABLE}={point} is armed")
     with open(marker + ".tmp", "w") as f:
         f.write(str(os.getpid()))
     os.replace(marker + ".tmp", marker)

@@ -300,9 +300,19 @@ class PrepareCommit(_ProducerStep):
 
 @dataclass
 class CommitTransaction(_ProducerStep):
-    """COMMITTED, in the same atomic commit as the data tables and group offsets."""
+    """COMMITTED, in the same atomic commit as the data tables and group offsets.
 
-    committed_ranges: Callable[[], Mapping[str, Any]] | None = None  # the data tables' decided offsets
+    Decided after the data tables' appends (``reads_decisions``): the record names the offsets
+    their decisions gave, ``{table: {partition: [first, next]}}``.
+    """
+
+    tables: tuple[str, ...] = ()  # the data tables of the commit
+    ranges: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)  # their decided offsets
+    reads_decisions = True
+
+    def decide_after(self, state: JournalState, table: Table, decided: Mapping[str, Decision]) -> Decision:
+        ranges = {t: {str(p): list(r) for p, r in decided[t].ranges.items()} for t in self.tables}
+        return replace(self, ranges=ranges).decide(state, table)
 
     def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
         txn = self._ongoing(txn, step)
@@ -310,7 +320,7 @@ class CommitTransaction(_ProducerStep):
             raise InvalidTxnState(
                 transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}, not prepared"
             )
-        ranges = self.committed_ranges() if self.committed_ranges else {}
+        ranges = {t: dict(r) for t, r in self.ranges.items()}
         # Its staged payload files are deleted after the commit; if the process dies first,
         # the next init_transactions or recover deletes them (idempotent).
         step.txns[self.transactional_id] = replace(entry, txn=None, last_committed=EndedTxn(txn.id, txn.partitions))

@@ -37,15 +37,15 @@ atomic commit): all transactions of a catalog take turns on the journal's compar
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from icelog.storage.core import faults
@@ -112,6 +112,15 @@ from icelog.storage.properties import CHECK_EXPECTED_OFFSETS, TXN_ID
 # --- the data side of a transaction ---------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A staged send and the first offset a commit's decision gave it."""
+
+    index: int  # the send's place in the transaction: files are written in send order
+    send: StagedSend
+    first: int
+
+
 @dataclass
 class TxnAppend(Request):
     """A transaction's appends to one table, decided at commit time.
@@ -119,25 +128,25 @@ class TxnAppend(Request):
     Offsets are assigned against the base of the atomic commit, so sends without an
     expected offset follow whatever other writers appended meanwhile; a send with an
     expected offset that no longer holds aborts the transaction (``OffsetMismatch``).
-    Staged payload files are rewritten as data files once per decided set of ranges.
+    The decision places each send at its offsets; the commit's write step rewrites the
+    staged payload files as data files there (:meth:`write_rows`), once per set of offsets.
     """
 
     state_type = LogState
+    reads_inputs = True  # the staged files: a coordinator that finished the transaction deletes them
 
     table: str
     txn_id: str
     sends: list[StagedSend]
     commit_id: str = ""
-    decided: dict[int, tuple[int, int]] = field(default_factory=dict)
-    location: str = ""
-    _written: tuple[str, list[Any]] | None = None
 
     def decide(self, state: LogState, table: Table) -> Decision:
         self._check_table(table)
         cols.check_log_spec(self.table, table.metadata)
         ranges: dict[int, tuple[int, int]] = {}
+        placed: dict[int, list[Placed]] = {}
         strict = table.metadata.properties.get(CHECK_EXPECTED_OFFSETS, "false").lower() == "true"
-        for send in self.sends:
+        for index, send in enumerate(self.sends):
             if send.partition >= state.partitions:
                 raise UnknownPartition(table=self.table, partition=send.partition, partitions=state.partitions)
             base = ranges.get(send.partition, (state.end(send.partition),) * 2)[1]
@@ -147,20 +156,12 @@ class TxnAppend(Request):
                 raise ExpectedOffsetRequired(table=self.table, partitions=[send.partition])
             first = ranges.get(send.partition, (base, base))[0]
             ranges[send.partition] = (first, base + send.rows)
-        key = json.dumps(sorted(ranges.items()))
-        if self._written is None or self._written[0] != key:
-            if self._written is not None:
-                for data_file in self._written[1] if not any(s.prewritten for s in self.sends) else ():
-                    with contextlib.suppress(OSError):
-                        table.io.delete(data_file.file_path)
-            self._written = (key, self._rewrite(table, ranges))
-        self.decided, self.location = ranges, table.metadata.location
-        result = {str(p): list(r) for p, r in ranges.items()}
+            placed.setdefault(send.partition, []).append(Placed(index, send, base))
         return Decision(
             state=state.with_ends({p: r[1] for p, r in ranges.items()}),
-            result=result,
+            result={str(p): list(r) for p, r in ranges.items()},
+            rows=placed,
             ranges=ranges,
-            add_files=tuple(self._written[1]),
             lineage={TXN_ID: self.txn_id},
         )
 
@@ -175,23 +176,26 @@ class TxnAppend(Request):
                 reason = "re-created under its name" if made_for[0] != now[0] else f"schema {made_for[1]} -> {now[1]}"
                 raise TransactionTableChanged(table=self.table, txn_id=self.txn_id, reason=reason)
 
-    def _rewrite(self, table: Table, ranges: Mapping[int, tuple[int, int]]) -> list[Any]:
-        """Staged payload files -> data files with their offsets, one staged file in memory at a time."""
-
-        cursor = {p: r[0] for p, r in ranges.items()}
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        """The commit's write step: each placed send's staged payload file -> a data file at its
+        offsets, in send order, one staged file in memory at a time."""
         now_us = int(time.time() * 1_000_000)
-        files = []
-        for send in self.sends:
+        files: list[DataFile] = []
+        for placed in sorted((p for sends in rows.values() for p in sends), key=lambda p: p.index):
+            send = placed.send
             if send.prewritten:  # offsets already match: the expected offset held
                 files += data_files_from_parquet(table, [send.path])
-                cursor[send.partition] += send.rows
                 continue
             with table.io.new_input(send.path).open() as f:
                 payload = pq.read_table(f)
-            rows = with_system_columns(payload, send.partition, cursor[send.partition], now_us, None, None)
-            cursor[send.partition] += send.rows
-            files += write_log_files(table, {send.partition: rows})
+            files += write_log_files(
+                table, {send.partition: with_system_columns(payload, send.partition, placed.first, now_us, None, None)}
+            )
         return files
+
+    def keeps(self, data_file: DataFile) -> bool:
+        """A prewritten send's file is the sender's, committed as it is: never deleted here."""
+        return any(send.prewritten and send.path == data_file.file_path for send in self.sends)
 
     def receipt(self, result: Any) -> Any:
         return result
@@ -547,8 +551,8 @@ def _commit_prepared(
     if prepared.offsets is not None:
         spec = prepared.offsets
         parts.append((GROUPS_TABLE, commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})))
-    committed = lambda: {t: {str(p): list(r) for p, r in a.decided.items()} for t, a in appends.items()}  # noqa: E731
-    parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, committed_ranges=committed, clock=clock)))
+    # The COMMITTED record names the offsets the appends' decisions give (it decides after them).
+    parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, tables=tuple(appends), clock=clock)))
     try:
         loaded = seen.all([ident for ident, _ in parts]) if seen is not None else None
         # Not judged by the registry's window (the id was made at begin, maybe long ago): the journal's
@@ -562,11 +566,13 @@ def _commit_prepared(
     if seen is not None:
         for (ident, _), outcome in zip(parts, outcomes, strict=True):
             seen.put(ident, outcome.table)
+    landed = dict(zip([ident for ident, _ in parts], outcomes, strict=True))
     journal_result = outcomes[-1].result or {}
-    ranges = journal_result.get("ranges") or committed()
+    ranges = journal_result.get("ranges") or {t: landed[t].result or {} for t in appends}
     for name, append in appends.items():
-        if not all(s.prewritten for s in append.sends):  # (found already committed: no location read)
-            _delete_dir(staging_dir(append.location or LogTable.open(catalog, name).table().metadata.location, txn_id))
+        if not all(s.prewritten for s in append.sends):  # (found already committed: no table swapped, read it)
+            table = landed[name].table or LogTable.open(catalog, name).table()
+            _delete_dir(staging_dir(table.metadata.location, txn_id))
     return ranges
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,9 +30,10 @@ from icelog.storage.core.commit import Decision, Request, commit
 from icelog.storage.core.system import ensure_system_table
 from icelog.storage.errors import AuthorizationFailed, InvalidInput
 from icelog.storage.properties import ACLS
+from icelog.storage.settings import PRINCIPAL, Settings
 
 ACLS_TABLE = "icelog_system.acls"
-PRINCIPAL_ENV = "ICELOG_PRINCIPAL"
+PRINCIPAL_ENV = PRINCIPAL.name
 REPLICATOR_WRITE = "replicator-write"
 OPERATIONS = (REPLICATOR_WRITE,)
 
@@ -98,8 +98,8 @@ class ChangeAcl(Request):
 
 
 def current_principal(explicit: str | None = None) -> str | None:
-    """The calling principal: the explicit one, else ``ICELOG_PRINCIPAL``, else none."""
-    return explicit or os.environ.get(PRINCIPAL_ENV) or None
+    """The calling principal: the explicit one, else ``ICELOG_PRINCIPAL`` (loaded now), else none."""
+    return explicit or Settings.load().principal or None
 
 
 def add_acl(catalog: Catalog, principal: str, table: str, operation: str = REPLICATOR_WRITE) -> dict[str, Any]:

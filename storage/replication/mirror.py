@@ -103,13 +103,13 @@ from icelog.storage.properties import (
 )
 from icelog.storage.replication.acls import REPLICATOR_WRITE, authorize
 from icelog.storage.replication.replica import OffsetWriteRequest, batch_spans
+from icelog.storage.settings import Settings
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("mirror")
 
 # Never copied from the source: the target's own state, bookkeeping and mirror marks.
 _OWN_PROPERTIES = {VERSION, HEAD, COMMITS, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
-COPY_THREADS = int(os.environ.get("ICELOG_MIRROR_THREADS", "8"))
 COPY_CHUNK = 8 << 20
 Copier = Callable[[Sequence[Tuple[str, str]]], None]
 
@@ -151,6 +151,7 @@ def mirror(
     principal: str | None = None,
     copier: Copier | None = None,
     max_attempts: int = 5,
+    copy_threads: int | None = None,
 ) -> MirrorResult:
     """Mirror everything ``source_table`` committed since the last step into the target.
 
@@ -164,6 +165,8 @@ def mirror(
         copier: Copies ``(source path, target path)`` pairs byte for byte (default:
             :func:`table_copier`, threads in this process through the tables' file IO;
             ``pipelines.mirror`` has a Spark one).
+        copy_threads: Threads of the default copier and of the footer reads (default:
+            ``$ICELOG_MIRROR_THREADS``, 8).
         max_attempts: Steps planned again when a concurrent step moved the target's log end
             (a concurrent step that mirrored everything the source held when this call began
             ends it early: ``up_to_date`` with no ranges of its own).
@@ -187,11 +190,12 @@ def mirror(
     if source_catalog.name == target_catalog.name and source_id == target_id:
         raise InvalidInput(reason=f"a table cannot mirror itself ({source_id} in {source_catalog.name})")
     authorize(target_catalog, principal, REPLICATOR_WRITE, target_id)
+    threads = copy_threads or Settings.load().mirror_threads
     # What this call must mirror at least: the source's log ends when it started.
     goal = {p: w.end for p, w in LogState.from_metadata(load(source_catalog, source_id).metadata).watermarks.items()}
     for attempt in range(1, max_attempts + 1):
         try:
-            return _step(source_catalog, source_id, target_catalog, target_id, copier)
+            return _step(source_catalog, source_id, target_catalog, target_id, copier, threads)
         except (InvalidProduceOffset, PlanOutdated):
             # Another step into the same target committed since this one planned: plan again
             # from what the target holds now (with nothing left to copy, that is quick). The
@@ -211,7 +215,7 @@ def mirror(
 
 
 def _step(
-    source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier | None
+    source_catalog: Catalog, source_id: str, target_catalog: Catalog, target_id: str, copier: Copier | None, threads: int
 ) -> MirrorResult:
     started = time.perf_counter()
     # The target before the source (step 1): every step that committed into the target read
@@ -243,7 +247,7 @@ def _step(
     token = uuid.uuid4().hex  # this step's commit id and copy names: never shared with another step
     try:
         with store_reachable(f"{source_id} to {target_id}"):  # its reads and copies, before the commit
-            request = _plan(source, target, record, progress, result, copier, token)
+            request = _plan(source, target, record, progress, result, copier, token, threads)
     except (MirrorGap, MirrorSourceChanged) as e:
         # Judged against the target as read: if a concurrent step moved it on since (and the
         # source's retention followed), the verdict is stale, not the source.
@@ -316,6 +320,7 @@ def _plan(
     result: MirrorResult,
     copier: Copier | None,
     token: str,
+    threads: int,
 ) -> MirrorWrite:
     """Decide what to copy: follow retention and new partitions, fail on gaps, copy the delta."""
     src = LogState.from_metadata(source.metadata)
@@ -340,14 +345,14 @@ def _plan(
                 expected_uuid=str(record.get("uuid")),
                 actual_uuid=f"{source.metadata.table_uuid} (log end {mark.end} < mirrored {have.end} on partition {p})",
             )
-    files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result, copier, token)
+    files, rows = _copy_delta(source, target, record.get("snapshot"), wanted, result, copier, token, threads)
     spans = batch_spans(target, result.target, rows, files)
     if result.incremental and any(spans.get(p) != need for p, need in wanted.items()):
         # The snapshots in between did not tell the whole story (a rollback on the source,
         # say): copy from the source's live files instead.
         discard_files(target, [f for fs in files.values() for f in fs])
         result.copied_files = result.sliced_files = result.bytes_copied = 0
-        files, rows = _copy_delta(source, target, None, wanted, result, copier, token)
+        files, rows = _copy_delta(source, target, None, wanted, result, copier, token, threads)
         spans = batch_spans(target, result.target, rows, files)
     for p, need in wanted.items():
         if spans.get(p) != need:
@@ -378,6 +383,7 @@ def _copy_delta(
     result: MirrorResult,
     copier: Copier | None,
     token: str,
+    threads: int,
 ) -> tuple[dict[int, list[DataFile]], dict[int, pa.Table]]:
     """Copy the source files holding the wanted offsets; slice the ones that straddle."""
     if not wanted:
@@ -410,8 +416,8 @@ def _copy_delta(
             sliced[p] = pa.concat_tables([t for t in (sliced.get(p), _read(source, data_file)) if t is not None])
         return {}, sliced
     pairs = [(f.file_path, _target_path(target, p, f, token[:12])) for p, f in jobs]
-    (copier or table_copier(source, target))(pairs)
-    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:  # footers only: stats for the manifests
+    (copier or table_copier(source, target, threads))(pairs)
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # footers only: stats for the manifests
         copied = list(pool.map(lambda pair: data_files_from_parquet(target, [pair[1]])[0], pairs))
     files: dict[int, list[DataFile]] = {}
     for (p, data_file), new_file in zip(jobs, copied, strict=True):
@@ -428,11 +434,16 @@ def _target_path(target: Table, partition: int, data_file: DataFile, token: str)
     return f"{target.metadata.location.rstrip('/')}/data/{cols.PARTITION}={partition}/m-{digest}-{token}-{posixpath.basename(data_file.file_path)}"
 
 
-def copy_files(pairs: Sequence[tuple[str, str]], source_io: FileIO | None = None, target_io: FileIO | None = None) -> None:
-    """Copy files byte for byte, in parallel threads: local files with the kernel's
-    ``copy_file_range`` (``shutil.copyfile``), others through the tables' file IO when given
-    (it knows an object store's endpoint and credentials, e.g. a REST catalog's S3), else
-    pyarrow's filesystems."""
+def copy_files(
+    pairs: Sequence[tuple[str, str]],
+    source_io: FileIO | None = None,
+    target_io: FileIO | None = None,
+    threads: int | None = None,
+) -> None:
+    """Copy files byte for byte, in ``threads`` parallel threads (default ``$ICELOG_MIRROR_THREADS``):
+    local files with the kernel's ``copy_file_range`` (``shutil.copyfile``), others through the
+    tables' file IO when given (it knows an object store's endpoint and credentials, e.g. a REST
+    catalog's S3), else pyarrow's filesystems."""
     from pyarrow import fs as pafs
 
     def one(pair: tuple[str, str]) -> None:
@@ -446,7 +457,7 @@ def copy_files(pairs: Sequence[tuple[str, str]], source_io: FileIO | None = None
         else:
             pafs.copy_files(src, dst, chunk_size=COPY_CHUNK)
 
-    with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=threads or Settings.load().mirror_threads) as pool:
         list(pool.map(one, pairs))
 
 
@@ -457,11 +468,11 @@ def _stream(source_io: FileIO, src: str, target_io: FileIO, dst: str) -> None:
             writer.write(chunk)
 
 
-def table_copier(source: Table, target: Table) -> Copier:
+def table_copier(source: Table, target: Table, threads: int | None = None) -> Copier:
     """The default copier of a mirror step: :func:`copy_files` through the two tables' file IO,
     so a source or target in an object store (a REST catalog over S3) is reached with its
     catalog's endpoint and credentials."""
-    return functools.partial(copy_files, source_io=source.io, target_io=target.io)
+    return functools.partial(copy_files, source_io=source.io, target_io=target.io, threads=threads)
 
 
 def _is_local(uri: str) -> bool:

@@ -16,6 +16,7 @@ import os
 import random
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -614,21 +615,21 @@ def test_i5_a_transaction_a_coordinator_finished_after_prepare_is_acknowledged_n
 
 
 def test_i5_staged_files_deleted_while_the_commit_decides_on_a_fresh_read_are_looked_for_once_more(catalog, monkeypatch):
-    """The same race inside the atomic commit's decision, on a base read just before: the
-    coordinator's roll-forward lands and deletes the staged files while the producer rewrites
+    """The same race inside the atomic commit, on a base read just before: the coordinator's
+    roll-forward lands and deletes the staged files while the producer's write step rewrites
     them. One more read finds the transaction landed."""
     from icelog.storage.core import bases
 
     a, b, mine = sent_to_both(catalog)
     monkeypatch.setattr(bases, "SEEN_MAX_AGE_S", -1.0)  # nothing cached: every base is a fresh read
-    rewrite = tx.TxnAppend._rewrite
+    rewrite = tx.TxnAppend.write_rows  # the commit's write step, after the decision
 
-    def finished_by_a_coordinator_meanwhile(self, table, ranges):
-        monkeypatch.setattr(tx.TxnAppend, "_rewrite", rewrite)
+    def finished_by_a_coordinator_meanwhile(self, table, placed):
+        monkeypatch.setattr(tx.TxnAppend, "write_rows", rewrite)
         assert tx.recover(catalog)["rolled_forward"]
-        return rewrite(self, table, ranges)
+        return rewrite(self, table, placed)
 
-    monkeypatch.setattr(tx.TxnAppend, "_rewrite", finished_by_a_coordinator_meanwhile)
+    monkeypatch.setattr(tx.TxnAppend, "write_rows", finished_by_a_coordinator_meanwhile)
     assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
     assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
 
@@ -734,3 +735,36 @@ def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
     with unchanged(catalog=catalog), pytest.raises(InvalidIdentifier):
         LogTable.create(catalog, "icelog_system.mine", 1)
     assert run_checks(LogTable.open(catalog, "db.a").table(), ["transactions"]).ok
+
+
+def test_i5_a_transactions_decisions_decide_and_the_write_step_writes(catalog):
+    """Deciding a transaction's append writes nothing and changes nothing (it places each send
+    at its offsets; the commit's write step rewrites the staged files), and the COMMITTED
+    record takes the appends' offsets from their decisions, as data."""
+    from icelog.storage.log.state import LogState
+    from icelog.storage.producers.journal_state import JOURNAL, JournalState
+
+    a, _, mine = sent_to_both(catalog)
+    mine.send("db.a", 0, [{"key": "n", "value": "2"}, {"key": "o", "value": "3"}])
+    a.append({0: [{"key": "x", "value": "x"}]})  # the sends follow it
+    table = a.table()
+    data = local_path(table.metadata.location) + "/data"
+    before = sorted(os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs)
+    append = tx.TxnAppend("db.a", mine.txn_id, list(mine._sends["db.a"]), mine.txn_id)
+    decisions = [append.decide(LogState.from_metadata(table.metadata), table) for _ in range(2)]
+    assert sorted(os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs) == before  # nothing written
+    assert decisions[0] == decisions[1] and decisions[0].add_files == ()
+    assert decisions[0].ranges == {0: (1, 4)} and [(p.index, p.first) for p in decisions[0].rows[0]] == [(0, 1), (1, 2)]
+
+    journal = LogTable.open(catalog, JOURNAL).table()
+    state = JournalState.from_metadata(journal.metadata)
+    entry = state.transactions["mine"]
+    prepared = replace(entry, txn=replace(entry.txn, state=coordinator.PREPARE_COMMIT))
+    state = replace(state, transactions={**state.transactions, "mine": prepared})
+    step = coordinator.CommitTransaction(
+        "mine", mine.producer_id, mine.epoch, mine.txn_id, tables=("db.a", "db.b"), clock=mine.clock
+    )
+    b_decision = replace(decisions[0], ranges={0: (0, 1)})
+    committed = step.decide_after(state, journal, {"db.a": decisions[0], "db.b": b_decision})
+    assert committed.result["ranges"] == {"db.a": {"0": [1, 4]}, "db.b": {"0": [0, 1]}}
+    assert step.ranges == {}  # the request itself is unchanged: the offsets went to a copy

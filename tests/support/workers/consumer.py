@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import faulthandler
 import json
-import os
 import signal
 import sys
 import time
 import uuid
 from pathlib import Path
 
+from icelog.storage.core import faults
 from icelog.storage.errors import StaleGeneration
 from icelog.storage.groups.consumer import Consumer
 from icelog.storage.log.table import AppendRequest, LogTable
@@ -66,7 +66,7 @@ def main(spec_json: str, args_json: str) -> None:
         committed += 1
         emit(event="committed", member=args["member"], offsets=[int(r["value"]) for r in rows])
         if args.get("arm_file") and Path(args["arm_file"]).exists():
-            os.environ["ICELOG_PAUSE_AT"] = args["pause_point"]
+            faults.set_pause(args["pause_point"])
     consumer.close()
     emit(event="closed", member=args["member"])
 

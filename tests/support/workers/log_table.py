@@ -141,20 +141,21 @@ def init_producer(spec_json: str, table: str, client_id: str, stage: str = "regi
     producer on the log table (a second commit). ``ICELOG_PAUSE_AT`` arms the fault point
     for the ``lease`` commit or for the ``register`` commit only.
     """
+    from icelog.storage.core import faults
     from icelog.storage.producers import idempotent as producers
 
-    armed = os.environ.pop("ICELOG_PAUSE_AT", None)
+    armed = faults.set_pause(None)
     lease = producers.lease_producer_ids
 
     def staged_lease(catalog, count=1, floor=0):
         if stage == "lease" and armed:
-            os.environ["ICELOG_PAUSE_AT"] = armed
+            faults.set_pause(armed)
         try:
             return lease(catalog, count, floor)
         finally:
-            os.environ.pop("ICELOG_PAUSE_AT", None)
+            faults.set_pause(None)
             if stage == "register" and armed:
-                os.environ["ICELOG_PAUSE_AT"] = armed
+                faults.set_pause(armed)
 
     producers.lease_producer_ids = staged_lease
     identity = producers.init_producer(_catalog(spec_json), table, client_id)

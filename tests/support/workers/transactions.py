@@ -50,7 +50,7 @@ def emit(**fields) -> None:
 
 
 def arm(point: str) -> None:
-    os.environ["ICELOG_PAUSE_AT"] = point
+    faults.set_pause(point)
 
 
 def _arm_at_checkpoint(trigger: str, point: str) -> None:
