@@ -23,6 +23,8 @@ def test_an_absent_optional_package_names_the_extra_to_install(monkeypatch):
 
 def test_a_submodule_of_an_absent_package_names_its_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyspark", None)
+    for loaded in [m for m in sys.modules if m.startswith("pyspark.")]:  # an earlier test's Spark
+        monkeypatch.delitem(sys.modules, loaded)
     with pytest.raises(MissingExtra, match=r"icelog\[spark\]"):
         require("pyspark.sql", "Spark jobs")
 
