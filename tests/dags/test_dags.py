@@ -35,14 +35,24 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dagbag(home):
-    """The DAGs parsed in-process, with the temporary homes in os.environ only meanwhile."""
+    """The DAGs parsed in-process, with the temporary homes in os.environ only meanwhile.
+
+    Airflow binds its ORM to the database configured when it is first imported, and collecting
+    tests/provider imports it before any fixture runs: the ORM is re-bound to this home's
+    migrated database for the DagBag, and back afterwards."""
+    from airflow import settings
+
     with pytest.MonkeyPatch.context() as patch:
         for key, value in home[1].items():
             if key.startswith(("AIRFLOW", "ICELOG")):
                 patch.setenv(key, value)
+        settings.configure_vars()
+        settings.reconfigure_orm()
         from airflow.dag_processing.dagbag import DagBag
 
         yield DagBag(dag_folder=str(REPO / "dags"))
+    settings.configure_vars()
+    settings.reconfigure_orm()
 
 
 def test_dagbag_imports_cleanly_with_every_dag(dagbag):
