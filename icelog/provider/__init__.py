@@ -70,5 +70,11 @@ def get_provider_info() -> dict[str, Any]:
                 },
             }
         ],
-        "asset-uris": [{"schemes": ["icelog"], "handler": "icelog.provider.assets.sanitize_uri"}],
+        "asset-uris": [
+            {
+                "schemes": ["icelog"],
+                "handler": "icelog.provider.assets.sanitize_uri",
+                "to_openlineage_converter": "icelog.provider.lineage.convert_asset_to_openlineage",
+            }
+        ],
     }

@@ -20,8 +20,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from icelog.provider.assets import icelog_asset
+from icelog.provider.assets import default_catalog_name, icelog_asset
 from icelog.provider.hooks import IcelogHook
+from icelog.provider.lineage import Lineage, operator_lineage, path, table
 
 
 def _literal(value: Any) -> bool:
@@ -61,6 +62,27 @@ class IcelogBaseOperator(BaseOperator):
             return None
         return IcelogHook(self.icelog_conn_id).get_conn()
 
+    def catalog_name(self) -> str:
+        """The catalog's name in Asset URIs and lineage datasets."""
+        return IcelogHook(self.icelog_conn_id).catalog_name if self.icelog_conn_id else default_catalog_name()
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = self.run(context)
+        self._lineage = self.lineage(result)
+        return result
+
+    def run(self, context: Any) -> dict[str, Any]:
+        """The task: its dict result is the XCom."""
+        raise NotImplementedError
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        """What the run read and wrote (OpenLineage), from its result."""
+        return Lineage(inputs=(table(self.catalog_name(), self.table),))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Called by Airflow's OpenLineage provider after a successful run (``icelog[lineage]``)."""
+        return operator_lineage(getattr(self, "_lineage", None))
+
 
 class IcelogIngestOperator(IcelogBaseOperator):
     """Ingest one day's landing files (``<landing>/<table>/date=<day>/``), each file exactly once.
@@ -99,7 +121,7 @@ class IcelogIngestOperator(IcelogBaseOperator):
         self.key_column, self.partitions, self.reload_changed = key_column, partitions, reload_changed
         self.skip_when_empty = skip_when_empty
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.tasks import ingest_day
 
         result = ingest_day(
@@ -117,6 +139,10 @@ class IcelogIngestOperator(IcelogBaseOperator):
 
             raise AirflowSkipException(f"nothing to do: no landing files for {self.table} on {self.day}")
         return result
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        loaded = [f["path"] for f in result["loaded"]]
+        return Lineage(inputs=tuple(map(path, loaded)), outputs=(table(self.catalog_name(), self.table),) if loaded else ())
 
 
 class IcelogBackfillOperator(IcelogBaseOperator):
@@ -144,7 +170,7 @@ class IcelogBackfillOperator(IcelogBaseOperator):
         self.start, self.end, self.landing, self.fmt = start, end, landing, fmt
         self.key_column, self.partitions, self.reload_changed = key_column, partitions, reload_changed
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.tasks import backfill
 
         return backfill(
@@ -158,6 +184,12 @@ class IcelogBackfillOperator(IcelogBaseOperator):
             partitions=self.partitions,
             reload_changed=bool(self.reload_changed),
         )
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        from icelog.pipelines.tasks import day_folder
+
+        days = [str(day_folder(self.landing or None, self.table, d["day"])) for d in result["days"] if d["files_loaded"]]
+        return Lineage(inputs=tuple(map(path, days)), outputs=(table(self.catalog_name(), self.table),) if days else ())
 
 
 class IcelogValidateOperator(IcelogBaseOperator):
@@ -177,7 +209,7 @@ class IcelogValidateOperator(IcelogBaseOperator):
         super().__init__(**kwargs)
         self.deep, self.report, self.full = deep, report, full
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.tasks import validate
 
         return validate(self.table, deep=self.deep, catalog=self.catalog(), report=self.report, full=self.full)
@@ -189,10 +221,13 @@ class IcelogMaintainOperator(IcelogBaseOperator):
     XCom: what each step did (``storage.admin.maintenance.maintain``'s report).
     """
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.tasks import maintain
 
         return maintain(self.table, catalog=self.catalog())
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        return Lineage(inputs=(table(self.catalog_name(), self.table),), outputs=(table(self.catalog_name(), self.table),))
 
 
 class IcelogMirrorOperator(IcelogBaseOperator):
@@ -222,11 +257,21 @@ class IcelogMirrorOperator(IcelogBaseOperator):
         self.target_conn_id, self.target_catalog = target_conn_id, target_catalog
         self.target_table, self.principal = target_table, principal
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.mirror import mirror_table
 
         target = IcelogHook(self.target_conn_id).get_conn() if self.target_conn_id else (self.target_catalog or None)
         return mirror_table(self.table, target, self.target_table or None, self.principal, source_catalog=self.catalog())
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        from icelog.storage.settings import Settings
+
+        if self.target_conn_id:
+            target = IcelogHook(self.target_conn_id).catalog_name
+        else:
+            target = self.target_catalog or Settings.load().mirror_catalog or ""
+        source = table(self.catalog_name(), self.table)
+        return Lineage(inputs=(source,), outputs=(table(target, self.target_table or self.table),))
 
 
 class IcelogFanOutOperator(IcelogBaseOperator):
@@ -255,7 +300,7 @@ class IcelogFanOutOperator(IcelogBaseOperator):
         super().__init__(**kwargs)
         self.group, self.routes, self.route_column, self.key_column = group, routes, route_column, key_column
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any) -> dict[str, Any]:
         from icelog.pipelines.tasks import fanout
 
         return fanout(
@@ -266,3 +311,8 @@ class IcelogFanOutOperator(IcelogBaseOperator):
             key_column=self.key_column,
             catalog=self.catalog(),
         )
+
+    def lineage(self, result: dict[str, Any]) -> Lineage:
+        catalog = self.catalog_name()
+        written = sorted(result.get("written") or {})
+        return Lineage(inputs=(table(catalog, self.table),), outputs=tuple(table(catalog, t) for t in written))

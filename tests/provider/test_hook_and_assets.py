@@ -28,7 +28,9 @@ def test_provider_info_is_valid_for_airflow():
     assert info["package-name"] == "icelog"
     (conn,) = info["connection-types"]
     assert (conn["connection-type"], conn["hook-class-name"]) == ("icelog", "icelog.provider.hooks.IcelogHook")
-    assert info["asset-uris"] == [{"schemes": ["icelog"], "handler": "icelog.provider.assets.sanitize_uri"}]
+    (uris,) = info["asset-uris"]
+    assert (uris["schemes"], uris["handler"]) == (["icelog"], "icelog.provider.assets.sanitize_uri")
+    assert uris["to_openlineage_converter"] == "icelog.provider.lineage.convert_asset_to_openlineage"
 
 
 def test_airflow_lists_icelog_among_its_providers_and_hooks(tmp_path):
@@ -182,3 +184,30 @@ def test_airflow_checks_icelog_asset_uris_through_the_provider(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "icelog://lake/demo/flights" in done.stdout
     assert "refused: an icelog Asset URI is icelog://<catalog>/<namespace>/<table>" in done.stdout, done.stdout
+
+
+def test_openlineage_translates_icelog_assets_through_the_providers_converter(tmp_path):
+    """The OpenLineage provider finds the converter through ``airflow providers`` (a new process:
+    the providers manager caches what it discovered)."""
+    code = (
+        "from airflow.sdk import Asset\n"
+        "from airflow.providers.openlineage.utils.utils import translate_airflow_asset\n"
+        "d = translate_airflow_asset(Asset(uri='icelog://lake/demo/flights'), None)\n"
+        "print('dataset', d.namespace, d.name)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dataset icelog://lake demo.flights" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_lineage_names_tables_like_their_assets_and_files_by_their_file_system():
+    from icelog.provider.lineage import path_names, table_names
+
+    assert table_names("lake", "demo.flights") == ("icelog://lake", "demo.flights")
+    assert table_names("lake", "flights") == ("icelog://lake", "logs.flights")
+    assert path_names("/data/landing/x.parquet") == ("file", "/data/landing/x.parquet")
+    assert path_names("file:///data/x.parquet") == ("file", "/data/x.parquet")
+    assert path_names("s3://bucket/landing/x.parquet") == ("s3://bucket", "landing/x.parquet")

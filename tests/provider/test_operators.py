@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.airflow import REPO, airflow_env, migrate
-from tests.support.provider_runs import CASES_ENV, DAG_FILE
+from tests.support.provider_runs import CASES_ENV, DAG_FILE, RESULTS_ENV
 
 # One process runs every case: about 5 minutes on 2 busy cores (Spark, Great Expectations).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -148,6 +148,11 @@ def runs(tmp_path_factory):
             "AIRFLOW_CONN_DR": dr_uri,
             "AIRFLOW_CONN_PG": json.dumps({"conn_type": "postgres", "host": "db.example"}),
             CASES_ENV: str(root / "cases.json"),
+            RESULTS_ENV: str(root / "results.jsonl"),
+            # Airflow's OpenLineage listener writes each run event as a line of this file.
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(root / "lineage.jsonl"), "append": True}
+            ),
         }
     )
     assert not [
@@ -156,10 +161,9 @@ def runs(tmp_path_factory):
     done = subprocess.run(
         [sys.executable, "-m", "tests.support.provider_runs"], env=env, cwd=REPO, capture_output=True, text=True, timeout=1500
     )
-    results = {
-        r["dag_id"]: r
-        for r in (json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    }
+    (root / "output.log").write_text(done.stdout + done.stderr)  # Airflow's own output, for a failure's story
+    lines = (root / "results.jsonl").read_text().splitlines() if (root / "results.jsonl").exists() else []
+    results = {r["dag_id"]: r for r in map(json.loads, lines)}
     assert len(results) == len(cases), done.stdout[-5000:] + done.stderr[-5000:]
     return results, done.stdout + done.stderr, before, root, lake, dr
 
@@ -199,7 +203,7 @@ def test_a_table_dropped_under_a_deferred_sensor_fails_the_task(runs):
 def test_the_operators_write_through_the_connections_catalog_and_say_what_they_wrote(runs):
     results, output, before, root, lake, dr = runs
     run = results["happy"]
-    assert run["state"] == "success", {t: v["state"] for t, v in run["tasks"].items()}
+    assert run["state"] == "success", ({t: v["state"] for t, v in run["tasks"].items()}, output[-6000:])
     tasks = {t: v["xcom"] for t, v in run["tasks"].items()}
     ingest = tasks["ingest"]
     (loaded,) = ingest["loaded"]
@@ -228,3 +232,22 @@ def test_a_deferred_sensor_returns_the_next_committed_range(runs):
     event = run["tasks"]["next_range"]["xcom"]
     assert (event["status"], event["ranges"], event["rows"]) == ("committed", {"0": [6, 9]}, 3)
     assert "[DAG TEST] running trigger in line" in runs[1]
+
+
+def test_openlineage_events_name_what_each_operator_read_and_wrote(runs):
+    """Airflow's OpenLineage listener (the real provider, a file transport) asks each operator
+    after its run: the datasets are the landing file and the tables it really touched."""
+    results, output, before, root, lake, dr = runs
+    lines = (root / "lineage.jsonl").read_text().splitlines()
+    complete = {}
+    for event in map(json.loads, lines):
+        if event["eventType"] == "COMPLETE" and event["job"]["name"].startswith("happy."):
+            names = lambda datasets: sorted((d["namespace"], d["name"]) for d in datasets)  # noqa: E731
+            complete[event["job"]["name"].split(".", 1)[1]] = (names(event["inputs"]), names(event["outputs"]))
+    landing = str(root / "landing" / "demo.events" / f"date={DAY}" / "part-0.parquet")
+    events = ("icelog://lake", "demo.events")
+    assert complete["ingest"] == ([("file", landing)], [events])
+    assert complete["maintain"] == ([events], [events])
+    assert complete["validate"] == ([events], [])
+    assert complete["mirror"] == ([events], [("icelog://dr", "demo.events")])
+    assert complete["fanout"] == ([events], [("icelog://lake", "demo.a"), ("icelog://lake", "demo.d")])

@@ -7,8 +7,8 @@ environment already set (``python -m tests.support.provider_runs``, from the rep
 the run's task is deferred: while its trigger waits) and ``"catalog"`` (print its tables' snapshots after); a catalog
 is ``{"name", "uri", "warehouse"}``, opened directly (not through Airflow). ``dag.test()`` runs a DAG of the DAG
 folder, so the folder holds a file that builds the same DAGs (:data:`DAG_FILE`). The run's task
-states and XComs are printed as one ``RESULT <json>`` line per case, after Airflow's own output
-(the task logs, with any error's message).
+states and XComs are written as one JSON line per case to the file ``$PROVIDER_TEST_RESULTS``
+names (not to stdout, where Airflow's and OpenLineage's log lines from other threads interleave).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import threading
 import pendulum
 
 CASES_ENV = "PROVIDER_TEST_CASES"
+RESULTS_ENV = "PROVIDER_TEST_RESULTS"
 # Airflow parses a file only if it says "airflow" and "dag" (safe mode): the comment does.
 DAG_FILE = "# airflow dag: icelog operator runs\nfrom tests.support.provider_runs import dags\n\nglobals().update(dags())\n"
 
@@ -116,4 +117,6 @@ if __name__ == "__main__":
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a run that hangs waits: kill -USR1
     for case in cases():
-        print("RESULT " + json.dumps(run(case), default=str), flush=True)
+        result = json.dumps(run(case), default=str)
+        with open(os.environ[RESULTS_ENV], "a") as out:
+            out.write(result + "\n")
