@@ -196,6 +196,22 @@ class ExpectedOffsetRequired(InvalidInput):
     )
 
 
+class ExpectedOffsetNeedsAtomicCatalog(InvalidInput):
+    """A transaction's send names its offsets (an expected offset, or pre-written files whose
+    offsets are fixed) on a catalog without atomic multi-table commits. There the journal decides
+    the commit and each table then rolls forward at its log end of that moment, which another
+    writer may have moved: an expected offset could not be kept. Refused at the send, nothing staged."""
+
+    table: str
+    catalog: str
+    reason = "expected offsets in a transaction need atomic multi-table commits"
+    message = (
+        "a transaction cannot send to {table} at an expected offset on catalog {catalog!r}: "
+        "it has no atomic multi-table commit, so each table takes the transaction at its log end when it "
+        "rolls forward. Send without an expected offset, or use a SQL catalog (SQLite or PostgreSQL)"
+    )
+
+
 class InvalidProperty(InvalidInput):
     """An ``icelog.*`` table property has a malformed value (``storage.properties``).
 

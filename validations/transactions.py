@@ -3,7 +3,8 @@
 * Each COMMITTED transaction that touched this table holds exactly the ranges the journal
   recorded (offsets that retention already removed excepted), and is recorded once.
 * ABORTED and in-flight transactions are nowhere: no retained snapshot of the table and no
-  entry of its commit-id registry carries their id.
+  entry of its commit-id registry carries their id. A transaction the journal decided (a
+  catalog without atomic multi-table commits) counts as committed while its tables roll forward.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
                 violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is both COMMITTED and ABORTED"))
             ended.add(txn_id)
     open_ids = {e.txn.id for e in coordinator.values() if e.txn is not None}
-    not_committed = ({r[0] for r in records} - set(committed)) | open_ids
+    # Decided by the journal and rolling forward table by table: committed, not yet recorded so.
+    decided = {e.txn.id for e in coordinator.values() if e.txn is not None and e.txn.prepared and e.txn.prepared.decided}
+    not_committed = (({r[0] for r in records} - set(committed)) | open_ids) - decided
     marks = LogState.from_metadata(table.metadata).watermarks
     paths = planned_paths(table, snapshot_id)
     con = duckdb.connect()

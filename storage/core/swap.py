@@ -112,9 +112,14 @@ def _staged(catalog: SqlCatalog, s: TableSwap) -> StagedTable:
     return StagedTable(identifier=s.base.name(), metadata=metadata, metadata_location=location, io=s.base.io, catalog=catalog)
 
 
+def is_atomic(catalog: Catalog) -> bool:
+    """Whether the catalog swaps several tables' pointers in one step (pyiceberg's SQL catalog)."""
+    return isinstance(catalog, SqlCatalog)
+
+
 def check_atomic(catalog: Catalog, tables: int) -> None:
     """Raise :class:`AtomicCommitUnsupported` before anything is written, never commit table by table."""
-    if tables > 1 and not isinstance(catalog, SqlCatalog):
+    if tables > 1 and not is_atomic(catalog):
         raise AtomicCommitUnsupported(catalog=catalog.name, kind=type(catalog).__name__)
 
 

@@ -308,6 +308,7 @@ class CommitTransaction(_ProducerStep):
 
     tables: tuple[str, ...] = ()  # the data tables of the commit
     ranges: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)  # their decided offsets
+    lost: Mapping[str, str] = field(default_factory=dict)  # tables that could not take their part, and why
     reads_decisions = True
 
     def decide_after(self, state: JournalState, table: Table, decided: Mapping[str, Decision]) -> Decision:
@@ -324,8 +325,17 @@ class CommitTransaction(_ProducerStep):
         # Its staged payload files are deleted after the commit; if the process dies first,
         # the next init_transactions or recover deletes them (idempotent).
         step.txns[self.transactional_id] = replace(entry, txn=None, last_committed=EndedTxn(txn.id, txn.partitions))
-        step.records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, {"ranges": ranges}))
+        detail = {"ranges": ranges, **({"lost": dict(self.lost)} if self.lost else {})}
+        step.records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, detail))
         step.result["ranges"] = ranges
+
+
+@dataclass
+class RecordCommitted(CommitTransaction):
+    """COMMITTED after every table rolled forward on its own (a catalog without atomic
+    multi-table commits): ``ranges`` are what each table's commit gave."""
+
+    reads_decisions = False
 
 
 @dataclass

@@ -69,11 +69,18 @@ class TxnOffsets:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What PREPARE_COMMIT recorded: recovery rolls the transaction forward from it."""
+    """What PREPARE_COMMIT recorded: recovery rolls the transaction forward from it.
+
+    ``decided``: the record is the commit decision itself (a catalog without atomic multi-table
+    commits): each table then rolls forward in its own commit, and the transaction is never
+    aborted. Otherwise it commits in one atomic commit with its COMMITTED record, and one whose
+    commit can never succeed is aborted.
+    """
 
     sends: Mapping[str, tuple[StagedSend, ...]]  # by table
     offsets: TxnOffsets | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    decided: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,8 @@ class JournalState(LogState):
     {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
         "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
                        "prepared": {"sends": {"<table>": [[p, expected, path, rows, prewritten], ...]},
-                                    "offsets": null | {"group": g, "offsets": [[table, p, offset], ...]}}},
+                                    "offsets": null | {"group": g, "offsets": [[table, p, offset], ...]},
+                                    "decided": true (only when set)}},
         "last_committed" | "last_aborted": {"id", "partitions"}}}
 
     ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
@@ -219,6 +227,7 @@ def _prepared_json(prepared: Prepared) -> dict[str, Any]:
         "offsets": None
         if offsets is None
         else {**offsets.extra, "group": offsets.group, "offsets": [list(o) for o in offsets.offsets]},
+        **({"decided": True} if prepared.decided else {}),
     }
 
 
@@ -229,7 +238,8 @@ def _prepared_from_json(raw: Mapping[str, Any]) -> Prepared:
         offsets=None
         if offsets is None
         else TxnOffsets(offsets["group"], tuple(tuple(o) for o in offsets["offsets"]), _extra(offsets, ("group", "offsets"))),
-        extra=_extra(raw, ("sends", "offsets")),
+        extra=_extra(raw, ("sends", "offsets", "decided")),
+        decided=bool(raw.get("decided", False)),
     )
 
 

@@ -24,6 +24,11 @@ Design (docs/transactions.md):
   COMMITTED record with the epoch check that fences zombies. Journal and data therefore
   never disagree. Before it, PREPARE_COMMIT records the staged files: from then on,
   recovery rolls the transaction forward instead of aborting it.
+* **Without atomic multi-table commits** (a REST catalog) PREPARE_COMMIT is the decision itself
+  (``Prepared.decided``), recorded only after every table's part was decided on the table as it
+  is; each table then rolls forward in its own commit whose commit id is the transaction id (a
+  second run finds it done), the group offsets likewise, and COMMITTED is recorded last. Sends
+  there take no expected offset: each table places them at its log end when it rolls forward.
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
   what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
   transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
@@ -60,9 +65,10 @@ from icelog.storage.core.commit import (
     refuse_read_only,
     refuse_system_table,
 )
-from icelog.storage.core.swap import check_atomic
+from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import (
     AbortableError,
+    ExpectedOffsetNeedsAtomicCatalog,
     ExpectedOffsetRequired,
     IcelogError,
     InvalidInput,
@@ -74,10 +80,11 @@ from icelog.storage.errors import (
     TransactionTableChanged,
     TransientError,
     UnknownPartition,
+    UnknownTable,
 )
 from icelog.storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
 from icelog.storage.log import schema as cols
-from icelog.storage.log.files import data_files_from_parquet, prewritten_files, write_log_files
+from icelog.storage.log.files import arrow_location, data_files_from_parquet, prewritten_files, write_log_files
 from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable, checked_on, with_system_columns
 from icelog.storage.producers.idempotent import lease_producer_ids
@@ -91,6 +98,7 @@ from icelog.storage.producers.journal import (
     InvalidTxnState,
     JournalStep,
     PrepareCommit,
+    RecordCommitted,
     RegisterPartitions,
     TransactionAborted,
     ensure_journal,
@@ -209,12 +217,12 @@ def _delete_staging(catalog: Catalog, txn: OpenTxn | EndedTxn, committed: bool =
     folder is fine)."""
     for table_name in txn.partitions:
         try:
-            location = LogTable.open(catalog, table_name).table().metadata.location
+            table = LogTable.open(catalog, table_name).table()
         except Exception:  # noqa: BLE001 - a dropped table has nothing left to clean
             continue
-        _delete_dir(staging_dir(location, txn.id))
+        _delete_dir(table, staging_dir(table.metadata.location, txn.id))
         if not committed:  # a committed transaction's pre-written files are its data
-            _delete_dir(prewritten_dir(location, txn.id))
+            _delete_dir(table, prewritten_dir(table.metadata.location, txn.id))
 
 
 def _delete_leftovers(catalog: Catalog, entry: TransactionalIdState | None) -> None:
@@ -226,9 +234,10 @@ def _delete_leftovers(catalog: Catalog, entry: TransactionalIdState | None) -> N
         _delete_staging(catalog, entry.last_aborted)
 
 
-def _delete_dir(uri: str) -> None:
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    with contextlib.suppress(FileNotFoundError, OSError):
+def _delete_dir(table: Table, uri: str) -> None:
+    """Delete a folder through the table's own FileIO settings (an object store's endpoint and keys)."""
+    with contextlib.suppress(FileNotFoundError, OSError, IcelogError):
+        filesystem, path = arrow_location(table.io, uri)
         filesystem.delete_dir(path)
 
 
@@ -236,7 +245,9 @@ class TransactionalProducer:
     """A transactional producer over any partitions of any tables of one catalog (see module doc).
 
     Args:
-        catalog: A catalog with atomic multi-table commits (SQL: SQLite or PostgreSQL).
+        catalog: Any catalog. With atomic multi-table commits (SQL: SQLite, PostgreSQL) a
+            transaction commits in one step; otherwise (REST) the journal decides and each table
+            rolls forward in its own commit, and sends take no expected offset.
         transactional_id: Stable identity; a new instance fences every older one.
         timeout_ms: Abort a transaction idle this long (default: the journal's
             ``icelog.transaction.timeout-ms``, 60 s).
@@ -272,7 +283,6 @@ class TransactionalProducer:
         """Fence older instances (epoch + 1) and finish what the previous instance left:
         roll forward a prepared transaction, abort an ongoing one."""
 
-        check_atomic(self.catalog, 2)  # refuse now, not at the first commit
         ensure_journal(self.catalog)
         for _ in range(10):  # each round finishes one prepared transaction; it never needs many
             entry = JournalState.from_metadata(LogTable.open(self.catalog, JOURNAL).table().metadata).transactions.get(
@@ -326,6 +336,8 @@ class TransactionalProducer:
         ):
             raise InvalidInput(reason=f"an expected offset is an integer >= 0, not {expected_offset!r}")
         name = log_table.identifier
+        if expected_offset is not None:
+            self._refuse_fixed_offsets(name)
         if partition not in self._registered.get(name, set()):
             self._journal(RegisterPartitions, partitions={name: [partition]})
             self._registered.setdefault(name, set()).add(partition)
@@ -359,6 +371,7 @@ class TransactionalProducer:
         self._seen.put(name, current)
         if not files and not expected_offsets:
             return 0
+        self._refuse_fixed_offsets(name)
         partitions = LogState.from_metadata(current.metadata).partitions
         staged: list[StagedSend] = []
         for p, data_files in prewritten_files(current, name, partitions, files, expected_offsets).items():
@@ -412,7 +425,15 @@ class TransactionalProducer:
                 if self._offsets is None
                 else TxnOffsets(self._offsets[0], tuple((t, p, o) for (t, p), o in self._offsets[1].items()))
             )
-            prepared = Prepared(sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets)
+            prepared = Prepared(
+                sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets, decided=not is_atomic(self.catalog)
+            )
+            if prepared.decided:  # the record below is the decision: refuse now what a table would refuse later
+                try:
+                    _check_tables(self.catalog, txn_id, prepared)
+                except IcelogError:
+                    self.abort_transaction()
+                    raise
             self._journal(PrepareCommit, prepared=prepared)
             self._prepared = prepared
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
@@ -475,8 +496,12 @@ class TransactionalProducer:
         for name, sends in self._sends.items():
             for send in sends:
                 if not send.prewritten:
-                    with contextlib.suppress(OSError):
+                    with contextlib.suppress(OSError, IcelogError):  # a dropped table took its files along
                         self._table(name).table().io.delete(send.path)
+
+    def _refuse_fixed_offsets(self, table: str) -> None:
+        if not is_atomic(self.catalog):
+            raise ExpectedOffsetNeedsAtomicCatalog(table=table, catalog=self.catalog.name)
 
     def _require_open(self, sending: bool = False) -> str:
         if self.txn_id is None:
@@ -544,8 +569,11 @@ def _commit_prepared(
     """The commit point: data tables, group offsets and the COMMITTED record, all or nothing.
 
     ``seen``: the producer's tables as it last saw them, the first bases if it has them all;
-    updated with the tables the commit leaves."""
+    updated with the tables the commit leaves. A transaction the journal decided
+    (``prepared.decided``) rolls forward table by table instead (:func:`_roll_forward_tables`)."""
 
+    if prepared.decided:
+        return _roll_forward_tables(catalog, tid, producer_id, epoch, txn_id, prepared, clock)
     appends = {t: TxnAppend(t, txn_id, list(sends), txn_id) for t, sends in prepared.sends.items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
     if prepared.offsets is not None:
@@ -559,10 +587,8 @@ def _commit_prepared(
         # state says whether the transaction is still prepared, and refuses it otherwise.
         outcomes = commit_tables(catalog, parts, commit_id=txn_id, loaded=loaded, resent=False)
     except FileNotFoundError:
-        missing = missing_files(prepared)
-        if not missing:
-            raise
-        raise PreparedFilesMissing(transactional_id=tid, txn_id=txn_id, missing=missing) from None
+        _raise_if_missing(catalog, tid, txn_id, prepared)
+        raise
     if seen is not None:
         for (ident, _), outcome in zip(parts, outcomes, strict=True):
             seen.put(ident, outcome.table)
@@ -572,8 +598,65 @@ def _commit_prepared(
     for name, append in appends.items():
         if not all(s.prewritten for s in append.sends):  # (found already committed: no table swapped, read it)
             table = landed[name].table or LogTable.open(catalog, name).table()
-            _delete_dir(staging_dir(table.metadata.location, txn_id))
+            _delete_dir(table, staging_dir(table.metadata.location, txn_id))
     return ranges
+
+
+def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared) -> None:
+    """Decide every table's part on the table as it is, writing nothing: each refusal a roll-forward
+    could meet from the transaction itself (a table dropped or re-created since the send, a partition
+    it lacks, a foreign partition spec, a read-only mirror) is raised before the decision."""
+    for name, sends in sorted(prepared.sends.items()):
+        table = LogTable.open(catalog, name).table()
+        refuse_read_only(name, table.metadata)
+        TxnAppend(name, txn_id, list(sends), txn_id).decide(LogState.from_metadata(table.metadata), table)
+    if prepared.offsets is not None:
+        validate_offsets(prepared.offsets.group, {(t, p): o for t, p, o in prepared.offsets.offsets})
+
+
+def _roll_forward_tables(
+    catalog: Catalog,
+    tid: str,
+    producer_id: int | None,
+    epoch: int | None,
+    txn_id: str,
+    prepared: Prepared,
+    clock: Callable[[], int],
+) -> dict[str, dict[str, list[int]]]:
+    """Apply a decided transaction table by table, then record it COMMITTED.
+
+    Each table's commit carries the transaction id as its commit id, so a second run (the
+    producer's retry, ``recover``, a new instance) finds a table already done by that id and
+    takes its recorded offsets: never twice, never by content. Sends have no expected offsets
+    here: each table takes them at its log end when it rolls forward. A table dropped or
+    re-created after the decision cannot take its part: the COMMITTED record names it under
+    ``lost`` (the other tables keep theirs: the decision stands).
+    """
+    ranges: dict[str, dict[str, list[int]]] = {}
+    lost: dict[str, str] = {}
+    for index, (name, sends) in enumerate(sorted(prepared.sends.items())):
+        if index:
+            faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
+        try:
+            outcome = commit(catalog, name, TxnAppend(name, txn_id, list(sends), txn_id), commit_id=txn_id, resent=True)
+        except (UnknownTable, TransactionTableChanged) as e:
+            lost[name] = str(e)
+            continue
+        except FileNotFoundError:
+            _raise_if_missing(catalog, tid, txn_id, prepared)
+            raise
+        ranges[name] = outcome.result or {}
+        if not all(s.prewritten for s in sends):
+            table = outcome.table or LogTable.open(catalog, name).table()
+            _delete_dir(table, staging_dir(table.metadata.location, txn_id))
+    if prepared.offsets is not None:
+        spec = prepared.offsets
+        request = commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})
+        commit(catalog, GROUPS_TABLE, request, commit_id=txn_id, resent=True)
+    faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
+    step = RecordCommitted(tid, producer_id, epoch, txn_id, tables=tuple(ranges), ranges=ranges, lost=lost, clock=clock)
+    result = commit(catalog, JOURNAL, step, commit_id=txn_id, resent=True).result or {}
+    return result.get("ranges", ranges)
 
 
 def roll_forward(
@@ -588,7 +671,7 @@ def roll_forward(
         # Checked first: a coordinator that finished it first also deleted its staged files.
         if not _still_prepared(catalog, tid, txn.id):
             return {"txn_id": txn.id, "action": "finished_elsewhere"}
-        if isinstance(e, FileNotFoundError) or not _can_never_commit(e):
+        if isinstance(e, FileNotFoundError) or not _can_never_commit(e) or txn.prepared.decided:
             raise
         step = ForceAbort(tid, entry.producer_id, entry.epoch, txn.id, clock=clock, reason=str(e))
         _clean_aborted(catalog, commit(catalog, JOURNAL, step).result)
@@ -596,12 +679,25 @@ def roll_forward(
     return {"txn_id": txn.id, "action": "rolled_forward", "ranges": ranges}
 
 
-def missing_files(prepared: Prepared) -> list[str]:
-    """The files a prepared transaction recorded that no longer exist."""
+def _raise_if_missing(catalog: Catalog, tid: str, txn_id: str, prepared: Prepared) -> None:
+    """After a file was not found: :class:`PreparedFilesMissing` if the transaction's own files are gone."""
+    missing = missing_files(catalog, prepared)
+    if missing:
+        raise PreparedFilesMissing(transactional_id=tid, txn_id=txn_id, missing=missing) from None
+
+
+def missing_files(catalog: Catalog, prepared: Prepared) -> list[str]:
+    """The files a prepared transaction recorded that no longer exist (looked up through each
+    table's FileIO; a dropped table's files count as missing)."""
     missing = []
-    for sends in prepared.sends.values():
+    for name, sends in prepared.sends.items():
+        try:
+            io = LogTable.open(catalog, name).table().io
+        except UnknownTable:
+            missing += [send.path for send in sends]
+            continue
         for send in sends:
-            filesystem, local = pafs.FileSystem.from_uri(send.path)
+            filesystem, local = arrow_location(io, send.path)
             if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
                 missing.append(send.path)
     return missing
@@ -665,7 +761,7 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
     clock = database_clock(catalog)
     step: AbortTransaction = AbortTransaction(transactional_id, entry.producer_id, entry.epoch, txn.id, clock=clock)
     if missing_files and txn.state == PREPARE_COMMIT:
-        step = _abort_prepared_without_files(transactional_id, entry, txn, clock)
+        step = _abort_prepared_without_files(catalog, transactional_id, entry, txn, clock)
     result = commit(catalog, JOURNAL, step).result
     _clean_aborted(catalog, result)
     # Only what this call aborted: the transaction it read may have ended meanwhile.
@@ -674,9 +770,12 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
 
 
 def _abort_prepared_without_files(
-    transactional_id: str, entry: TransactionalIdState, txn: OpenTxn, clock: Callable[[], int]
+    catalog: Catalog, transactional_id: str, entry: TransactionalIdState, txn: OpenTxn, clock: Callable[[], int]
 ) -> ForceAbort:
-    missing = missing_files(txn.prepared) if txn.prepared is not None else []
+    if txn.prepared is not None and txn.prepared.decided:  # some tables may hold it already
+        reason = f"transaction {txn.id} was decided: it rolls forward table by table and is never aborted"
+        raise InvalidTxnState(transactional_id=transactional_id, reason=reason)
+    missing = missing_files(catalog, txn.prepared) if txn.prepared is not None else []
     if not missing:  # every file is there: aborting would undo a commit recovery can still make
         reason = f"transaction {txn.id} is prepared and all its files exist: it will commit; run `icelog transactions recover`"
         raise InvalidTxnState(transactional_id=transactional_id, reason=reason)

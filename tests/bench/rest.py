@@ -5,7 +5,9 @@ on the same throwaway SeaweedFS server in the same run.
 * a bulk append of narrow rows beside ``pq.write_table`` of the same rows (with the system
   columns) into the same bucket through pyarrow's S3FileSystem;
 * the deep check beside a bare scan of ``log_partition, log_offset`` of the same files from S3
-  (a pyarrow dataset over the table's FileIO, summed by DuckDB), on both layouts icelog writes.
+  (a pyarrow dataset over the table's FileIO, summed by DuckDB), on both layouts icelog writes;
+* 2- and 10-table transactions (the journal decides, each table rolls forward) beside a single
+  1-row append on the same server, and the time from the decision to COMMITTED.
 
 ``record`` is :func:`tests.bench.run.record`, passed in (``run`` is ``__main__`` when benches run).
 """
@@ -52,6 +54,7 @@ def bench_rest(root: Path, quick: bool, record: Callable[..., None]) -> None:
         _append_latency(cat, load_catalog("plain", **config), 5 if quick else 30, record)
         _bulk(cat, 200_000 if quick else 5_000_000, record)
         _deep_check(cat, 400_000 if quick else 20_000_000, record)
+        _transactions(cat, 5 if quick else 30, record)
     finally:
         seaweedfs.stop(directory)
 
@@ -156,3 +159,50 @@ def _deep_check(cat: Any, rows: int, record: Callable[..., None]) -> None:
             rows / statistics.median(bare_s) / 1e6,
             Target("ratio", ">=", 0.8),
         )
+
+
+def _transactions(cat: Any, samples: int, record: Callable[..., None]) -> None:
+    """``commit_transaction`` of 1-row sends to 2 and 10 tables beside a 1-row append (sampled
+    alternately), and the time from the decision (PREPARE_COMMIT) to COMMITTED at 10 tables."""
+    from icelog.storage.core import faults
+    from icelog.storage.producers.transactional import TransactionalProducer
+
+    tables = [LogTable.create(cat, f"bench.txn{i}", partitions=1) for i in range(10)]
+    single_table = LogTable.create(cat, "bench.single", partitions=1)
+    one = [{"key": "k", "value": "v"}]
+    producer = TransactionalProducer(cat, "bench-rest")
+    producer.init_transactions()
+    decided: list[float] = []
+    original = faults.checkpoint
+
+    def checkpoint(name: str) -> None:  # the decision's time, read by the 10-table samples
+        if name == faults.AFTER_TXN_PREPARE:
+            decided.append(time.perf_counter())
+        original(name)
+
+    faults.checkpoint = checkpoint
+    try:
+        for width in (2, 10):
+            single, lat, rolled = [], [], []
+            for _ in range(WARMUPS // 2 + samples):
+                single.append(timed(lambda: single_table.append({0: one})))
+                producer.begin_transaction()
+                for t in tables[:width]:
+                    producer.send(t.identifier, 0, one)
+                lat.append(timed(producer.commit_transaction))
+                rolled.append(time.perf_counter() - decided[-1])
+            single, lat, rolled = single[WARMUPS // 2 :], lat[WARMUPS // 2 :], rolled[WARMUPS // 2 :]
+            record(
+                f"REST+S3: {width}-table transaction commit p50",
+                statistics.median(lat) * 1000,
+                "ms",
+                "single 1-row append, same server, p50",
+                statistics.median(single) * 1000,
+                Target("ratio", "<=", 3.0 if width == 2 else 12.0),
+            )
+        record("REST+S3: 10-table transaction, decision to COMMITTED p50", statistics.median(rolled) * 1000, "ms", "", None)
+        record(
+            "REST+S3: 10-table transaction, decision to COMMITTED p99", float(np.percentile(rolled, 99)) * 1000, "ms", "", None
+        )
+    finally:
+        faults.checkpoint = original

@@ -17,9 +17,10 @@ picks among ``--faults`` (:data:`FAULT_KINDS`):
 * ``disk-full`` (with ``--warehouse-tmpfs``): the source warehouse lives on a tmpfs of that
   size; fill it with a ballast file for a few seconds, then delete the ballast.
 
-On a REST catalog (SeaweedFS, ``--catalog rest``) the workload is what a REST catalog runs:
-multi-table commits are refused there (``AtomicCommitUnsupported``), so there is no copier, the
-group's members commit their offsets alone (no output table), and the mirror carries the log
+On a REST catalog (SeaweedFS, ``--catalog rest``) the workload is what a REST catalog runs: the
+copier's transactions decide in the journal and roll forward table by table; ``Consumer.commit(also=...)``
+is refused there (``AtomicCommitUnsupported``), so the group's members commit their offsets alone
+(no output table); and the mirror carries the log
 to a SQLite catalog (the disaster-recovery direction); ``slow`` delays a commit after its data
 files (the REST server writes the metadata file itself).
 
@@ -458,16 +459,15 @@ def _specs(workdir: Path, kind: str, pg_uri: str | None, rest_dir: Path | None =
 def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: CatalogSpec) -> dict[str, tuple[str, dict]]:
     base = {"spec": asdict(source), "batch": config.batch}
     workers: dict[str, tuple[str, dict]] = {}
-    rest = source.kind == "rest"  # no multi-table commit: no copier, members commit offsets alone
+    rest = source.kind == "rest"  # no multi-table commit: members commit offsets alone
     for i in range(config.producers):
         workers[f"producer{i}"] = ("producer", {"table": EVENTS, "partition": i % config.partitions})
     for i in range(config.appenders):
         workers[f"appender{i}"] = ("appender", {"table": EVENTS, "partition": i % config.partitions})
-    if not rest:
-        workers["copier"] = (
-            "copier",
-            {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch},
-        )
+    workers["copier"] = (
+        "copier",
+        {"src": EVENTS, "out": COPIED, "group": "chaos-copier", "tid": "chaos-copier", "batch": 4 * config.batch},
+    )
     workers["mirror"] = ("mirror", {"table": EVENTS, "target_spec": asdict(target), "principal": PRINCIPAL})
     for i in range(config.members):
         workers[f"member{i}"] = (
@@ -480,7 +480,7 @@ def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: Cat
                 "batch": 5 * config.batch,
             },
         )
-    maintained = [EVENTS] + ([] if rest else [COPIED, CONSUMED]) + ([SOAK] if config.soak_commits else [])
+    maintained = [EVENTS, COPIED] + ([] if rest else [CONSUMED]) + ([SOAK] if config.soak_commits else [])
     workers["maintainer"] = ("maintainer", {"tables": maintained, "pause_s": 1.0})
     if config.soak_commits:
         workers["soak"] = ("soak", {"table": SOAK, "commits": config.soak_commits, "window": config.soak_window})
@@ -714,8 +714,8 @@ def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
 
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)
-    if source.kind != "rest":  # the copier's and the group's outputs (see _worker_args)
-        LogTable.create(catalog, COPIED, config.partitions)
+    LogTable.create(catalog, COPIED, config.partitions)  # the copier's output
+    if source.kind != "rest":  # the group's output (see _worker_args)
         LogTable.create(catalog, CONSUMED, 1)
     if config.soak_commits:
         keep_ids = str(max(config.soak_window, config.soak_commits // 4))  # see check_soak
@@ -785,14 +785,14 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     report.failures["acked"] = check_acked(stored, acks, writers)
     keys = {(p, o): k for k, p, o in _rows(catalog, EVENTS, ["key", "log_partition", "log_offset"])}
     source_keys = [(p, o, k) for (p, o), k in keys.items()]
+    source_rows = [(p, o, v) for v, p, o in stored]
+    report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
     if source.kind == "rest":
         from icelog.storage.groups.offsets import committed_offsets
 
         member_acks = [(a["worker"], p, o, k) for a in _acks(workdir, "member") for p, o, k in a["processed"]]
         report.failures["group"] = check_group_commits(source_keys, member_acks, committed_offsets(catalog, GROUP, EVENTS))
     else:
-        source_rows = [(p, o, v) for v, p, o in stored]
-        report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
         member_processed = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
         report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_processed)
     report.failures["validators"] = run_validators(source, target)

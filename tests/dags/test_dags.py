@@ -262,6 +262,7 @@ def test_the_demo_dags_are_unpaused_in_airflows_database(ingested):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # about 90 s; the backfill task runs in make test through the demo (tests/infra/test_demo.py)
 def test_backfill_dag_is_idempotent_per_day(ingested):
     env, table, _, _ = ingested
     conf = {"table": "demo.flights", "start": "2013-01-02", "end": "2013-01-03"}  # a day ingested before, and a new one

@@ -61,4 +61,16 @@ def forwarding_catalog(inner):
         def create_table(self, *args, **kwargs):
             return inner.create_table(*args, **kwargs)
 
+        def table_exists(self, identifier):
+            return inner.table_exists(identifier)
+
+        def drop_table(self, identifier):
+            return inner.drop_table(identifier)
+
+        def list_tables(self, namespace):
+            return inner.list_tables(namespace)
+
+        def list_namespaces(self, namespace=()):
+            return inner.list_namespaces(namespace)
+
     return ForwardingCatalog("proxy")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import os
 import signal
@@ -21,7 +20,6 @@ from pathlib import Path
 from icelog.storage.admin.orphans import referenced_files, remove_orphan_files
 from icelog.storage.core import faults
 from icelog.storage.groups.offsets import commit_offsets, committed_offsets
-from icelog.storage.log.files import local_path
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers import transactional as tx
@@ -126,18 +124,27 @@ def rows(log_table: LogTable, partition: int = 0) -> list[tuple[int, str, str]]:
     )
 
 
+def _files_under(table, folder: str) -> list[str]:
+    """Every file under ``folder`` of the table's location, local or on an object store, by its
+    path in the table's file system (``bucket/key`` on S3), as ``referenced_files`` names them."""
+    from pyarrow import fs as pafs
+
+    from icelog.storage.log.files import arrow_location
+
+    filesystem, root = arrow_location(table.io, f"{table.metadata.location}/{folder}")
+    found = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sorted(f.path for f in found if f.type == pafs.FileType.File)
+
+
 def staged_files(log_table: LogTable) -> list[str]:
-    location = local_path(log_table.table().metadata.location)
-    return sorted(p for p in glob.glob(f"{location}/data/staging/**", recursive=True) if os.path.isfile(p))
+    return _files_under(log_table.table(), "data/staging")
 
 
 def unreferenced_data_files(log_table: LogTable) -> list[str]:
     """Files under the table's data folder that no snapshot references (staging included)."""
     table = log_table.table()
-    location = local_path(table.metadata.location)
     keep = referenced_files(table)
-    on_disk = (p for p in glob.glob(f"{location}/data/**", recursive=True) if os.path.isfile(p))
-    return sorted(p for p in on_disk if p not in keep)
+    return [p for p in _files_under(table, "data") if p not in keep]
 
 
 def contiguous(log_table: LogTable) -> None:

@@ -88,7 +88,8 @@ def test_i1_i7_kill_9_mid_commit_leaves_a_valid_table_with_every_acknowledged_ro
 
 
 @pytest.mark.parametrize("point", faults.POINTS)
-def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(catalog_spec, tmp_path, point):
+def test_i4_i7_kill_9_mid_producer_init_then_init_again_converges(heavy_spec, tmp_path, point):
+    catalog_spec = heavy_spec  # PostgreSQL's run in make test-slow: the kill -9 mid-commit test covers its swap
     """Killed in the commit that registers the producer on the log table."""
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.p", partitions=1)

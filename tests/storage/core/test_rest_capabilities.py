@@ -44,9 +44,7 @@ from icelog.storage.log.maintenance import live_files
 from icelog.storage.log.repair import repair
 from icelog.storage.log.sequences import ProducerBatch
 from icelog.storage.log.table import AppendRequest, LogTable
-from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers.idempotent import Producer, init_producer, lease_producer_ids
-from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.storage.replication.acls import add_acl
 from icelog.storage.replication.mirror import promote
 from icelog.validations.contiguity import check_contiguity
@@ -193,18 +191,7 @@ def test_i10_key_range_reads_split_the_partition_on_rest(rest_catalog):
         assert entry["committed_offset"] + sum(last - first + 1 for first, last in entry["ranges"]) == len(records)
 
 
-# --- transactions and the ingest ledger: refused (I5) -----------------------------------------
-
-
-def test_i5_transactional_producer_refused_on_rest_before_anything_changes(rest_catalog, unchanged):
-    a, b = LogTable.create(rest_catalog, "db.a", 1), LogTable.create(rest_catalog, "db.b", 1)
-    a.append({0: batch(1, "before")})
-    with unchanged(a), unchanged(b), unchanged(catalog=rest_catalog):
-        producer = TransactionalProducer(rest_catalog, "copier")
-        with pytest.raises(AtomicCommitUnsupported) as caught:
-            producer.init_transactions()
-    assert "cannot commit several tables atomically" in str(caught.value)
-    assert not rest_catalog.table_exists(coordinator.JOURNAL)
+# --- the ingest ledger and consumed offsets with an output: refused (I5) -----------------------------------------
 
 
 def test_i5_consumed_offsets_with_output_refused_on_rest(rest_catalog, unchanged):

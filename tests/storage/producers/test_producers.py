@@ -230,7 +230,8 @@ def test_i4_validator_catches_stored_state_and_sequence_mismatch(catalog, table)
     assert kinds == ["producer_state"]
 
 
-def test_i4_unknown_outcome_kill_9_after_swap_then_resend_lands_once(catalog_spec, tmp_path):
+def test_i4_unknown_outcome_kill_9_after_swap_then_resend_lands_once(heavy_spec, tmp_path):
+    catalog_spec = heavy_spec  # PostgreSQL's run in make test-slow: the kill -9 mid-commit test covers its swap
     catalog = catalog_spec.open()
     t = LogTable.create(catalog, "db.p", partitions=1)
     me = init_producer(catalog, "db.p", "app")

@@ -23,9 +23,9 @@ import pytest
 from icelog.storage.admin.orphans import remove_orphan_files
 from icelog.storage.core import faults
 from icelog.storage.errors import (
-    AtomicCommitUnsupported,
     ExpectedOffsetRequired,
     IcelogError,
+    InvalidInput,
     InvalidOffset,
     OffsetMismatch,
     PreparedFilesMissing,
@@ -68,8 +68,9 @@ from tests.support.transactions import (
 @pytest.mark.fault
 @pytest.mark.timeout(180)  # a broken recovery may loop: fail, do not hang the suite
 @pytest.mark.parametrize("point", faults.TXN_POINTS)
-def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_or_nothing(catalog_spec, tmp_path, point):
-    catalog, a, b, before, txn_id, epoch = kill_one_transaction(catalog_spec, tmp_path, point)
+def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_or_nothing(heavy_spec, tmp_path, point):
+    # PostgreSQL's run in make test-slow: its multi-table swap under kill -9 is the racing and copier tests'
+    catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, point)
     producer = TransactionalProducer(catalog, "copier-1")  # the restarted instance
     assert producer.init_transactions()["epoch"] == epoch + 1
     assert coordinator.transactional_ids(catalog)["copier-1"].epoch == epoch + 1
@@ -659,38 +660,158 @@ def test_i8_i10_bad_transaction_input_never_wedges_recovery(catalog, case):
     assert staged_files(a) == []
 
 
-# --- 7. catalogs without an atomic multi-table commit -----------------------------------------------
+# --- 7. catalogs without an atomic multi-table commit: the journal decides, tables roll forward -------
+# ``forwarding_catalog`` commits one table at a time through a SQL catalog, as a REST catalog does
+# (its kill -9 and server tests on SeaweedFS are in tests/storage/producers/test_transactions_rest.py).
 
 
-def refused_transaction(sqlite_catalog) -> tuple[LogTable, LogTable, dict]:
+class Crash(BaseException):
+    """A process dying at a fault point (BaseException: nothing on the way handles it)."""
+
+
+def crash_at(monkeypatch, point: str, times: int = 1) -> None:
+    original, left = faults.checkpoint, [times]
+
+    def checkpoint(name: str) -> None:
+        if name == point and left[0] > 0:
+            left[0] -= 1
+            raise Crash(point)
+        original(name)
+
+    monkeypatch.setattr(faults, "checkpoint", checkpoint)
+
+
+def decided_setup(sqlite_catalog):
     a, b = two_tables(sqlite_catalog)
+    src = LogTable.create(sqlite_catalog, "db.src", 1)
+    src.append({0: [{"key": str(i), "value": str(i)} for i in range(5)]})
     a.append({0: [{"key": "before", "value": "1"}]})
-    coordinator.ensure_journal(sqlite_catalog)
-    before = {t.identifier: t.table().metadata_location for t in (a, b)}
-    producer = TransactionalProducer(forwarding_catalog(sqlite_catalog), "elsewhere")
-    with pytest.raises(AtomicCommitUnsupported) as caught:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send("db.a", 0, [{"key": "txn", "value": "1"}])
-        producer.send("db.b", 0, [{"key": "txn", "value": "-1"}])
-        producer.commit_transaction()
-    assert "proxy" in str(caught.value)
-    return a, b, before
+    proxy = forwarding_catalog(sqlite_catalog)
+    producer = TransactionalProducer(proxy, "copier")
+    producer.init_transactions()
+    return proxy, a, b, producer
 
 
-def test_i5_catalog_without_atomic_commit_refuses_the_transaction_and_nothing_changes(sqlite_catalog):
-    a, b, before = refused_transaction(sqlite_catalog)
-    assert {t.identifier: t.table().metadata_location for t in (a, b)} == before
-    assert [r[1] for r in rows(a)] == ["before"] and rows(b) == []
+def send_both(producer) -> str:
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": txn_id, "value": "5"}])
+    producer.send("db.b", 0, [{"key": txn_id, "value": "-5"}, {"key": txn_id, "value": "0"}])
+    producer.send_offsets_to_transaction({("db.src", 0): 4}, "g")
+    return txn_id
 
 
-def test_i5_refused_transaction_is_never_rolled_forward_later(sqlite_catalog):
-    """The refusal comes after PREPARE_COMMIT was recorded: recovery through a SQL catalog
-    would then commit a transaction whose producer was told it failed."""
-    a, b, before = refused_transaction(sqlite_catalog)
-    tx.recover(sqlite_catalog, clock=past_timeout())
-    assert {t.identifier: t.table().metadata_location for t in (a, b)} == before, "a refused transaction became visible"
+def assert_committed_once(sqlite_catalog, a, b, txn_id) -> None:
+    assert rows(a) == [(0, "before", "1"), (1, txn_id, "5")]
+    assert rows(b) == [(0, txn_id, "-5"), (1, txn_id, "0")]
+    assert committed_offsets(sqlite_catalog, "g", "db.src") == {0: 4}
+    states = journal_states(sqlite_catalog, txn_id)
+    assert states[-2:] == ["PREPARE_COMMIT", "COMMITTED"] and states.count("COMMITTED") == 1, states
+    committed = next(r for r in journal(sqlite_catalog) if r["txn_id"] == txn_id and r["txn_state"] == "COMMITTED")
+    assert json.loads(committed["detail"])["ranges"] == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+    assert coordinator.transactional_ids(sqlite_catalog)["copier"].txn is None
     assert staged_files(a) == staged_files(b) == []
+    for t in (a, b):
+        assert run_checks(t.table(), ["contiguity-deep", "transactions"]).ok
+
+
+def test_i5_without_atomic_commits_the_journal_decides_and_each_table_rolls_forward(sqlite_catalog):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+    assert_committed_once(sqlite_catalog, a, b, txn_id)
+    (entry,) = [r for r in journal(sqlite_catalog) if r["txn_id"] == txn_id and r["txn_state"] == "PREPARE_COMMIT"]
+    # Each table's commit carries the transaction id: found by it, never applied twice.
+    for t in (a, b):
+        assert any(c[0] == txn_id for c in json.loads(t.table().metadata.properties["icelog.commits"]))
+    assert tx.recover(proxy) == {"rolled_forward": [], "aborted": []}
+    assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+@pytest.mark.parametrize("point", [faults.AFTER_TXN_PREPARE, faults.BETWEEN_TABLE_SWAPS, faults.AFTER_CATALOG_SWAP])
+@pytest.mark.parametrize("finisher", ["recover", "a new instance", "the same producer again"])
+def test_i5_a_decided_transaction_stopped_anywhere_rolls_forward_exactly_once(sqlite_catalog, monkeypatch, point, finisher):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    crash_at(monkeypatch, point)
+    with pytest.raises(Crash):
+        producer.commit_transaction()
+    # Decided: whatever a reader sees now holds no aborted and no undecided transaction.
+    for t in (a, b):
+        assert run_checks(t.table(), ["transactions"]).ok
+    if finisher == "recover":
+        assert tx.recover(proxy, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    elif finisher == "a new instance":
+        TransactionalProducer(proxy, "copier").init_transactions()
+    else:
+        assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+    assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+def test_i5_a_decided_transaction_is_never_aborted(sqlite_catalog, monkeypatch):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    crash_at(monkeypatch, faults.BETWEEN_TABLE_SWAPS)
+    with pytest.raises(Crash):
+        producer.commit_transaction()
+    with pytest.raises(InvalidTxnState, match="prepared"):
+        producer.abort_transaction()
+    with pytest.raises(InvalidTxnState, match="decided"):
+        tx.abort(proxy, "copier", missing_files=True)
+    tx.recover(proxy, clock=past_timeout())
+    assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+@pytest.mark.parametrize("send", ["expected offset", "pre-written files"])
+def test_i1_i5_fixed_offsets_are_refused_at_the_send_without_atomic_commits(sqlite_catalog, unchanged, send):
+    """Each table takes a decided transaction at its log end when it rolls forward: an expected
+    offset could not be kept, so it is refused before anything is staged."""
+    from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog
+
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    producer.begin_transaction()
+    with unchanged(a), pytest.raises(ExpectedOffsetNeedsAtomicCatalog, match="SQL catalog") as caught:
+        if send == "expected offset":
+            producer.send("db.a", 0, [{"key": "k", "value": "1"}], expected_offset=1)
+        else:
+            producer.send_files("db.a", {0: ["/nowhere.parquet"]}, {0: 1})
+    assert isinstance(caught.value, InvalidInput)  # the CLI's exit 2
+    assert staged_files(a) == []
+    producer.send("db.b", 0, [{"key": "k", "value": "1"}])  # the transaction goes on
+    assert producer.commit_transaction() == {"db.b": {"0": [0, 1]}}
+
+
+@pytest.mark.parametrize("change", ["dropped", "re-created"])
+def test_i5_a_table_changed_between_send_and_commit_aborts_before_the_decision(sqlite_catalog, unchanged, change):
+    from icelog.storage.errors import TransactionTableChanged, UnknownTable
+
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    sqlite_catalog.drop_table("db.b")
+    if change == "re-created":
+        LogTable.create(sqlite_catalog, "db.b", 1)
+    with unchanged(a), pytest.raises(UnknownTable if change == "dropped" else TransactionTableChanged):
+        producer.commit_transaction()
+    assert journal_states(sqlite_catalog, txn_id)[-1] == "ABORTED"
+    assert committed_offsets(sqlite_catalog, "g", "db.src") == {}
+    assert staged_files(a) == []
+    with producer.transaction():  # the transactional id goes on
+        producer.send("db.a", 0, [{"key": "next", "value": "1"}])
+    assert rows(a)[-1] == (1, "next", "1")
+
+
+def test_i5_a_table_dropped_after_the_decision_is_named_lost_and_the_rest_commits(sqlite_catalog, monkeypatch):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    crash_at(monkeypatch, faults.AFTER_TXN_PREPARE)
+    with pytest.raises(Crash):
+        producer.commit_transaction()
+    sqlite_catalog.drop_table("db.b")
+    assert tx.recover(proxy, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    assert rows(a) == [(0, "before", "1"), (1, txn_id, "5")]
+    committed = next(r for r in journal(sqlite_catalog) if r["txn_id"] == txn_id and r["txn_state"] == "COMMITTED")
+    detail = json.loads(committed["detail"])
+    assert detail["ranges"] == {"db.a": {"0": [1, 2]}} and "no log table 'db.b'" in detail["lost"]["db.b"]
+    assert committed_offsets(sqlite_catalog, "g", "db.src") == {0: 4}
 
 
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):
