@@ -96,6 +96,16 @@ def _end_aborted(entry: TransactionalIdState, txn: OpenTxn) -> TransactionalIdSt
     return replace(entry, txn=None, last_aborted=EndedTxn(txn.id, txn.partitions))
 
 
+@dataclass(frozen=True)
+class Applied:
+    """A decided transaction whose tables all rolled forward (a catalog without atomic multi-table
+    commits): its COMMITTED record is still to be written, by its producer's next journal step."""
+
+    txn_id: str
+    ranges: Mapping[str, Mapping[str, list[int]]]
+    lost: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class _Step:
     """What one step sees and leaves: the coordinator state (new values put in place of the
@@ -113,6 +123,20 @@ class _Step:
         self.records.append(_record(tid, entry, txn.id, ABORTED, {"reason": reason}))
         self.aborted.append({"transactional_id": tid, "txn": txn})
         ended = self.txns[tid] = _end_aborted(entry, txn)
+        return ended
+
+    def commit(
+        self, tid: str, entry: TransactionalIdState, txn: OpenTxn, ranges: Mapping[str, Any], lost: Mapping[str, str]
+    ) -> TransactionalIdState:
+        """Record ``txn``, the prepared transaction of ``entry``, COMMITTED; returns the entry it leaves.
+
+        Its staged payload files are deleted after the commit; if the process dies first, the
+        next init_transactions or recover deletes them (idempotent)."""
+        ranges = {t: dict(r) for t, r in ranges.items()}
+        ended = self.txns[tid] = replace(entry, txn=None, last_committed=EndedTxn(txn.id, txn.partitions))
+        detail = {"ranges": ranges, **({"lost": dict(lost)} if lost else {})}
+        self.records.append(_record(tid, entry, txn.id, COMMITTED, detail))
+        self.result["ranges"] = ranges
         return ended
 
     def timed_out(self, entry: TransactionalIdState, txn: OpenTxn | None) -> bool:
@@ -209,10 +233,15 @@ class _ProducerStep(JournalStep):
     """A step of the producer that holds the epoch: fenced if another instance took it since."""
 
     ends_itself: ClassVar[bool] = False  # an abort of its own transaction that timed out is no error
+    applied: Applied | None = None  # the producer's last transaction, rolled forward: recorded first
 
     def apply(self, step: _Step) -> bool:
         entry = self._check_epoch(step.txns.get(self.transactional_id))
         txn = entry.txn
+        done = self.applied
+        if done is not None and txn is not None and txn.id == done.txn_id and txn.state == PREPARE_COMMIT:
+            entry, txn = step.commit(self.transactional_id, entry, txn, done.ranges, done.lost), None
+            step.result.pop("ranges")  # this step's own result
         if txn is not None and step.timed_out(entry, txn):
             entry = step.abort(self.transactional_id, entry, txn, "timeout")
             if not self.ends_itself:  # record the abort; the caller raises TransactionAborted
@@ -321,13 +350,7 @@ class CommitTransaction(_ProducerStep):
             raise InvalidTxnState(
                 transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}, not prepared"
             )
-        ranges = {t: dict(r) for t, r in self.ranges.items()}
-        # Its staged payload files are deleted after the commit; if the process dies first,
-        # the next init_transactions or recover deletes them (idempotent).
-        step.txns[self.transactional_id] = replace(entry, txn=None, last_committed=EndedTxn(txn.id, txn.partitions))
-        detail = {"ranges": ranges, **({"lost": dict(self.lost)} if self.lost else {})}
-        step.records.append(_record(self.transactional_id, entry, self.txn_id, COMMITTED, detail))
-        step.result["ranges"] = ranges
+        step.commit(self.transactional_id, entry, txn, self.ranges, self.lost)
 
 
 @dataclass

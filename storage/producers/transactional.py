@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -91,6 +92,7 @@ from icelog.storage.producers.idempotent import lease_producer_ids
 from icelog.storage.producers.journal import (
     PREPARE_COMMIT,
     AbortTransaction,
+    Applied,
     CommitTransaction,
     ExpireTransactions,
     ForceAbort,
@@ -276,6 +278,8 @@ class TransactionalProducer:
         # bases of its commits (storage.core.bases), as a single append has.
         self._seen = LastSeen()
         self.last_commit: dict[str, dict[str, list[int]]] = {}  # offsets of the last committed transaction
+        # A decided transaction rolled forward whose COMMITTED record the next journal step writes.
+        self._applied: Applied | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -300,7 +304,7 @@ class TransactionalProducer:
                 continue
             _delete_leftovers(self.catalog, result.get("leftovers"))  # one may have ended since the read above
             self.producer_id, self.epoch = result["producer_id"], result["epoch"]
-            self.txn_id = None
+            self.txn_id, self._applied = None, None
             return {"producer_id": self.producer_id, "epoch": self.epoch}
         raise InvalidTxnState(
             transactional_id=self.transactional_id,
@@ -430,17 +434,30 @@ class TransactionalProducer:
             )
             if prepared.decided:  # the record below is the decision: refuse now what a table would refuse later
                 try:
-                    _check_tables(self.catalog, txn_id, prepared)
+                    checked = _check_tables(self.catalog, txn_id, prepared)
                 except IcelogError:
                     self.abort_transaction()
                     raise
+                for name, table in checked.items():
+                    self._seen.put(name, table)
             self._journal(PrepareCommit, prepared=prepared)
             self._prepared = prepared
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
-            ranges = _commit_prepared(
-                self.catalog, self.transactional_id, self.producer_id, self.epoch, txn_id, self._prepared, self.clock, self._seen
-            )
+            if self._prepared.decided:  # COMMITTED goes with the next journal step (or recover, or close)
+                ranges, lost = _roll_forward_tables(self.catalog, self.transactional_id, txn_id, self._prepared, self._seen)
+                self._applied = Applied(txn_id, ranges, lost)
+            else:
+                ranges = _commit_prepared(
+                    self.catalog,
+                    self.transactional_id,
+                    self.producer_id,
+                    self.epoch,
+                    txn_id,
+                    self._prepared,
+                    self.clock,
+                    self._seen,
+                )
         except TransientError:
             raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
         except (AbortableError, TerminalError) as e:
@@ -473,6 +490,20 @@ class TransactionalProducer:
         # coordinator cleaned the transaction up would otherwise be left behind.
         self._discard_staged()
         self.txn_id = None
+
+    def close(self) -> None:
+        """Record the last transaction COMMITTED now if its record is still to be written (on a
+        catalog without atomic multi-table commits the next journal step writes it otherwise;
+        ``recover`` and a new instance do too). Committed data is visible either way."""
+        if self._applied is None:
+            return
+        done = self._applied
+        step = RecordCommitted(
+            self.transactional_id, self.producer_id, self.epoch, done.txn_id, ranges=done.ranges, lost=done.lost, clock=self.clock
+        )
+        with contextlib.suppress(TransactionAborted):  # recorded meanwhile (recover, a new instance)
+            commit(self.catalog, JOURNAL, step, commit_id=done.txn_id, resent=True, loaded=self._seen.get(JOURNAL))
+        self._applied = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[TransactionalProducer]:
@@ -524,7 +555,15 @@ class TransactionalProducer:
     def _journal(self, step: type[JournalStep], **fields: Any) -> dict[str, Any]:
         if step is RegisterPartitions:
             fields["begins"] = not any(self._registered.values())
-        request = step(self.transactional_id, self.producer_id, self.epoch, self.txn_id or "", clock=self.clock, **fields)
+        request = step(
+            self.transactional_id,
+            self.producer_id,
+            self.epoch,
+            self.txn_id or "",
+            clock=self.clock,
+            applied=self._applied,
+            **fields,
+        )
         try:
             outcome = commit(self.catalog, JOURNAL, request, loaded=self._seen.get(JOURNAL))
         except TransactionAborted:
@@ -535,6 +574,7 @@ class TransactionalProducer:
             self._discard_staged()  # the new instance cleaned up before our late sends
             raise
         self._seen.put(JOURNAL, outcome.table)
+        self._applied = None  # recorded by this step, or by another coordinator before it
         result = outcome.result
         _clean_aborted(self.catalog, result)
         if result.get("timed_out"):
@@ -573,7 +613,9 @@ def _commit_prepared(
     (``prepared.decided``) rolls forward table by table instead (:func:`_roll_forward_tables`)."""
 
     if prepared.decided:
-        return _roll_forward_tables(catalog, tid, producer_id, epoch, txn_id, prepared, clock)
+        ranges, lost = _roll_forward_tables(catalog, tid, txn_id, prepared, seen)
+        step = RecordCommitted(tid, producer_id, epoch, txn_id, ranges=ranges, lost=lost, clock=clock)
+        return (commit(catalog, JOURNAL, step, commit_id=txn_id, resent=True).result or {}).get("ranges", ranges)
     appends = {t: TxnAppend(t, txn_id, list(sends), txn_id) for t, sends in prepared.sends.items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
     if prepared.offsets is not None:
@@ -602,61 +644,87 @@ def _commit_prepared(
     return ranges
 
 
-def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared) -> None:
+def _in_parallel(jobs: list[Callable[[], Any]]) -> Iterator[Any]:
+    """Run independent single-table steps at once (a REST catalog answers each in a round trip);
+    yields their results as they finish. An error is raised once every job has ended."""
+    if len(jobs) == 1:
+        yield jobs[0]()
+        return
+    with ThreadPoolExecutor(max_workers=min(len(jobs), 8), thread_name_prefix="icelog-txn") as pool:
+        for future in as_completed([pool.submit(job) for job in jobs]):
+            yield future.result()
+
+
+def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared) -> dict[str, Table]:
     """Decide every table's part on the table as it is, writing nothing: each refusal a roll-forward
     could meet from the transaction itself (a table dropped or re-created since the send, a partition
-    it lacks, a foreign partition spec, a read-only mirror) is raised before the decision."""
-    for name, sends in sorted(prepared.sends.items()):
+    it lacks, a foreign partition spec, a read-only mirror) is raised before the decision.
+    Returns the tables as read, the roll-forward's first bases."""
+
+    def check(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Table]:
         table = LogTable.open(catalog, name).table()
         refuse_read_only(name, table.metadata)
         TxnAppend(name, txn_id, list(sends), txn_id).decide(LogState.from_metadata(table.metadata), table)
+        return name, table
+
     if prepared.offsets is not None:
         validate_offsets(prepared.offsets.group, {(t, p): o for t, p, o in prepared.offsets.offsets})
+    jobs = [lambda n=name, s=sends: check(n, s) for name, sends in sorted(prepared.sends.items())]
+    return dict(_in_parallel(jobs))
 
 
 def _roll_forward_tables(
-    catalog: Catalog,
-    tid: str,
-    producer_id: int | None,
-    epoch: int | None,
-    txn_id: str,
-    prepared: Prepared,
-    clock: Callable[[], int],
-) -> dict[str, dict[str, list[int]]]:
-    """Apply a decided transaction table by table, then record it COMMITTED.
+    catalog: Catalog, tid: str, txn_id: str, prepared: Prepared, seen: LastSeen | None = None
+) -> tuple[dict[str, dict[str, list[int]]], dict[str, str]]:
+    """Apply a decided transaction to each table in its own commit, the tables at once; returns
+    ``(ranges, lost)``. The caller records it COMMITTED.
 
     Each table's commit carries the transaction id as its commit id, so a second run (the
     producer's retry, ``recover``, a new instance) finds a table already done by that id and
     takes its recorded offsets: never twice, never by content. Sends have no expected offsets
     here: each table takes them at its log end when it rolls forward. A table dropped or
-    re-created after the decision cannot take its part: the COMMITTED record names it under
-    ``lost`` (the other tables keep theirs: the decision stands).
+    re-created after the decision cannot take its part: it is returned in ``lost`` with the
+    reason (the other tables keep theirs: the decision stands). The group offsets roll forward
+    the same way.
     """
-    ranges: dict[str, dict[str, list[int]]] = {}
-    lost: dict[str, str] = {}
-    for index, (name, sends) in enumerate(sorted(prepared.sends.items())):
-        if index:
-            faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
+
+    def table_part(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Any]:
+        append = TxnAppend(name, txn_id, list(sends), txn_id)
+        loaded = seen.get(name) if seen is not None else None
         try:
-            outcome = commit(catalog, name, TxnAppend(name, txn_id, list(sends), txn_id), commit_id=txn_id, resent=True)
+            outcome = commit(catalog, name, append, commit_id=txn_id, resent=True, loaded=loaded)
         except (UnknownTable, TransactionTableChanged) as e:
-            lost[name] = str(e)
-            continue
+            return name, e
         except FileNotFoundError:
             _raise_if_missing(catalog, tid, txn_id, prepared)
             raise
-        ranges[name] = outcome.result or {}
+        if seen is not None and outcome.table is not None:
+            seen.put(name, outcome.table)
         if not all(s.prewritten for s in sends):
             table = outcome.table or LogTable.open(catalog, name).table()
             _delete_dir(table, staging_dir(table.metadata.location, txn_id))
-    if prepared.offsets is not None:
+        return name, outcome.result or {}
+
+    def offsets_part() -> tuple[str, Any]:
         spec = prepared.offsets
+        assert spec is not None
         request = commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})
         commit(catalog, GROUPS_TABLE, request, commit_id=txn_id, resent=True)
-    faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
-    step = RecordCommitted(tid, producer_id, epoch, txn_id, tables=tuple(ranges), ranges=ranges, lost=lost, clock=clock)
-    result = commit(catalog, JOURNAL, step, commit_id=txn_id, resent=True).result or {}
-    return result.get("ranges", ranges)
+        return GROUPS_TABLE, None
+
+    jobs: list[Callable[[], tuple[str, Any]]] = [lambda n=n, s=s: table_part(n, s) for n, s in sorted(prepared.sends.items())]
+    if prepared.offsets is not None:
+        jobs.append(offsets_part)
+    ranges: dict[str, dict[str, list[int]]] = {}
+    lost: dict[str, str] = {}
+    for index, (name, result) in enumerate(_in_parallel(jobs)):
+        if index == 0 and len(jobs) > 1:
+            faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)  # one part done, the others under way
+        if isinstance(result, IcelogError):
+            lost[name] = str(result)
+        elif name != GROUPS_TABLE:
+            ranges[name] = result
+    return dict(sorted(ranges.items())), lost
 
 
 def roll_forward(

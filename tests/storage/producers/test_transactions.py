@@ -718,6 +718,11 @@ def test_i5_without_atomic_commits_the_journal_decides_and_each_table_rolls_forw
     proxy, a, b, producer = decided_setup(sqlite_catalog)
     txn_id = send_both(producer)
     assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+    # Committed and visible; its COMMITTED record waits for the producer's next journal step.
+    assert rows(a)[-1] == (1, txn_id, "5") and journal_states(sqlite_catalog, txn_id)[-1] == "PREPARE_COMMIT"
+    for t in (a, b):
+        assert run_checks(t.table(), ["contiguity-deep", "transactions"]).ok
+    producer.close()
     assert_committed_once(sqlite_catalog, a, b, txn_id)
     (entry,) = [r for r in journal(sqlite_catalog) if r["txn_id"] == txn_id and r["txn_state"] == "PREPARE_COMMIT"]
     # Each table's commit carries the transaction id: found by it, never applied twice.
@@ -744,7 +749,28 @@ def test_i5_a_decided_transaction_stopped_anywhere_rolls_forward_exactly_once(sq
         TransactionalProducer(proxy, "copier").init_transactions()
     else:
         assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+        producer.close()
     assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+def test_i5_the_next_transactions_first_journal_step_records_the_last_one_committed(sqlite_catalog):
+    """No journal commit of its own for COMMITTED: the next BEGIN writes it, in the same commit
+    (so a transaction costs the decision and one commit per table)."""
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    first = send_both(producer)
+    producer.commit_transaction()
+    journal_table = LogTable.open(sqlite_catalog, coordinator.JOURNAL).table()
+    versions = len(journal_table.metadata.snapshots)
+    with producer.transaction():
+        second = producer.txn_id
+        producer.send("db.a", 0, [{"key": second, "value": "7"}])
+        assert len(LogTable.open(sqlite_catalog, coordinator.JOURNAL).table().metadata.snapshots) == versions + 1
+        assert journal_states(sqlite_catalog, first)[-1] == "COMMITTED" and journal_states(sqlite_catalog, second) == ["BEGIN"]
+    recorded = [(r["txn_id"], r["txn_state"]) for r in journal(sqlite_catalog)]
+    assert recorded[-3:] == [(first, "COMMITTED"), (second, "BEGIN"), (second, "PREPARE_COMMIT")]
+    assert rows(a)[-1] == (2, second, "7")
+    producer.close()
+    assert journal_states(sqlite_catalog, second)[-1] == "COMMITTED"
 
 
 def test_i5_a_decided_transaction_is_never_aborted(sqlite_catalog, monkeypatch):
