@@ -569,6 +569,24 @@ class PreparedFilesMissing(TerminalError):
         )
 
 
+class JournalUnreadable(TerminalError):
+    """The coordinator's state in the transaction journal (its ``icelog.transactions`` property)
+    cannot be read: as a whole (``transactional_id`` None: no coordinator action can run) or one
+    transactional id's entry (that id alone is stuck; every other goes on, and the entry is kept
+    byte for byte). Raised before anything is written."""
+
+    table: str
+    transactional_id: str | None
+    reason: str
+
+    def describe(self) -> str:
+        which = "the coordinator state" if self.transactional_id is None else f"the entry of {self.transactional_id!r}"
+        return (
+            f"{self.table}: {which} cannot be read ({self.reason}); nothing was written. "
+            "Restore the table property icelog.transactions from an earlier metadata file of the journal"
+        )
+
+
 class RecoveryIncomplete(TerminalError):
     """Recovery finished every transaction it could; these ones failed (each with its typed error)."""
 

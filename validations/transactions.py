@@ -16,7 +16,7 @@ import duckdb
 from pyiceberg.table import Table
 
 from icelog.storage.core.commit import recent_commits
-from icelog.storage.errors import UnknownTable
+from icelog.storage.errors import JournalUnreadable, UnknownTable
 from icelog.storage.log.scan import parquet_from, planned_paths
 from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable
@@ -29,7 +29,11 @@ CHECK = "transactions"
 
 
 def _journal(table: Table) -> tuple[list[tuple[str, str, str]], dict]:
-    """``(txn_id, state, detail)`` rows of the journal, and its coordinator state."""
+    """``(txn_id, state, detail)`` rows of the journal, and its coordinator state.
+
+    Raises:
+        JournalUnreadable: the coordinator state does not parse.
+    """
     try:
         journal = LogTable.open(table.catalog, JOURNAL).table()
     except UnknownTable:
@@ -46,18 +50,41 @@ def _journal(table: Table) -> tuple[list[tuple[str, str, str]], dict]:
     return rows, dict(JournalState.from_metadata(journal.metadata).transactions)
 
 
+def _ranges(detail: str) -> dict | None:
+    """A COMMITTED record's ``{table: {partition: [first, next]}}``; None if it does not parse."""
+    try:
+        ranges = json.loads(detail).get("ranges", {})
+    except (ValueError, TypeError, AttributeError):
+        return None
+    valid = isinstance(ranges, dict) and all(
+        isinstance(r, dict)
+        and all(str(p).isdigit() for p in r)
+        and all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v) for v in r.values())
+        for r in ranges.values()
+    )
+    return ranges if valid else None
+
+
 def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckReport:
     started = time.perf_counter()
     name = ".".join(table.name()[-2:])
-    records, coordinator = _journal(table)
     violations: list[Violation] = []
+    try:
+        records, coordinator = _journal(table)
+    except JournalUnreadable as e:  # the journal cannot vouch for any transaction: say so, never crash
+        violations.append(Violation(CHECK, name, "journal_unreadable", e.describe()))
+        records, coordinator = [], {}
     committed: dict[str, dict] = {}
     ended: set[str] = set()
     for txn_id, state, detail in records:
         if state == COMMITTED:
             if txn_id in committed:
                 violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is COMMITTED twice in the journal"))
-            committed[txn_id] = json.loads(detail).get("ranges", {})
+            committed[txn_id] = _ranges(detail)
+            if committed[txn_id] is None:
+                reason = f"transaction {txn_id}: its COMMITTED record's detail does not parse: {str(detail)[:80]!r}"
+                violations.append(Violation(CHECK, name, "journal_unreadable", reason, extra={"txn_id": txn_id}))
+                committed[txn_id] = {}
         if state in (COMMITTED, ABORTED):
             if state == ABORTED and txn_id in committed:
                 violations.append(Violation(CHECK, name, "journal", f"transaction {txn_id} is both COMMITTED and ABORTED"))

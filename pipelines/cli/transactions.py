@@ -29,13 +29,16 @@ def transactions_list(ctx: Context) -> None:
             "epoch": e.epoch,
             "txn_id": e.txn.id if e.txn else None,
             "state": e.txn.state if e.txn else None,
+            # Decided by the journal, its tables rolling forward (a catalog without atomic multi-table commits).
+            "decided": bool(e.txn and e.txn.prepared and e.txn.prepared.decided),
         }
         for tid, e in sorted(state.items())
     ]
     ctx.emit(
         {"transactional_ids": rows},
         lambda d: print_table(
-            [list(r.values()) for r in d["transactional_ids"]], ["transactional_id", "producer_id", "epoch", "open txn", "state"]
+            [[*list(r.values())[:4], f"{r['state']} (decided)" if r["decided"] else r["state"]] for r in d["transactional_ids"]],
+            ["transactional_id", "producer_id", "epoch", "open txn", "state"],
         ),
     )
 

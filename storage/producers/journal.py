@@ -161,6 +161,8 @@ class JournalStep(Request):
         return write_log_files(table, rows)  # the journal records, rows of the journal log
 
     def decide(self, state: JournalState, table: Table) -> Decision:
+        if self.transactional_id:
+            state.check_readable(self.transactional_id)
         step = _Step(
             txns=dict(state.transactions),  # the steps put new values in place of those they change
             records=[],

@@ -17,7 +17,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table.metadata import TableMetadata
 
 from icelog.storage.core.commit import load
-from icelog.storage.errors import UnknownTable
+from icelog.storage.errors import JournalUnreadable, UnknownTable
 from icelog.storage.log.state import LogState
 from icelog.storage.properties import TRANSACTIONS
 
@@ -136,16 +136,22 @@ class JournalState(LogState):
     """
 
     transactions: Mapping[str, TransactionalIdState] = field(default_factory=dict)
+    unreadable: Mapping[str, Any] = field(default_factory=dict)  # entries that do not parse, kept as they are
 
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> JournalState:
+        """Raises :class:`JournalUnreadable` (``transactional_id`` None) if the state is not a JSON object."""
         base = LogState.from_metadata(metadata)
-        return cls(
-            base.watermarks, base.producers, base.snapshot_id, decode_transactions(metadata.properties.get(TRANSACTIONS, "{}"))
-        )
+        transactions, unreadable = decode_transactions(metadata.properties.get(TRANSACTIONS, "{}"))
+        return cls(base.watermarks, base.producers, base.snapshot_id, transactions, unreadable)
 
     def to_properties(self) -> dict[str, str]:
-        return {**super().to_properties(), TRANSACTIONS: encode_transactions(self.transactions)}
+        return {**super().to_properties(), TRANSACTIONS: encode_transactions(self.transactions, self.unreadable)}
+
+    def check_readable(self, transactional_id: str) -> None:
+        """Raise :class:`JournalUnreadable` if ``transactional_id``'s entry does not parse."""
+        if transactional_id in self.unreadable:
+            raise JournalUnreadable(table=JOURNAL, transactional_id=transactional_id, reason=self.unreadable[transactional_id][1])
 
 
 # --- the codec: one writer (_json) and one reader (_from_json) per type ---------------------------
@@ -153,12 +159,34 @@ class JournalState(LogState):
 # optional ones stored as null) kept in ``extra``.
 
 
-def encode_transactions(transactions: Mapping[str, TransactionalIdState]) -> str:
-    return json.dumps({tid: _state_json(s) for tid, s in transactions.items()}, sort_keys=True, separators=(",", ":"))
+def encode_transactions(transactions: Mapping[str, TransactionalIdState], unreadable: Mapping[str, Any] | None = None) -> str:
+    entries = {tid: raw for tid, (raw, _) in (unreadable or {}).items()}
+    entries.update({tid: _state_json(s) for tid, s in transactions.items()})
+    return json.dumps(entries, sort_keys=True, separators=(",", ":"))
 
 
-def decode_transactions(text: str) -> dict[str, TransactionalIdState]:
-    return {tid: _state_from_json(raw) for tid, raw in json.loads(text).items()}
+def decode_transactions(text: str) -> tuple[dict[str, TransactionalIdState], dict[str, tuple[Any, str]]]:
+    """The entries that parse, and ``{transactional id: (raw entry, why not)}`` for those that do not.
+
+    Raises:
+        JournalUnreadable: the whole state is not a JSON object.
+    """
+    try:
+        raw_entries = json.loads(text)
+    except ValueError as e:
+        raise JournalUnreadable(table=JOURNAL, transactional_id=None, reason=f"not JSON: {e}") from None
+    if not isinstance(raw_entries, dict):
+        raise JournalUnreadable(
+            table=JOURNAL, transactional_id=None, reason=f"not a JSON object but {type(raw_entries).__name__}"
+        )
+    parsed: dict[str, TransactionalIdState] = {}
+    unreadable: dict[str, tuple[Any, str]] = {}
+    for tid, raw in raw_entries.items():
+        try:
+            parsed[tid] = _state_from_json(raw)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            unreadable[tid] = (raw, f"{type(e).__name__}: {e}")
+    return parsed, unreadable
 
 
 def _set(**optional: Any) -> dict[str, Any]:
@@ -268,11 +296,14 @@ def pending_files(catalog: Catalog, table_location: str) -> tuple[set[str], tupl
     and an open one may still prepare. Folders end with ``/``.
     """
     try:
-        transactions = JournalState.from_metadata(load(catalog, JOURNAL).metadata).transactions
+        state = JournalState.from_metadata(load(catalog, JOURNAL).metadata)
     except UnknownTable:
         return set(), ()
+    transactions = state.transactions
     files: set[str] = set()
     folders: list[str] = []
+    if state.unreadable:  # what those transactions staged is unknown: keep every transaction's files
+        folders += [f"{table_location}/data/staging/", f"{table_location}/data/txn-"]
     for entry in transactions.values():
         txn = entry.txn
         if txn is None:

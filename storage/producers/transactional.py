@@ -73,6 +73,7 @@ from icelog.storage.errors import (
     ExpectedOffsetRequired,
     IcelogError,
     InvalidInput,
+    JournalUnreadable,
     OffsetMismatch,
     PreparedFilesMissing,
     ProducerFenced,
@@ -792,6 +793,14 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict
     report: dict[str, Any] = {"rolled_forward": [], "aborted": []}
     failed: list[dict[str, Any]] = []
     state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
+    for tid, (_, reason) in sorted(state.unreadable.items()):  # stuck alone: the others go on
+        failed.append(
+            {
+                "transactional_id": tid,
+                "txn_id": None,
+                **JournalUnreadable(table=JOURNAL, transactional_id=tid, reason=reason).to_dict(),
+            }
+        )
     for tid, entry in state.transactions.items():
         _delete_leftovers(catalog, entry)
         txn = entry.txn
@@ -822,7 +831,9 @@ def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = Fals
         InvalidTxnState: the transaction is prepared and can still commit (recovery finishes it).
     """
     ensure_journal(catalog)
-    entry = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata).transactions.get(transactional_id)
+    state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
+    state.check_readable(transactional_id)
+    entry = state.transactions.get(transactional_id)
     if entry is None or entry.txn is None:
         return {"transactional_id": transactional_id, "aborted": None}
     txn = entry.txn

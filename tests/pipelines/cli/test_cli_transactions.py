@@ -46,7 +46,16 @@ def test_i5_transactions_list_describe_abort_recover(icelog, sqlite_spec):
     producer.begin_transaction()
     producer.send("db.a", 1, [{"key": "open"}])
     listed = icelog("transactions", "list")["transactional_ids"]
-    assert listed == [{"transactional_id": "copier", "producer_id": 0, "epoch": 0, "txn_id": producer.txn_id, "state": "ONGOING"}]
+    assert listed == [
+        {
+            "transactional_id": "copier",
+            "producer_id": 0,
+            "epoch": 0,
+            "txn_id": producer.txn_id,
+            "state": "ONGOING",
+            "decided": False,
+        }
+    ]
     described = icelog("transactions", "describe", producer.txn_id)
     assert [r["state"] for r in described["records"]] == ["BEGIN"]
     assert icelog("transactions", "abort", "copier") == {"transactional_id": "copier", "aborted": producer.txn_id}
