@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import sys
 import threading
 from pathlib import Path
@@ -27,6 +28,9 @@ def _query_failed(e: Exception) -> bool:
     if "Required module" in str(e):  # a Python package DuckDB needs is missing: not the query's fault
         return False
     return isinstance(e, duckdb.Error) and not isinstance(e, internal)
+
+
+SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)  # DuckDB's, made to list the log tables
 
 
 @click.command()
@@ -63,6 +67,13 @@ def sql(
     except UnicodeEncodeError as e:  # undecodable command-line bytes arrive as lone surrogates
         raise InvalidInput(reason=f"the query is not UTF-8 (character {e.start})") from e
     con = _duckdb(snapshot_id, as_of, only, ctx, consistent)
+    if SHOW_TABLES.fullmatch(query):
+        # DuckDB's own SHOW TABLES lists the default schema only; the log tables are views in
+        # their namespaces' schemas.
+        query = (  # (an empty table's view reads a registered placeholder: not a table)
+            "SELECT schema_name || '.' || view_name AS name FROM duckdb_views() "
+            "WHERE NOT internal AND NOT starts_with(view_name, '__empty_') ORDER BY name"
+        )
     try:
         cursor = con.execute(query)
         columns = [d[0] for d in cursor.description or []]

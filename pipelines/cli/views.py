@@ -9,6 +9,8 @@ needs to reach it.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -192,15 +194,54 @@ def _settings(name: str, kind: str, uri: str, warehouse: Any, home: Path, *, emb
     }
 
 
+SECRET_KEYS = ("password", "secret", "token", "credential")  # pyiceberg property names that hold secrets
+
+
+def pyiceberg_properties(name: str | None, settings: Settings, doc: dict[str, Any]) -> dict[str, str]:
+    """The catalog's pyiceberg properties, secrets masked: what to paste into ``.pyiceberg.yaml``."""
+    from pyiceberg.utils.config import Config
+
+    conf = {} if doc["embedded"] else dict(Config().get_catalog_config(doc["name"]) or {})
+    props = {"type": doc["type"], "uri": doc["uri"], **({"warehouse": doc["warehouse"]} if doc["warehouse"] else {})}
+    for key, value in sorted(conf.items()):
+        if key not in props:
+            props[key] = SECRET if any(word in key.lower() for word in SECRET_KEYS) else str(value)
+    return props
+
+
 @click.command("catalog")
+@click.option(
+    "--format",
+    "shape",
+    type=click.Choice(["summary", "yaml", "env"]),
+    default="summary",
+    show_default=True,
+    help="Text output: a summary, or the pyiceberg configuration to paste (.pyiceberg.yaml, or PYICEBERG_CATALOG__ lines).",
+)
 @click.pass_obj
-def catalog(ctx: Context) -> None:
-    """The catalog in use (name, type, uri with its password masked, warehouse, ICELOG_HOME); opens nothing."""
+def catalog(ctx: Context, shape: str) -> None:
+    """The catalog in use (name, type, uri with its password masked, warehouse, ICELOG_HOME); opens nothing.
+
+    ``--format yaml`` or ``env`` prints its pyiceberg configuration, for pyiceberg, Spark or DuckDB
+    users to reach the same catalog (secrets masked as ****: fill them in)."""
     doc = catalog_settings(ctx.catalog_name, ctx.settings)
+    doc["pyiceberg"] = pyiceberg_properties(ctx.catalog_name, ctx.settings, doc)
 
     def text(d: dict[str, Any]) -> None:
-        for key in ("name", "type", "uri", "warehouse", "icelog_home", "exists"):
-            if key in d:
-                click.echo(f"{key:<12} {d[key] if d[key] is not None else ''}")
+        props = d["pyiceberg"]
+        if shape == "yaml":
+            click.echo(
+                "catalog:\n" + f"  {d['name']}:\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in props.items()), nl=False
+            )
+        elif shape == "env":
+            prefix = f"PYICEBERG_CATALOG__{d['name'].upper()}__"
+            click.echo(
+                "".join(f"{prefix}{k.upper().replace('.', '__').replace('-', '_')}={shlex.quote(v)}\n" for k, v in props.items()),
+                nl=False,
+            )
+        else:
+            for key in ("name", "type", "uri", "warehouse", "icelog_home", "exists"):
+                if key in d:
+                    click.echo(f"{key:<12} {d[key] if d[key] is not None else ''}")
 
     ctx.emit(doc, text)

@@ -74,6 +74,13 @@ def test_topics_produce_offsets_validate_sql(run, tmp_path):
     assert [c["name"] for c in described["payload"]] == ["key", "value"]
 
 
+@pytest.mark.parametrize("query", ["show tables", "SHOW TABLES;", "  show   tables ; "])
+def test_sql_show_tables_lists_the_log_tables(run, query):
+    run("topics", "create", "db.events", "--partitions", "1")
+    run("topics", "create", "logs.clicks", "--partitions", "1")
+    assert run("sql", query) == {"columns": ["name"], "rows": [["db.events"], ["logs.clicks"]]}
+
+
 def test_conflict_exit_code_3_with_error_json(run):
     run("topics", "create", "db.events", "--partitions", "1")
     run("produce", "db.events", "--partition", "0", input=lines({"key": "a"}))

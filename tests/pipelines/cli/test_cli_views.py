@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shlex
 
 import pytest
 
@@ -93,6 +95,42 @@ def test_catalog_masks_the_password_and_does_not_connect(sqlite_spec):
     assert doc["uri"] == "postgresql+psycopg2://icelog:****@db.invalid:5432/catalog"
     assert doc["warehouse"] == "s3://bucket/wh" and doc["type"] == "sql"
     assert "s3cret" not in result.stdout
+
+
+def test_catalog_prints_its_pyiceberg_configuration_to_paste_secrets_masked(sqlite_spec, monkeypatch):
+    """``--format yaml`` and ``env`` give what pyiceberg reads back as the same catalog (secrets
+    masked: an operator fills them in)."""
+    import yaml
+    from pyiceberg.utils.config import Config
+
+    config = {
+        "PYICEBERG_CATALOG__LAKE__URI": "http://127.0.0.1:8181",
+        "PYICEBERG_CATALOG__LAKE__WAREHOUSE": "s3://bucket/wh",
+        "PYICEBERG_CATALOG__LAKE__S3__ENDPOINT": "http://127.0.0.1:8333",
+        "PYICEBERG_CATALOG__LAKE__S3__SECRET_ACCESS_KEY": "hunter2",
+        "PYICEBERG_CATALOG__LAKE__REST__SIGNING_REGION": "eu-west-1",
+    }
+    lake = Cli(sqlite_spec, **config)
+    doc = lake("catalog", "--catalog", "lake")
+    expected = {
+        "type": "rest",
+        "uri": "http://127.0.0.1:8181",
+        "warehouse": "s3://bucket/wh",
+        "s3.endpoint": "http://127.0.0.1:8333",
+        "s3.secret-access-key": "****",
+        "rest.signing-region": "eu-west-1",
+    }
+    assert doc["pyiceberg"] == expected
+    pasted = yaml.safe_load(text(lake, "catalog", "--catalog", "lake", "--format", "yaml"))
+    assert pasted == {"catalog": {"lake": expected}}
+    env_lines = text(lake, "catalog", "--catalog", "lake", "--format", "env").splitlines()
+    for key in [k for k in os.environ if k.startswith("PYICEBERG_")]:
+        monkeypatch.delenv(key)
+    for line in env_lines:  # as a shell would read them
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, shlex.split(value)[0])
+    assert Config().get_catalog_config("lake") == expected
+    assert "hunter2" not in str(env_lines) + str(doc)
 
 
 def test_catalog_embedded_creates_nothing_under_icelog_home(sqlite_spec, tmp_path):
