@@ -212,6 +212,14 @@ class ExpectedOffsetNeedsAtomicCatalog(InvalidInput):
     )
 
 
+class UnknownGroup(InvalidInput):
+    """No consumer group of that id has offsets, ranges or members in the catalog."""
+
+    group: str
+    reason = "no such consumer group"
+    message = "no consumer group {group!r} in this catalog"
+
+
 class InvalidProperty(InvalidInput):
     """An ``icelog.*`` table property has a malformed value (``storage.properties``).
 

@@ -278,6 +278,19 @@ def groups_commit(ctx: Context, table: str, group: str, partition: int, ranges: 
     ctx.emit(result, text)
 
 
+@groups.command("delete")
+@click.option("--group", required=True, help="Consumer group id.")
+@click.pass_obj
+def groups_delete(ctx: Context, group: str) -> None:
+    """Delete GROUP: its committed offsets, IC ranges and membership (kafka-consumer-groups
+    --delete). Refused while members are live (StaleGeneration, exit 3); an unknown group is
+    UnknownGroup (exit 2)."""
+    from icelog.storage.groups.offsets import delete_group
+
+    result = delete_group(ctx.catalog, group)
+    ctx.emit(result, lambda d: click.echo(f"deleted group {d['group']} (offsets on {', '.join(d['tables']) or 'no table'})"))
+
+
 @groups.command("reset")
 @click.argument("table")
 @click.option("--group", required=True, help="Consumer group id.")

@@ -44,6 +44,7 @@ from icelog.storage.errors import (
     InvalidRange,
     RangeLimitExceeded,
     StaleGeneration,
+    UnknownGroup,
 )
 from icelog.storage.groups import membership
 from icelog.storage.groups.ranges import (
@@ -555,6 +556,43 @@ def reset_group(
         return {**request.decide(group_state(catalog), None).result, "dry_run": True}
     ensure_system_table(catalog, GROUPS_TABLE)
     return {**commit(catalog, GROUPS_TABLE, request).result, "dry_run": False}
+
+
+@dataclass
+class DeleteGroup(Request):
+    """Forget a group: its committed offsets, IC ranges and membership (kafka-consumer-groups
+    ``--delete``); refused while members are live, as Kafka refuses a non-empty group."""
+
+    group: str
+    now_ms: int | None = None
+    state_type = GroupOffsetsState
+    writes_system = True
+
+    def decide(self, state: GroupOffsetsState, table: Table | None) -> Decision:
+        if self.group not in set(state.offsets) | set(state.ranges) | set(state.members):
+            raise UnknownGroup(group=self.group)
+        _fence(self.group, _group_copy(state, self.group), None, None, self.now_ms if self.now_ms is not None else _now_ms())
+        offsets = {g: v for g, v in state.offsets.items() if g != self.group}
+        ranges = {g: v for g, v in state.ranges.items() if g != self.group}
+        members = {g: v for g, v in state.members.items() if g != self.group}
+        tables = sorted(set(state.offsets.get(self.group, {})) | set(state.ranges.get(self.group, {})))
+        new = replace(state, offsets=offsets, ranges=ranges, members=members)
+        return Decision(state=new, result={"group": self.group, "deleted": True, "tables": tables})
+
+    def receipt(self, result: Any) -> Any:
+        return result
+
+
+def delete_group(catalog: Catalog, group: str) -> dict[str, Any]:
+    """Delete ``group`` (:class:`DeleteGroup`).
+
+    Raises:
+        UnknownGroup: no such group (nothing created); StaleGeneration: it has live members.
+    """
+    validate_group_id(group)
+    if not catalog.table_exists(GROUPS_TABLE):
+        raise UnknownGroup(group=group)
+    return commit(catalog, GROUPS_TABLE, DeleteGroup(group)).result
 
 
 def groups_on(catalog: Catalog, table: str) -> list[str]:

@@ -222,3 +222,23 @@ def test_i10_reset_dry_run_is_refused_like_the_reset_while_members_are_live(run,
         err = run("groups", "reset", "db.events", "--group", "g", "--shift-by", "-2", *dry, code=3)
         assert err["error"] == "StaleGeneration"
     assert run("groups", "describe", "--group", "g")["partitions"] == before["partitions"]
+
+
+def test_groups_delete_forgets_an_idle_group_and_refuses_a_live_or_unknown_one(run, events):
+    from icelog.storage.groups.offsets import GROUPS_TABLE, GroupAction, group_action
+
+    run("groups", "commit", "db.events", "--group", "idle", "--partition", "0", "--range", "0-9")
+    run("groups", "commit", "db.events", "--group", "busy", "--partition", "0", "--range", "0-4")
+    group_action(run.catalog, GroupAction("busy", "a", "join", {"db.events": [0]}, 60_000))
+    before = run.catalog.load_table(GROUPS_TABLE).metadata_location
+    assert run("groups", "delete", "--group", "busy", code=3)["error"] == "StaleGeneration"
+    assert run("groups", "delete", "--group", "nope", code=2)["error"] == "UnknownGroup"
+    assert run.catalog.load_table(GROUPS_TABLE).metadata_location == before  # nothing written
+    assert run("groups", "delete", "--group", "idle") == {"group": "idle", "deleted": True, "tables": ["db.events"]}
+    assert "idle" not in run("groups", "list")["groups"] and "busy" in run("groups", "list")["groups"]
+    assert run("groups", "delete", "--group", "idle", code=2)["error"] == "UnknownGroup"  # gone, not half-gone
+
+
+def test_groups_delete_on_a_catalog_without_groups_creates_nothing(run, events, unchanged):
+    with unchanged(catalog=run.catalog):
+        assert run("groups", "delete", "--group", "g", code=2)["error"] == "UnknownGroup"
