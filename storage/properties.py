@@ -142,31 +142,48 @@ def validate(properties: Mapping[str, str], table: str | None = None) -> None:
 SETTABLE: tuple[str, ...] = (*KNOWN, CHECK_EXPECTED_OFFSETS)
 
 
+# Iceberg table metadata that only an Iceberg operation changes, never a property write.
+ICEBERG_RESERVED = frozenset({"format-version", "uuid", "location", "current-snapshot-id", "sort-order", "partition-spec"})
+
+
+def is_iceberg_property(key: str) -> bool:
+    """A plain Iceberg property (``commit.manifest.target-size-bytes``, ``write.parquet.*``, ...):
+    set and removed as it is, as any Iceberg writer may. icelog's own are ``icelog.*``."""
+    return bool(key) and not key.startswith("icelog.") and key not in ICEBERG_RESERVED and key == key.strip()
+
+
 def _refusal(key: str) -> str:
     if key == KEY_COLUMN:
         return "it is fixed when the table is created (rows were routed and hashed by it)"
-    return f"it is not a property icelog lets you set; those are {', '.join(SETTABLE)}"
+    if key in ICEBERG_RESERVED:
+        return "it is Iceberg table metadata that an Iceberg operation changes, not a property"
+    return f"it is not a property icelog lets you set; those are {', '.join(SETTABLE)} and any Iceberg property outside icelog.*"
 
 
 def alteration(updates: Mapping[str, str], removals: Sequence[str], table: str | None = None) -> dict[str, str]:
     """Check a change of a table's knobs; returns ``updates`` in canonical form (``0060`` -> ``60``).
 
-    Every key must be in :data:`SETTABLE`, every value valid for its key (an empty value is not:
-    remove the key instead). Nothing is written here.
+    Every key must be in :data:`SETTABLE` (each value valid for its key) or a plain Iceberg
+    property (:func:`is_iceberg_property`: any non-empty value). An empty value is refused:
+    remove the key instead. Nothing is written here.
 
     Raises:
         UnknownProperty: a key that is not a knob.
         InvalidProperty: the first value refused, naming the key and what it allows.
     """
     for key in [*updates, *removals]:
-        if key not in SETTABLE:
+        if key not in SETTABLE and not is_iceberg_property(key):
             raise UnknownProperty(table=table, key=key, value=updates.get(key, ""), reason=_refusal(key))
     both = sorted(set(updates) & set(removals))
     if both:
         raise InvalidProperty(table=table, key=both[0], value=updates[both[0]], reason="both set and unset: give one")
     canonical = {}
     for key, raw in updates.items():
-        if key == CHECK_EXPECTED_OFFSETS:
+        if key not in SETTABLE:  # a plain Iceberg property: Iceberg reads and checks it
+            if not isinstance(raw, str) or not raw.strip():
+                raise InvalidProperty(table=table, key=key, value=str(raw), reason="must not be empty: remove the key instead")
+            canonical[key] = raw.strip()
+        elif key == CHECK_EXPECTED_OFFSETS:
             if not isinstance(raw, str) or raw.strip().lower() not in ("true", "false"):
                 raise InvalidProperty(table=table, key=key, value=str(raw), reason="must be true or false")
             canonical[key] = raw.strip().lower()

@@ -134,13 +134,14 @@ def _key_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
     multiple=True,
     metavar="KEY=VALUE",
     callback=_key_value,
-    help="Set an icelog table property (e.g. icelog.retention.ms=86400000); repeatable.",
+    help="Set an icelog knob (icelog.retention.ms=86400000) or an Iceberg property (commit.manifest.target-size-bytes=262144); repeatable.",
 )
 @click.option("--unset", "removals", multiple=True, metavar="KEY", help="Remove a property: back to its default; repeatable.")
 @click.pass_obj
 def topics_alter(ctx: Context, table: str, updates: dict[str, str], removals: tuple[str, ...]) -> None:
-    """Change TABLE's icelog properties in one commit (kafka-configs --alter). Only icelog's knobs
-    are accepted, each value checked against its bounds; on any error nothing changes.
+    """Change TABLE's properties in one commit (kafka-configs --alter): icelog's knobs, each value
+    checked against its bounds, and any Iceberg property outside icelog.* (its state is icelog's
+    own); on any error nothing changes.
     'topics describe' lists them with their values and defaults."""
     from icelog.storage.log.maintenance import alter_properties
 

@@ -51,7 +51,7 @@ class PartitionGrowth(Request):
 
 @dataclass
 class AlterProperties(Request):
-    """Set and remove a table's knobs (``storage.properties.SETTABLE``), checked by
+    """Set and remove a table's knobs (``storage.properties.SETTABLE``) and plain Iceberg properties, checked by
     :func:`storage.properties.alteration` before it is built. It touches no state, so it runs
     on any table icelog commits to, its system tables included (``icelog.transaction.timeout-ms``
     lives on the journal, ``icelog.groups.max-ranges`` on the group offsets)."""

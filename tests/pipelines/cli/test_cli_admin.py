@@ -217,6 +217,19 @@ def test_alter_sets_known_properties_through_the_commit_core(icelog: Cli, events
     assert err["error"] == "ExpectedOffsetRequired"
 
 
+def test_alter_sets_and_unsets_a_plain_iceberg_property(icelog: Cli, events):
+    """The README's advice (a smaller manifest target) and Iceberg's write options: any property
+    outside icelog.*, through the commit core, as kafka-configs sets any topic config."""
+    done = icelog("topics", "alter", "db.events", "--set", "commit.manifest.target-size-bytes=131072")
+    assert done["set"] == {"commit.manifest.target-size-bytes": "131072"}
+    assert _properties(events)["commit.manifest.target-size-bytes"] == "131072"
+    events.append({0: [{"key": "after", "value": "1"}]})  # icelog's own commits go on
+    assert icelog("topics", "alter", "db.events", "--unset", "commit.manifest.target-size-bytes")["unset"] == [
+        "commit.manifest.target-size-bytes"
+    ]
+    assert "commit.manifest.target-size-bytes" not in _properties(events)
+
+
 def test_alter_unset_goes_back_to_the_default(icelog: Cli, events):
     icelog("topics", "alter", "db.events", "--set", "icelog.retention.bytes=1000")
     out = icelog("topics", "alter", "db.events", "--unset", "icelog.retention.bytes")
@@ -247,12 +260,8 @@ def test_alter_to_what_is_already_there_commits_nothing(icelog: Cli, events):
         (["--set", "icelog.retention.ms="], "InvalidProperty", "icelog.retention.ms", "whole number"),
         (["--set", "icelog.check-expected-offsets=yes"], "InvalidProperty", "icelog.check-expected-offsets", "true or false"),
         (["--set", "icelog.watermarks=0:0:0"], "UnknownProperty", "icelog.watermarks", "icelog.retention.ms"),
-        (
-            ["--set", "write.parquet.compression-codec=gzip"],
-            "UnknownProperty",
-            "write.parquet.compression-codec",
-            "icelog.snapshots.keep",
-        ),
+        (["--set", "format-version=3"], "UnknownProperty", "format-version", "an Iceberg operation changes"),
+        (["--set", "write.parquet.compression-codec= "], "InvalidProperty", "write.parquet.compression-codec", "not be empty"),
         (["--set", "icelog.key-column=value"], "UnknownProperty", "icelog.key-column", "fixed when the table is created"),
         (["--unset", "icelog.format"], "UnknownProperty", "icelog.format", "icelog.retention.ms"),
         # a valid change beside a bad one: neither is applied
