@@ -261,40 +261,45 @@ class _Shell:
         try:
             while True:
                 try:
-                    line = input(CONTINUE if lines else PROMPT)
-                    line.encode("utf-8")  # bytes that are not UTF-8 arrive as lone surrogates
-                except EOFError:  # Ctrl-D: leave; a statement not ended with ';' is dropped
-                    click.echo()
-                    return
-                except KeyboardInterrupt:  # Ctrl-C: drop the statement being typed, keep the shell
-                    click.echo()
-                    lines = []
-                    continue
-                except UnicodeError as e:  # not decodable, or decoded to surrogates: DuckDB takes neither
-                    self.error("", "MalformedInput", f"not UTF-8 (at {e.start} in the line); the statement is dropped")
-                    lines = []
-                    continue
-                if not lines and line.lstrip().startswith("."):
-                    if readline is not None:
-                        readline.add_history(line.strip())
-                    if not self.dot(line.strip()):
+                    if not self._step(readline, lines):
                         return
-                    continue
-                if lines or line.strip():
-                    lines.append(line)
-                if not lines or not _complete("\n".join(lines)):
-                    continue
-                statement, lines = "\n".join(lines), []
-                if readline is not None:  # one line, to recall and edit the whole statement
-                    readline.add_history(" ".join(part.strip() for part in statement.splitlines()))
-                try:
-                    self.run(statement)  # Ctrl-C while it runs: DuckDB's one error line
-                except KeyboardInterrupt:  # Ctrl-C while its result prints: cut short
+                except KeyboardInterrupt:
+                    # Ctrl-C: drop the statement being typed (or cut a printing result short), keep
+                    # the shell. Caught around the whole step: the signal can land between two
+                    # input() calls as well as inside one.
                     click.echo()
+                    lines.clear()
         finally:
             if readline is not None and history is not None:
                 with contextlib.suppress(OSError):
                     readline.write_history_file(history)
+
+    def _step(self, readline: Any, lines: list[str]) -> bool:
+        """Read one line and act on it; ``lines`` holds the statement typed so far. False: leave."""
+        try:
+            line = input(CONTINUE if lines else PROMPT)
+            line.encode("utf-8")  # bytes that are not UTF-8 arrive as lone surrogates
+        except EOFError:  # Ctrl-D: leave; a statement not ended with ';' is dropped
+            click.echo()
+            return False
+        except UnicodeError as e:  # not decodable, or decoded to surrogates: DuckDB takes neither
+            self.error("", "MalformedInput", f"not UTF-8 (at {e.start} in the line); the statement is dropped")
+            lines.clear()
+            return True
+        if not lines and line.lstrip().startswith("."):
+            if readline is not None:
+                readline.add_history(line.strip())
+            return self.dot(line.strip())
+        if lines or line.strip():
+            lines.append(line)
+        if not lines or not _complete("\n".join(lines)):
+            return True
+        statement = "\n".join(lines)
+        lines.clear()
+        if readline is not None:  # one line, to recall and edit the whole statement
+            readline.add_history(" ".join(part.strip() for part in statement.splitlines()))
+        self.run(statement)  # Ctrl-C while it runs: DuckDB's one error line
+        return True
 
 
 def _line_editing(history: Path | None) -> Any:
