@@ -560,6 +560,20 @@ class DuplicateSequence(TerminalError):
 # --- transactions (I5) ---------------------------------------------------------------------
 
 
+class TransactionRollingForward(TransientError):
+    """A consistent read would have to read a table as it was before a transaction's part, and
+    that snapshot has been expired while the transaction's other tables still roll forward.
+    Retry once it has rolled forward (``icelog transactions recover`` finishes it)."""
+
+    table: str
+    txn_id: str
+    message = (
+        "{table}: transaction {txn_id} is still rolling forward into its other tables, and the snapshot "
+        "before its part here has expired, so no consistent read exists yet; retry, or finish it with "
+        "`icelog transactions recover`"
+    )
+
+
 class PreparedFilesMissing(TerminalError):
     """A prepared transaction's staged files are gone (deleted by hand, or by an older orphan
     cleanup): it can never commit. Left prepared until an operator aborts it, since files

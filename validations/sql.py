@@ -30,6 +30,7 @@ from icelog.storage.errors import HistoryExpired, InvalidInput, UnknownSnapshot
 from icelog.storage.ingest.ledger import LEDGER_TABLE
 from icelog.storage.log import scan
 from icelog.storage.log.table import LogTable, list_log_tables
+from icelog.storage.producers.cut import consistent_cut
 
 
 def planned_paths(table: Table, snapshot_id: int | None = None) -> list[str]:
@@ -186,9 +187,11 @@ def connect(
             journal keeps 10 snapshots), so they would only ever answer ``HistoryExpired``.
             Name one with ``only`` to travel in it alone.
         only: Expose just this table (``namespace.table``; a bare name is in ``logs``).
-        consistent: Resolve every table's snapshot at one catalog instant (one database read
-            on a SQL catalog), so a transaction is seen whole or not at all. False loads the
-            tables one by one, as a plain Iceberg reader does.
+        consistent: Read every table as one moment, so a transaction is seen whole or not at
+            all: the pointers at one catalog instant (one database read on a SQL catalog), and
+            on a catalog where tables roll forward one by one, a transaction not yet in all of
+            its tables held back in each (:func:`consistent_cut`). False loads the tables one by
+            one, as a plain Iceberg reader does.
 
     Raises:
         InvalidInput: ``snapshot_id`` without ``only``, or both ``snapshot_id`` and ``as_of_ms``.
@@ -213,10 +216,15 @@ def connect(
             tables = list(load_tables(catalog, names).items()) if names else []
         else:
             tables = [(name, load(catalog, name)) for name in names]
+    # A transaction still rolling forward into its tables is held back in every one of them.
+    cut = consistent_cut(catalog, [n for n, _ in tables], dict(tables)) if consistent and len(tables) > 1 else None
     # Resolve every time travel before building anything: bad history raises, nothing half-made.
     chosen: list[tuple[str, Table, int | None, bool]] = []
     for name, table in tables:
-        if as_of_ms is not None:
+        if cut is not None and snapshot_id is None and as_of_ms is None and not cut.is_current(name):
+            sid = cut.snapshots[name]
+            chosen.append((name, table, sid, sid is None))
+        elif as_of_ms is not None:
             sid = snapshot_as_of(table, as_of_ms)
             chosen.append((name, table, sid, sid is None))
         else:

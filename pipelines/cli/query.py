@@ -47,7 +47,7 @@ SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)  # DuckDB's
     "--consistent/--no-consistent",
     default=True,
     show_default=True,
-    help="Read every table at one catalog instant (never half a transaction), or one by one as a plain reader does.",
+    help="Read every table as one moment (never half a transaction), or one by one as a plain reader does.",
 )
 @click.option(
     "--format",

@@ -436,8 +436,9 @@ class TransactionalProducer:
             if prepared.decided:  # the record below is the decision: refuse now what a table would refuse later
                 try:
                     checked = _check_tables(self.catalog, txn_id, prepared)
-                except IcelogError:
-                    self.abort_transaction()
+                except IcelogError as e:
+                    if not e.retriable:  # refused: the decision would be; a retry of a transient failure checks again
+                        self.abort_transaction()
                     raise
                 for name, table in checked.items():
                     self._seen.put(name, table)

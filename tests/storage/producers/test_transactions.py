@@ -23,6 +23,7 @@ import pytest
 from icelog.storage.admin.orphans import remove_orphan_files
 from icelog.storage.core import faults
 from icelog.storage.errors import (
+    CatalogUnavailable,
     ExpectedOffsetRequired,
     IcelogError,
     InvalidInput,
@@ -37,9 +38,11 @@ from icelog.storage.log.files import local_path
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers import transactional as tx
+from icelog.storage.producers.cut import consistent_cut
 from icelog.storage.producers.journal import InvalidTxnState, TransactionAborted
 from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.validations.checks import run_checks
+from icelog.validations.sql import connect
 from tests.support.catalogs import forwarding_catalog
 from tests.support.transactions import (
     BEFORE_PREPARE,
@@ -838,6 +841,80 @@ def test_i5_a_table_dropped_after_the_decision_is_named_lost_and_the_rest_commit
     detail = json.loads(committed["detail"])
     assert detail["ranges"] == {"db.a": {"0": [1, 2]}} and "no log table 'db.b'" in detail["lost"]["db.b"]
     assert committed_offsets(sqlite_catalog, "g", "db.src") == {0: 4}
+
+
+def test_i5_a_transient_failure_of_the_check_before_the_decision_leaves_the_transaction_to_retry(sqlite_catalog, monkeypatch):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = send_both(producer)
+    check, calls = tx._check_tables, []
+
+    def unreachable_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise CatalogUnavailable(table="db.a", reason="the server restarts")
+        return check(*args)
+
+    monkeypatch.setattr(tx, "_check_tables", unreachable_once)
+    with pytest.raises(CatalogUnavailable):
+        producer.commit_transaction()
+    assert producer.txn_id == txn_id and journal_states(sqlite_catalog, txn_id)[-1] == "ADD_PARTITIONS"
+    assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
+    producer.close()
+    assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+def keys_read(con, table: str) -> list[str]:
+    return [k for (k,) in con.execute(f"SELECT key FROM {table} ORDER BY log_offset").fetchall()]
+
+
+def rolled_into_a_only(proxy, sqlite_catalog, producer, monkeypatch) -> str:
+    """A decided transaction whose coordinator stopped once db.a had its part and db.b had not."""
+    txn_id = send_both(producer)
+    crash_at(monkeypatch, faults.AFTER_TXN_PREPARE)
+    with pytest.raises(Crash):
+        producer.commit_transaction()
+    prepared = coordinator.transactional_ids(sqlite_catalog)["copier"].txn.prepared
+    tx._roll_forward_tables(proxy, "copier", txn_id, replace(prepared, sends={"db.a": prepared.sends["db.a"]}, offsets=None))
+    return txn_id
+
+
+def test_i5_a_consistent_read_holds_a_transaction_back_until_its_last_table_has_it(sqlite_catalog, monkeypatch):
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = rolled_into_a_only(proxy, sqlite_catalog, producer, monkeypatch)
+    a.append({0: [{"key": "after", "value": "x"}]})  # behind the held-back part: hidden with it
+    # A plain reader sees db.a with the transaction and db.b without it.
+    plain = connect(proxy, consistent=False)
+    assert txn_id in keys_read(plain, "db.a") and txn_id not in keys_read(plain, "db.b")
+    cut = consistent_cut(proxy, ["db.a", "db.b"])
+    assert cut.held_back == {"db.a": (txn_id,), "db.b": ()} and cut.is_current("db.b") and not cut.is_current("db.a")
+    con = connect(proxy)
+    assert keys_read(con, "db.a") == ["before"] and keys_read(con, "db.b") == []
+    # One table alone has nothing to be consistent with: it is read as it is.
+    assert keys_read(connect(proxy, only="db.a"), "db.a") == ["before", txn_id, "after"]
+    assert tx.recover(proxy, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    con = connect(proxy)
+    assert keys_read(con, "db.a") == ["before", txn_id, "after"] and keys_read(con, "db.b") == [txn_id, txn_id]
+    assert consistent_cut(proxy, ["db.a", "db.b"]).held_back == {"db.a": (), "db.b": ()}
+
+
+def test_i5_holding_a_transaction_back_holds_back_what_a_later_one_shares_with_it(sqlite_catalog, monkeypatch):
+    """db.a is read before x's part, which hides y's part in db.a behind it: y is then hidden in
+    db.b too, though y itself is whole (a cut is every transaction whole, or not at all)."""
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    x = rolled_into_a_only(proxy, sqlite_catalog, producer, monkeypatch)
+    other = TransactionalProducer(proxy, "other")
+    other.init_transactions()
+    with other.transaction():
+        y = other.txn_id
+        other.send("db.a", 0, [{"key": y, "value": "1"}])
+        other.send("db.b", 0, [{"key": y, "value": "1"}])
+    plain = connect(proxy, consistent=False)
+    assert keys_read(plain, "db.a") == ["before", x, y] and keys_read(plain, "db.b") == [y]
+    con = connect(proxy)
+    assert keys_read(con, "db.a") == ["before"] and keys_read(con, "db.b") == []
+    tx.recover(proxy, clock=past_timeout())
+    con = connect(proxy)
+    assert keys_read(con, "db.a") == ["before", x, y] and keys_read(con, "db.b") == [y, x, x]
 
 
 def test_i8_system_tables_refuse_every_user_write(catalog, unchanged):

@@ -10,18 +10,25 @@ catalog, stopped at the points in-process, is section 7 of ``test_transactions.p
 from __future__ import annotations
 
 import json
+import random
+import threading
+import time
 
+import duckdb
 import pytest
 
 from icelog.storage.admin.maintenance import maintain
 from icelog.storage.core import faults
-from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog
+from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog, IcelogError, TransientError
 from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers import transactional as tx
 from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.validations.checks import run_checks
+from icelog.validations.sql import connect
+from infra import seaweedfs
+from tests.support.catalogs import CatalogSpec
 from tests.support.transactions import (
     BEFORE_PREPARE,
     check_all_or_nothing,
@@ -112,3 +119,130 @@ def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_cata
     with unchanged(a), pytest.raises(ExpectedOffsetNeedsAtomicCatalog):
         producer.send("db.a", 1, [{"key": "x", "value": "1"}], expected_offset=3)
     producer.abort_transaction()
+
+
+def _own_spec(directory) -> CatalogSpec:
+    config = seaweedfs.catalog_config(directory)
+    return CatalogSpec("rest", "ten", config.pop("uri"), config.pop("warehouse"), tuple(sorted(config.items())))
+
+
+def _keys(con, name: str) -> set[str]:
+    return {k for (k,) in con.execute(f"SELECT key FROM {name}").fetchall()}
+
+
+def _parts(con, names: list[str]) -> tuple[set[str], set[str]]:
+    """Every transaction a read saw, and those it saw in some tables but not all."""
+    seen = [_keys(con, name) for name in names]
+    union = set().union(*seen)
+    return union, {k for k in union if not all(k in s for s in seen)}
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kills", [4, pytest.param(16, marks=pytest.mark.slow)])
+def test_i5_rest_consistent_reads_racing_ten_table_transactions_across_server_kills_see_each_whole(
+    own_seaweedfs, monkeypatch, kills
+):
+    """A writer commits transactions over 10 tables (one in three aborted) while the server is
+    killed with SIGKILL and restarted; a reader reads all 10 tables over and over. No consistent
+    read ever sees a transaction in some tables and not others, and no table ever holds an aborted
+    one. Every other kill lands inside a roll-forward, once its first table has its part: then,
+    before the writer may retry, the tables are read both ways, and the plain read must find the
+    transaction half applied (so the consistent one had something to hold back)."""
+    catalog = _own_spec(own_seaweedfs).open()
+    names = [f"db.t{i}" for i in range(10)]
+    for name in names:
+        LogTable.create(catalog, name, 1)
+    stop, rng = threading.Event(), random.Random(32)
+    armed, killed, gate = threading.Event(), threading.Event(), threading.Event()
+    gate.set()  # closed while the test reads a roll-forward cut short
+    committed: list[str] = []
+    aborted: list[str] = []
+    torn: list[tuple[str, set[str]]] = []
+    reads, halves_held_back = [0], [0]
+    checkpoint = faults.checkpoint
+
+    def kill_inside_a_roll_forward(name: str) -> None:
+        if name == faults.BETWEEN_TABLE_SWAPS and armed.is_set():
+            armed.clear()
+            seaweedfs.stop(own_seaweedfs, grace=0)
+            killed.set()
+        checkpoint(name)
+
+    monkeypatch.setattr(faults, "checkpoint", kill_inside_a_roll_forward)
+
+    def until_done(step):
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return step()
+            except TransientError:
+                if time.monotonic() > deadline:
+                    raise
+                gate.wait(120)
+                time.sleep(0.2)
+
+    def write() -> None:
+        producer, n = TransactionalProducer(catalog, "ten"), 0
+        until_done(producer.init_transactions)
+        while not stop.is_set():
+            n, txn_id = n + 1, None
+            try:
+                txn_id = producer.begin_transaction()
+                for name in names:
+                    producer.send(name, 0, [{"key": txn_id, "value": str(n)}])
+                if n % 3 == 2:
+                    producer.abort_transaction()
+                    aborted.append(txn_id)
+                    continue
+            except IcelogError:  # never decided: a new instance aborts it
+                aborted.extend([txn_id] if txn_id else [])
+                producer = TransactionalProducer(catalog, "ten")
+                until_done(producer.init_transactions)
+                continue
+            until_done(producer.commit_transaction)  # decided or not, a retry finds out and finishes it
+            committed.append(txn_id)
+
+    def read(who: str) -> None:
+        _, half = _parts(connect(catalog), names)
+        if half:
+            torn.append((who, half))
+        reads[0] += 1
+
+    def keep_reading() -> None:
+        while not stop.is_set():
+            try:
+                read("reader")
+            except (IcelogError, OSError, duckdb.Error):
+                time.sleep(0.1)  # the server is down: no read, not a wrong one
+
+    threads = [threading.Thread(target=write, daemon=True), threading.Thread(target=keep_reading, daemon=True)]
+    for thread in threads:
+        thread.start()
+    for kill in range(kills):
+        time.sleep(rng.uniform(1.0, 3.0))
+        if kill % 2:  # at any moment
+            seaweedfs.stop(own_seaweedfs, grace=0)
+            time.sleep(rng.uniform(0.2, 1.0))
+            seaweedfs.start(own_seaweedfs)
+            continue
+        gate.clear()
+        armed.set()
+        assert killed.wait(120), "no roll-forward reached its second table"
+        killed.clear()
+        seaweedfs.start(own_seaweedfs)
+        halves_held_back[0] += bool(until_done(lambda: _parts(connect(catalog, consistent=False), names))[1])
+        until_done(lambda: read("after a kill inside a roll-forward"))
+        gate.set()
+    time.sleep(2)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=180)
+        assert not thread.is_alive()
+    assert not torn, torn[:3]
+    assert halves_held_back[0] >= 1 and reads[0] >= 5 and len(committed) >= 2 and aborted
+    tx.recover(catalog, clock=past_timeout())
+    every, half = _parts(connect(catalog), names)
+    assert not half and set(committed) <= every and not every & set(aborted)
+    for name in names:
+        assert run_checks(LogTable.open(catalog, name).table(), ["contiguity-deep", "transactions"]).ok

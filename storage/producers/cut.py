@@ -1,0 +1,131 @@
+"""A consistent cut across log tables: every transaction whole, or not at all.
+
+On a SQL catalog a transaction's tables move in one database transaction, and reading every
+table's pointer in one read (:func:`load_tables`) is already a cut. Elsewhere (a REST catalog)
+the journal decides a transaction and each table then rolls forward in its own commit, whose
+commit id is the transaction's id. Between the first and the last of those commits, one table
+holds the transaction and another does not yet.
+
+A reader that wants the tables as one moment reads them here. The tables are read first,
+then the journal: any transaction a table already holds was decided before the journal read,
+so the journal tells whether it is still rolling forward (PREPARE_COMMIT, decided) or done.
+A transaction still rolling forward that some of the read tables hold and others do not is
+held back: each table that holds it is read at the snapshot just before its part, like a
+Kafka ``read_committed`` reader that stops at the last stable offset. Holding one back in a
+table also hides what that table committed after it, so a later transaction it shares with
+another read table is held back there too, until nothing changes.
+
+The cut writes nothing: a reader needs no write permission, and the transaction appears
+whole once its last table has it (the producer, ``recover`` or a new instance finish it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import ancestors_of
+
+from icelog.storage.core.commit import find_commit, was_committed
+from icelog.storage.core.swap import is_atomic, load_tables
+from icelog.storage.errors import TransactionRollingForward
+from icelog.storage.producers.journal import PREPARE_COMMIT
+from icelog.storage.producers.journal_state import JOURNAL, JournalState
+from icelog.storage.properties import COMMIT_ID
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Tables as one moment: ``snapshots[name]`` is the snapshot to read (None: before the
+    table's first commit), ``held_back[name]`` the transactions read as not yet there."""
+
+    tables: Mapping[str, Table]
+    snapshots: Mapping[str, int | None]
+    held_back: Mapping[str, tuple[str, ...]]
+
+    def is_current(self, name: str) -> bool:
+        return self.snapshots[name] == self.tables[name].metadata.current_snapshot_id
+
+
+def rolling_forward(catalog: Catalog) -> dict[str, frozenset[str]]:
+    """Transactions the journal decided whose tables may still be rolling forward: ``{txn id:
+    its tables}``. Empty on a catalog whose multi-table commits are atomic, or without a journal.
+
+    Raises:
+        JournalUnreadable: the coordinator state does not parse.
+    """
+    if is_atomic(catalog) or not catalog.table_exists(JOURNAL):
+        return {}
+    state = JournalState.from_metadata(catalog.load_table(JOURNAL).metadata)
+    return {
+        entry.txn.id: frozenset(entry.txn.prepared.sends)
+        for entry in state.transactions.values()
+        if entry.txn is not None
+        and entry.txn.state == PREPARE_COMMIT
+        and entry.txn.prepared is not None
+        and entry.txn.prepared.decided
+    }
+
+
+def _chain(table: Table) -> list[tuple[int, str | None]]:
+    """The current snapshot's ancestry, oldest first: ``(snapshot id, icelog commit id)``."""
+    chain = [
+        (s.snapshot_id, (s.summary.additional_properties if s.summary else {}).get(COMMIT_ID))
+        for s in ancestors_of(table.current_snapshot(), table.metadata)
+    ]
+    return chain[::-1]
+
+
+def _snapshot_of(table: Table, commit_id: str) -> int | None:
+    """The snapshot the registry recorded for ``commit_id`` (None: not committed here, or a
+    commit that added no snapshot, such as a group offsets or properties commit)."""
+    found = find_commit(table.metadata, commit_id)
+    return found[1] if isinstance(found, tuple) else None
+
+
+def consistent_cut(catalog: Catalog, names: Sequence[str], tables: Mapping[str, Table] | None = None) -> Cut:
+    """Read ``names`` (or take ``tables``, loaded by :func:`load_tables` just now) as one moment.
+
+    Raises:
+        UnknownTable: a table does not exist.
+        JournalUnreadable: the coordinator state does not parse (what is decided is unknown).
+        TransactionRollingForward: a table would have to be read before a transaction's part
+            whose snapshot has been expired; retriable once the transaction has rolled forward.
+    """
+    loaded = dict(tables) if tables is not None else load_tables(catalog, list(names))
+    current = {name: t.metadata.current_snapshot_id for name, t in loaded.items()}
+    pending = rolling_forward(catalog)  # read after the tables: see the module's docstring
+    if not pending:
+        return Cut(loaded, current, dict.fromkeys(loaded, ()))
+    chains = {name: _chain(t) for name, t in loaded.items()}
+    where = {name: {cid: i for i, (_, cid) in enumerate(chain) if cid} for name, chain in chains.items()}
+    ends = {name: len(chain) for name, chain in chains.items()}  # each table is read up to chain[:end]
+
+    def hold(txn_id: str) -> bool:
+        """Read every table that holds ``txn_id`` before it; whether any cut moved."""
+        moved = False
+        for name in loaded:
+            index = where[name].get(txn_id)
+            if index is None and _snapshot_of(loaded[name], txn_id) is not None:  # its part's snapshot expired
+                raise TransactionRollingForward(table=name, txn_id=txn_id)
+            if index is not None and index < ends[name]:
+                ends[name], moved = index, True
+        return moved
+
+    for txn_id, its_tables in pending.items():
+        holding = [was_committed(loaded[n].metadata, txn_id) for n in its_tables & loaded.keys()]
+        if any(holding) and not all(holding):
+            hold(txn_id)
+    moved = True
+    while moved:  # what one table hides after a held-back part, every other table hides too
+        hidden = {cid for name, chain in chains.items() for _, cid in chain[ends[name] :] if cid}
+        moved = any(hold(cid) for cid in hidden)
+    snapshots = {name: chains[name][ends[name] - 1][0] if ends[name] else None for name in loaded}
+    held = {name: tuple(sorted(cid for _, cid in chains[name][ends[name] :] if cid in pending)) for name in loaded}
+    for name, end in ends.items():
+        oldest = chains[name][0] if chains[name] else None
+        if end == 0 and oldest is not None and loaded[name].metadata.snapshot_by_id(oldest[0]).parent_snapshot_id is not None:
+            raise TransactionRollingForward(table=name, txn_id=held[name][0] if held[name] else str(oldest[1]))
+    return Cut(loaded, snapshots, held)
