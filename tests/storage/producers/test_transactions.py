@@ -672,13 +672,15 @@ class Crash(BaseException):
     """A process dying at a fault point (BaseException: nothing on the way handles it)."""
 
 
-def crash_at(monkeypatch, point: str, times: int = 1) -> None:
-    original, left = faults.checkpoint, [times]
+def crash_at(monkeypatch, point: str, times: int = 1, after: str | None = None) -> None:
+    """Crash at ``point`` (the next ``times`` passes), counting only passes once ``after`` was passed."""
+    original, left, armed = faults.checkpoint, [times], [after is None]
 
     def checkpoint(name: str) -> None:
-        if name == point and left[0] > 0:
+        if name == point and left[0] > 0 and armed[0]:
             left[0] -= 1
             raise Crash(point)
+        armed[0] = armed[0] or name == after
         original(name)
 
     monkeypatch.setattr(faults, "checkpoint", checkpoint)
@@ -740,7 +742,8 @@ def test_i5_without_atomic_commits_the_journal_decides_and_each_table_rolls_forw
 def test_i5_a_decided_transaction_stopped_anywhere_rolls_forward_exactly_once(sqlite_catalog, monkeypatch, point, finisher):
     proxy, a, b, producer = decided_setup(sqlite_catalog)
     txn_id = send_both(producer)
-    crash_at(monkeypatch, point)
+    # A swap after the decision's own: a table's, in the roll-forward.
+    crash_at(monkeypatch, point, after=None if point == faults.AFTER_TXN_PREPARE else faults.AFTER_TXN_PREPARE)
     with pytest.raises(Crash):
         producer.commit_transaction()
     # Decided: whatever a reader sees now holds no aborted and no undecided transaction.
