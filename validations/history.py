@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.table import Table
-from pyiceberg.types import TimestampType, TimestamptzType
+from pyiceberg.types import TimestamptzType
 
 from icelog.storage.core.commit import recent_commits
 from icelog.storage.log import schema as cols
@@ -98,15 +98,8 @@ def _first_row_times(table: Table, keys: list[tuple[int, int]], paths: list[str]
 
 
 def event_time_column(table: Table) -> str | None:
-    """The table's event-time column: its one payload column of a timestamp type (the flights'
-    ``time_hour``). None when it has none, or several (which one is the event's time is then
-    the user's call, not a guess)."""
-    stamps = [
-        f.name
-        for f in table.schema().fields
-        if f.name not in cols.SYSTEM_COLUMNS and isinstance(f.field_type, (TimestampType, TimestamptzType))
-    ]
-    return stamps[0] if len(stamps) == 1 else None
+    """The table's event-time column (:func:`icelog.storage.log.schema.event_time_column`)."""
+    return cols.event_time_column(table.schema())
 
 
 def rows_per_day(table: Table, paths: list[str] | None = None, event_time: str | None = None) -> list[dict[str, Any]]:

@@ -178,29 +178,38 @@ def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
     type=LogTime(),
     default=None,
     metavar="TIME",
-    help="Per partition, the earliest offset whose log_timestamp >= TIME (ISO 8601 or epoch ms), else the log end.",
+    help="Per partition, the earliest offset whose append time (log_timestamp) >= TIME (ISO 8601 or epoch ms), else the log end.",
+)
+@click.option(
+    "--event-time",
+    is_flag=True,
+    help="With --at: by the table's event-time column (its one timestamp payload column, UTC) instead of append time.",
 )
 @click.pass_obj
-def offsets(ctx: Context, table: str, at_us: int | None) -> None:
+def offsets(ctx: Context, table: str, at_us: int | None, event_time: bool) -> None:
     """Log start and end offset of every partition of TABLE; with --at, the offset for a time
-    (kafka-get-offsets --time)."""
+    (kafka-get-offsets --time), by append time or, with --event-time, by event time."""
+    from icelog.storage.log import schema as cols
     from icelog.storage.log.table import LogTable
 
+    if event_time and at_us is None:
+        raise click.UsageError("--event-time goes with --at TIME")
     log_table = LogTable.open(ctx.catalog, table)
     if at_us is not None:
         at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=at_us)
-        found = log_table.offsets_for_time(at_us)
+        found = log_table.offsets_for_time(at_us, event_time=event_time)
         doc = {
             "table": log_table.identifier,
             "at": at,
+            "by": cols.event_time_column(log_table.table().schema()) if event_time else cols.TIMESTAMP,
             "partitions": {str(p): {"offset": e.offset, "timestamp": e.timestamp} for p, e in found.items()},
         }
         ctx.emit(
             doc,
             lambda d: print_table(
                 [[p, e["offset"], "-" if e["timestamp"] is None else e["timestamp"]] for p, e in d["partitions"].items()],
-                ["partition", "offset", "timestamp"],
-                f"{d['table']} at {d['at'].isoformat()}",
+                ["partition", "offset", d["by"]],
+                f"{d['table']} at {d['at'].isoformat()} by {d['by']}",
             ),
         )
         return

@@ -253,3 +253,15 @@ def _castable(source: pa.DataType, target: pa.DataType) -> bool:
     if t.is_binary(source) or t.is_large_binary(source):
         return t.is_binary(target) or t.is_large_binary(target)
     return False
+
+
+def event_time_column(schema: Schema) -> str | None:
+    """The table's event-time column: its one payload column of a timestamp type (the flights'
+    ``time_hour``). None when it has none, or several (which one is the event's time is then
+    the user's call, not a guess)."""
+    stamps = [
+        f.name
+        for f in schema.fields
+        if f.name not in SYSTEM_COLUMNS and isinstance(f.field_type, (TimestampType, TimestamptzType))
+    ]
+    return stamps[0] if len(stamps) == 1 else None

@@ -534,27 +534,40 @@ class LogTable:
         with store_reachable(self.identifier):
             return table.scan(row_filter=condition, snapshot_id=snapshot_id).to_arrow().sort_by(cols.OFFSET)
 
-    def offsets_for_time(self, at_us: int, partitions: Sequence[int] | None = None) -> dict[int, OffsetAndTimestamp]:
+    def offsets_for_time(
+        self, at_us: int, partitions: Sequence[int] | None = None, *, event_time: bool = False
+    ) -> dict[int, OffsetAndTimestamp]:
         """Kafka's ``offsetsForTimes``: per partition, the earliest offset in ``[log_start, log_end)``
         whose ``log_timestamp`` is at or after ``at_us``, else the log end.
 
         Reads one snapshot (the watermarks and the rows of the same metadata). Only the files
-        whose ``log_timestamp`` bounds reach ``at_us`` are read, and of them three columns.
+        whose time bounds reach ``at_us`` are read, and of them three columns.
 
         Args:
             at_us: The time, in epoch microseconds (``log_timestamp``'s precision).
             partitions: The partitions to answer for (default: all).
+            event_time: By the table's event-time column (its one timestamp payload column,
+                :func:`schema.event_time_column`; a timestamp without a zone is read as UTC)
+                instead of append time. Event times need not grow with offsets: the answer is
+                the earliest offset of an event at or after ``at_us`` (as Kafka's lookup by a
+                producer's CreateTime), and its ``timestamp`` is that event's time.
 
         Raises:
             UnknownPartition: a partition the table lacks.
             InvalidInput: ``at_us`` is not an integer time within the dates a ``log_timestamp``
-                reads back as (years 1 to 9999).
+                reads back as (years 1 to 9999), or ``event_time`` on a table without one
+                event-time column.
         """
         import pyarrow.compute as pc
 
         if not _is_date(at_us):
             raise InvalidInput(reason=f"a time is epoch microseconds within years 1 to 9999, not {at_us!r}")
         table = self.table()
+        column = cols.event_time_column(table.schema()) if event_time else cols.TIMESTAMP
+        if column is None:
+            raise InvalidInput(
+                reason=f"{self.identifier} has no event-time column (exactly one payload column of a timestamp type)"
+            )
         state = LogState.from_metadata(table.metadata)
         chosen = sorted(state.watermarks) if partitions is None else list(partitions)
         for p in chosen:
@@ -563,13 +576,13 @@ class LogTable:
         found = {p: OffsetAndTimestamp(state.end(p), None) for p in chosen}
         if table.metadata.current_snapshot_id is None or not chosen:
             return found
-        condition: Any = GreaterThanOrEqual(cols.TIMESTAMP, at_us)
+        condition: Any = GreaterThanOrEqual(column, at_us)
         if partitions is not None:
             condition = And(condition, functools.reduce(Or, [EqualTo(cols.PARTITION, p) for p in chosen]))
         rows = (
             table.scan(
                 row_filter=condition,
-                selected_fields=(cols.PARTITION, cols.OFFSET, cols.TIMESTAMP),
+                selected_fields=(cols.PARTITION, cols.OFFSET, column),
                 snapshot_id=table.metadata.current_snapshot_id,
             )
             .to_arrow()
@@ -583,7 +596,10 @@ class LogTable:
             )
             first = rows.filter(inside).slice(0, 1)
             if first.num_rows:
-                found[p] = OffsetAndTimestamp(first[cols.OFFSET][0].as_py(), first[cols.TIMESTAMP][0].as_py())
+                stamp = first[column][0].as_py()
+                found[p] = OffsetAndTimestamp(
+                    first[cols.OFFSET][0].as_py(), stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
+                )
         return found
 
     def describe(self) -> dict[str, Any]:

@@ -56,6 +56,33 @@ def test_offsets_for_time_is_the_one_lookup_of_the_cli(icelog: Cli, events):
     assert {r["partition"]: r["new"] for r in plan["partitions"]} == {p: e.offset for p, e in found.items()}
 
 
+def test_offsets_at_by_event_time_answer_by_the_tables_event_time_column(icelog: Cli):
+    """Appended today, events of 2013 and of a later, out-of-order day: --at by append time finds
+    nothing of 2013, --event-time finds the first offset of an event at or after the time."""
+    catalog = icelog.spec.open()
+    t = LogTable.create(
+        catalog, "db.flights", 2, payload=[{"name": "key", "type": "string"}, {"name": "time_hour", "type": "timestamp"}]
+    )
+    hours = [dt.datetime(2013, 1, 31, 22), dt.datetime(2013, 2, 1, 1), dt.datetime(2013, 1, 31, 23), dt.datetime(2013, 2, 2)]
+    t.append({0: [{"key": str(i), "time_hour": h} for i, h in enumerate(hours)], 1: [{"key": "x", "time_hour": hours[0]}]})
+    at_us = (dt.datetime(2013, 2, 1, tzinfo=dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    february = dt.datetime(2013, 2, 1, 1, tzinfo=dt.UTC)
+    assert t.offsets_for_time(at_us, event_time=True) == {0: OffsetAndTimestamp(1, february), 1: OffsetAndTimestamp(1, None)}
+    by_append = icelog("offsets", "db.flights", "--at", "2013-02-01")
+    assert by_append["by"] == "log_timestamp" and {p: e["offset"] for p, e in by_append["partitions"].items()} == {"0": 0, "1": 0}
+    by_event = icelog("offsets", "db.flights", "--at", "2013-02-01", "--event-time")
+    assert by_event["by"] == "time_hour" and {p: e["offset"] for p, e in by_event["partitions"].items()} == {"0": 1, "1": 1}
+    text = icelog.raw("--output", "text", "offsets", "db.flights", "--at", "2013-02-01", "--event-time")
+    assert "time_hour" in text.stdout and "2013-02-01" in text.stdout.split("time_hour", 1)[1]
+
+
+def test_offsets_by_event_time_without_one_event_time_column_is_refused(icelog: Cli, events):
+    result = icelog.raw("offsets", "db.events", "--at", "2013-02-01", "--event-time")
+    assert result.exit_code == 2 and one_document(result.stdout)["error"] == "InvalidInput"
+    assert "no event-time column" in one_document(result.stdout)["message"]
+    assert icelog.raw("offsets", "db.events", "--event-time").exit_code == 2  # without --at
+
+
 def test_offsets_for_time_of_a_partition_the_table_lacks_is_refused(events):
     from icelog.storage.errors import UnknownPartition
 
