@@ -216,25 +216,24 @@ def connect(
             tables = list(load_tables(catalog, names).items()) if names else []
         else:
             tables = [(name, load(catalog, name)) for name in names]
-    # A transaction still rolling forward into its tables is held back in every one of them.
-    cut = consistent_cut(catalog, [n for n, _ in tables], dict(tables)) if consistent and len(tables) > 1 else None
     # Resolve every time travel before building anything: bad history raises, nothing half-made.
-    chosen: list[tuple[str, Table, int | None, bool]] = []
+    chosen: dict[str, int | None] = {}
     for name, table in tables:
-        if cut is not None and snapshot_id is None and as_of_ms is None and not cut.is_current(name):
-            sid = cut.snapshots[name]
-            chosen.append((name, table, sid, sid is None))
-        elif as_of_ms is not None:
-            sid = snapshot_as_of(table, as_of_ms)
-            chosen.append((name, table, sid, sid is None))
+        if as_of_ms is not None:
+            chosen[name] = snapshot_as_of(table, as_of_ms)
+        elif snapshot_id is not None:
+            chosen[name] = resolve_snapshot(table, snapshot_id)
         else:
-            chosen.append((name, table, resolve_snapshot(table, snapshot_id) if snapshot_id is not None else None, False))
+            chosen[name] = table.metadata.current_snapshot_id
+    if consistent and len(tables) > 1:  # a transaction not whole at that moment is held back everywhere
+        cut = consistent_cut(catalog, list(chosen), dict(tables), at=chosen if as_of_ms is not None else None)
+        chosen = dict(cut.snapshots)
     if con is None:
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
-    for name, table, sid, empty in chosen:
-        if empty:
+    for name, table in tables:
+        if chosen[name] is None:
             _register_empty(con, name, table)
         else:
-            register_table(con, name, table, sid)
+            register_table(con, name, table, chosen[name])
     return con

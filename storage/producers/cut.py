@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
-from icelog.storage.core.commit import find_commit, was_committed
+from icelog.storage.core.commit import recent_commits
 from icelog.storage.core.swap import is_atomic, load_tables
 from icelog.storage.errors import TransactionRollingForward
 from icelog.storage.producers.journal import PREPARE_COMMIT
@@ -69,24 +69,40 @@ def rolling_forward(catalog: Catalog) -> dict[str, frozenset[str]]:
     }
 
 
-def _chain(table: Table) -> list[tuple[int, str | None]]:
-    """The current snapshot's ancestry, oldest first: ``(snapshot id, icelog commit id)``."""
-    chain = [
-        (s.snapshot_id, (s.summary.additional_properties if s.summary else {}).get(COMMIT_ID))
-        for s in ancestors_of(table.current_snapshot(), table.metadata)
-    ]
-    return chain[::-1]
+def _chain(table: Table, snapshot_id: int | None) -> list[tuple[int, str | None]]:
+    """The ancestry of the current snapshot (or of ``snapshot_id`` if it is not among it),
+    oldest first: ``(snapshot id, icelog commit id)``."""
+
+    def ancestry(snapshot):
+        return [
+            (s.snapshot_id, (s.summary.additional_properties if s.summary else {}).get(COMMIT_ID))
+            for s in ancestors_of(snapshot, table.metadata)
+        ][::-1]
+
+    chain = ancestry(table.current_snapshot())
+    if snapshot_id is not None and all(sid != snapshot_id for sid, _ in chain):
+        chain = ancestry(table.metadata.snapshot_by_id(snapshot_id))
+    return chain
 
 
-def _snapshot_of(table: Table, commit_id: str) -> int | None:
-    """The snapshot the registry recorded for ``commit_id`` (None: not committed here, or a
-    commit that added no snapshot, such as a group offsets or properties commit)."""
-    found = find_commit(table.metadata, commit_id)
-    return found[1] if isinstance(found, tuple) else None
+def _registered(table: Table) -> dict[str, int | None]:
+    """The commit-id registry as ``{commit id: snapshot id}`` (None: the commit added no
+    snapshot, such as a group offsets or properties commit)."""
+    return {cid: snapshot_id for cid, _, snapshot_id, *_ in recent_commits(table.metadata)}
 
 
-def consistent_cut(catalog: Catalog, names: Sequence[str], tables: Mapping[str, Table] | None = None) -> Cut:
+def consistent_cut(
+    catalog: Catalog,
+    names: Sequence[str],
+    tables: Mapping[str, Table] | None = None,
+    at: Mapping[str, int | None] | None = None,
+) -> Cut:
     """Read ``names`` (or take ``tables``, loaded by :func:`load_tables` just now) as one moment.
+
+    ``at``: time travel, the snapshot each table had at a time (None: before its first). Tables
+    do not commit at one instant even when their pointers move in one database transaction (each
+    snapshot carries its own time), nor when they roll forward one by one: a transaction one
+    table holds at that time and another only after it is held back too.
 
     Raises:
         UnknownTable: a table does not exist.
@@ -95,27 +111,36 @@ def consistent_cut(catalog: Catalog, names: Sequence[str], tables: Mapping[str, 
             whose snapshot has been expired; retriable once the transaction has rolled forward.
     """
     loaded = dict(tables) if tables is not None else load_tables(catalog, list(names))
-    current = {name: t.metadata.current_snapshot_id for name, t in loaded.items()}
+    chosen = dict(at) if at is not None else {name: t.metadata.current_snapshot_id for name, t in loaded.items()}
     pending = rolling_forward(catalog)  # read after the tables: see the module's docstring
-    if not pending:
-        return Cut(loaded, current, dict.fromkeys(loaded, ()))
-    chains = {name: _chain(t) for name, t in loaded.items()}
+    if not pending and at is None:
+        return Cut(loaded, chosen, dict.fromkeys(loaded, ()))
+    chains = {name: _chain(t, chosen[name]) for name, t in loaded.items()}
     where = {name: {cid: i for i, (_, cid) in enumerate(chain) if cid} for name, chain in chains.items()}
-    ends = {name: len(chain) for name, chain in chains.items()}  # each table is read up to chain[:end]
+    # Each table is read up to chain[:end]: its chosen snapshot and what came before it.
+    ends = {name: next((i + 1 for i, (sid, _) in enumerate(chain) if sid == chosen[name]), 0) for name, chain in chains.items()}
+    first_ends = dict(ends)
+    registry = {name: _registered(t) for name, t in loaded.items()}
+
+    def holds(name: str, txn_id: str) -> bool:
+        """Whether the table as read holds ``txn_id`` (a part older than its retained
+        snapshots counts: it is in the table)."""
+        index = where[name].get(txn_id)
+        return index < ends[name] if index is not None else registry[name].get(txn_id) is not None
 
     def hold(txn_id: str) -> bool:
         """Read every table that holds ``txn_id`` before it; whether any cut moved."""
         moved = False
         for name in loaded:
             index = where[name].get(txn_id)
-            if index is None and _snapshot_of(loaded[name], txn_id) is not None:  # its part's snapshot expired
+            if index is None and registry[name].get(txn_id) is not None:  # its part's snapshot expired
                 raise TransactionRollingForward(table=name, txn_id=txn_id)
             if index is not None and index < ends[name]:
                 ends[name], moved = index, True
         return moved
 
     for txn_id, its_tables in pending.items():
-        holding = [was_committed(loaded[n].metadata, txn_id) for n in its_tables & loaded.keys()]
+        holding = [holds(n, txn_id) for n in its_tables & loaded.keys()]
         if any(holding) and not all(holding):
             hold(txn_id)
     moved = True
@@ -126,6 +151,12 @@ def consistent_cut(catalog: Catalog, names: Sequence[str], tables: Mapping[str, 
     held = {name: tuple(sorted(cid for _, cid in chains[name][ends[name] :] if cid in pending)) for name in loaded}
     for name, end in ends.items():
         oldest = chains[name][0] if chains[name] else None
-        if end == 0 and oldest is not None and loaded[name].metadata.snapshot_by_id(oldest[0]).parent_snapshot_id is not None:
+        moved = end < first_ends[name]
+        if (
+            moved
+            and end == 0
+            and oldest is not None
+            and loaded[name].metadata.snapshot_by_id(oldest[0]).parent_snapshot_id is not None
+        ):
             raise TransactionRollingForward(table=name, txn_id=held[name][0] if held[name] else str(oldest[1]))
     return Cut(loaded, snapshots, held)

@@ -900,6 +900,24 @@ def test_i5_a_consistent_read_holds_a_transaction_back_until_its_last_table_has_
     assert consistent_cut(proxy, ["db.a", "db.b"]).held_back == {"db.a": (), "db.b": ()}
 
 
+def test_i5_a_consistent_read_as_of_a_time_between_two_tables_parts_holds_the_transaction_back(
+    sqlite_catalog, monkeypatch
+):
+    """Time travel to a moment when db.a had its part and db.b not yet (after the transaction
+    finished): the consistent read is as of that moment, without the transaction in either."""
+    proxy, a, b, producer = decided_setup(sqlite_catalog)
+    txn_id = rolled_into_a_only(proxy, sqlite_catalog, producer, monkeypatch)
+    between_ms = a.table().metadata.current_snapshot().timestamp_ms + 1
+    time.sleep(0.05)
+    assert tx.recover(proxy, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    plain = connect(proxy, as_of_ms=between_ms, consistent=False)
+    assert keys_read(plain, "db.a") == ["before", txn_id] and keys_read(plain, "db.b") == []
+    con = connect(proxy, as_of_ms=between_ms)
+    assert keys_read(con, "db.a") == ["before"] and keys_read(con, "db.b") == []
+    now = connect(proxy, as_of_ms=int(time.time() * 1000) + 1000)
+    assert keys_read(now, "db.a") == ["before", txn_id] and keys_read(now, "db.b") == [txn_id, txn_id]
+
+
 def test_i5_holding_a_transaction_back_holds_back_what_a_later_one_shares_with_it(sqlite_catalog, monkeypatch):
     """db.a is read before x's part, which hides y's part in db.a behind it: y is then hidden in
     db.b too, though y itself is whole (a cut is every transaction whole, or not at all)."""
