@@ -137,6 +137,11 @@ class Context:
         return self._catalog
 
     @property
+    def opened(self) -> bool:
+        """Whether the catalog is open already (a command that reads it lightly then uses it)."""
+        return self._catalog is not None
+
+    @property
     def command(self) -> str:
         """The running command's name below ``icelog`` (``"topics create"``), or ``""``."""
         click_ctx = click.get_current_context(silent=True)

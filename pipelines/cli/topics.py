@@ -189,11 +189,15 @@ def topics_add_partitions(ctx: Context, table: str, count: int) -> None:
 def offsets(ctx: Context, table: str, at_us: int | None, event_time: bool) -> None:
     """Log start and end offset of every partition of TABLE; with --at, the offset for a time
     (kafka-get-offsets --time), by append time or, with --event-time, by event time."""
+    if event_time and at_us is None:
+        raise click.UsageError("--event-time goes with --at TIME")
+    light = _light_offsets(ctx, table) if at_us is None else None
+    if light is not None:
+        ctx.emit(light, _print_offsets)
+        return
     from icelog.storage.log import schema as cols
     from icelog.storage.log.table import LogTable
 
-    if event_time and at_us is None:
-        raise click.UsageError("--event-time goes with --at TIME")
     log_table = LogTable.open(ctx.catalog, table)
     if at_us is not None:
         at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=at_us)
@@ -213,14 +217,35 @@ def offsets(ctx: Context, table: str, at_us: int | None, event_time: bool) -> No
             ),
         )
         return
-    marks = log_table.watermarks()
-    doc = {"table": log_table.identifier, "partitions": {str(p): {"start": w.start, "end": w.end} for p, w in marks.items()}}
-    ctx.emit(
-        doc,
-        lambda d: print_table(
-            [[p, o["start"], o["end"]] for p, o in d["partitions"].items()], ["partition", "start", "end"], d["table"]
-        ),
-    )
+    ctx.emit(_offsets_doc(log_table.identifier, log_table.watermarks()), _print_offsets)
+
+
+def _offsets_doc(identifier: str, marks: Any) -> dict[str, Any]:
+    return {"table": identifier, "partitions": {str(p): {"start": w.start, "end": w.end} for p, w in marks.items()}}
+
+
+def _print_offsets(doc: dict[str, Any]) -> None:
+    print_table([[p, o["start"], o["end"]] for p, o in doc["partitions"].items()], ["partition", "start", "end"], doc["table"])
+
+
+def _light_offsets(ctx: Context, table: str) -> dict[str, Any] | None:
+    """``offsets`` from the catalog row and the metadata file alone, on a SQLite catalog not opened
+    yet (:mod:`icelog.storage.core.pointer`); None: read it through the catalog."""
+    from icelog.storage.core.catalog_config import choose_catalog
+    from icelog.storage.core.pointer import current_metadata
+    from icelog.storage.log.names import parse_identifier, qualified
+    from icelog.storage.log.state import LogState
+    from icelog.storage.properties import FORMAT
+
+    if ctx.opened:
+        return None
+    choice = choose_catalog(ctx.catalog_name, ctx.settings, must_exist=True)  # its errors are open_catalog's
+    identifier = qualified(table)
+    metadata = current_metadata(choice.name, choice.properties, *parse_identifier(identifier))
+    properties = (metadata or {}).get("properties") or {}
+    if FORMAT not in properties:  # not found, or not a log table: the full read names it
+        return None
+    return _offsets_doc(identifier, LogState.from_properties(properties, metadata.get("location", ""), None).watermarks)
 
 
 def _interactive() -> bool:

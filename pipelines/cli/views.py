@@ -154,26 +154,18 @@ def catalog_settings(name: str | None, settings: Settings | None = None) -> dict
     Raises:
         CatalogNotConfigured: ``name`` has no configuration.
     """
-    from pyiceberg.utils.config import Config
+    from icelog.storage.core.catalog_config import EMBEDDED_DATABASE, choose_catalog
 
-    from icelog.storage.core.catalog import EMBEDDED_DATABASE, EMBEDDED_NAME, CatalogNotConfigured, embedded_layout
-
-    settings = settings or Settings.load()
-    home = settings.home
-    name = name or settings.catalog or None
-    conf = Config().get_catalog_config(name) if name else None
-    if name is None or (name == EMBEDDED_NAME and not conf):
-        layout = embedded_layout(home)
-        uri, warehouse, kind = layout["uri"], layout["warehouse"], "sql"
-        doc = _settings(EMBEDDED_NAME, kind, uri, warehouse, home, embedded=True)
+    choice = choose_catalog(name, settings or Settings.load())
+    conf, home = choice.properties, choice.home
+    if choice.embedded:
+        doc = _settings(choice.name, "sql", conf["uri"], conf["warehouse"], home, embedded=True)
         # Reads never create the embedded catalog: say whether a write has created it yet.
         doc["exists"] = (home / EMBEDDED_DATABASE).is_file()
         return doc
-    if not conf:
-        raise CatalogNotConfigured(catalog=name)
     uri = str(conf.get("uri", ""))
     kind = str(conf.get("type") or _infer_type(uri))
-    return _settings(name, kind, uri, conf.get("warehouse"), home, embedded=False)
+    return _settings(choice.name, kind, uri, conf.get("warehouse"), home, embedded=False)
 
 
 def _infer_type(uri: str) -> str:

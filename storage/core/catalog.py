@@ -19,39 +19,20 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import ServerError, ServiceUnavailableError
-from pyiceberg.utils.config import Config
 
 from icelog.storage.core import faults
-from icelog.storage.errors import CatalogUnavailable, InvalidInput, TerminalError
+from icelog.storage.core.catalog_config import (  # noqa: F401 (re-exported: callers import them from here)
+    EMBEDDED_DATABASE,
+    EMBEDDED_NAME,
+    CatalogNotConfigured,
+    CatalogNotFound,
+    choose_catalog,
+    embedded_layout,
+    icelog_home,
+)
+from icelog.storage.errors import CatalogUnavailable
 from icelog.storage.extras import require
 from icelog.storage.settings import Settings
-
-EMBEDDED_NAME = "icelog"
-EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
-
-
-class CatalogNotConfigured(InvalidInput):
-    catalog: str
-    reason = "catalog not configured"
-    message = "catalog {catalog!r} is not configured: set {variable} (and __WAREHOUSE) or add it to .pyiceberg.yaml"
-
-    @property
-    def variable(self) -> str:
-        return f"PYICEBERG_CATALOG__{self.catalog.upper()}__URI"
-
-
-class CatalogNotFound(TerminalError):
-    """A read found no embedded catalog under the home: nothing was created."""
-
-    catalog: str
-    home: str
-    uri: str
-    message = (
-        "no catalog {catalog!r} in ICELOG_HOME={home} (no catalog.db there; reads create nothing): set "
-        "ICELOG_HOME to your project's home, or --catalog / ICELOG_CATALOG to a catalog configured by "
-        "PYICEBERG_CATALOG__<NAME>__URI or .pyiceberg.yaml; a write (icelog topics create) creates this one"
-    )
-
 
 # The FileIO of icelog's catalogs (storage.core.fileio: small S3 files in one request), unless
 # the configuration names one (``py-io-impl``): configuration wins, as everywhere in pyiceberg.
@@ -155,20 +136,6 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
     retrying(create, REST_UNREACHABLE, namespace)
 
 
-def icelog_home() -> Path:
-    """``$ICELOG_HOME`` (default ``./.icelog``), for a caller that was given no settings."""
-    return Settings.load().home
-
-
-def embedded_layout(home: Path | None = None) -> dict[str, str]:
-    """The embedded catalog's properties under ``home`` (default ``$ICELOG_HOME``); creates nothing."""
-    home = home or icelog_home()
-    return {
-        "uri": f"sqlite:///{home / EMBEDDED_DATABASE}",
-        "warehouse": f"file://{home / 'warehouse'}",
-    }
-
-
 def embedded_properties(home: Path | None = None) -> dict[str, str]:
     """:func:`embedded_layout`, with its warehouse folder created (the catalog is about to open)."""
     home = home or icelog_home()
@@ -202,19 +169,11 @@ def open_catalog(
     """
     if isinstance(name, Catalog):
         return name
-    settings = settings or Settings.load()
-    name = name or settings.catalog or None
-    if name is None or (name == EMBEDDED_NAME and not Config().get_catalog_config(name)):
-        home = settings.home
-        if create:
-            return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **embedded_properties(home), **properties})
-        layout = embedded_layout(home)
-        if not (home / EMBEDDED_DATABASE).is_file():  # SQLite would create the file on connect
-            raise CatalogNotFound(catalog=EMBEDDED_NAME, home=str(home), uri=layout["uri"])
+    choice = choose_catalog(name, settings or Settings.load(), must_exist=not create, configured=bool(properties))
+    if choice.embedded:
+        layout = embedded_properties(choice.home) if create else choice.properties
         return LogSqlCatalog(EMBEDDED_NAME, **{**FILE_IO, **layout, **properties})
-    conf = {**(Config().get_catalog_config(name) or {}), **properties}
-    if not conf:
-        raise CatalogNotConfigured(catalog=name)
+    name, conf = choice.name, {**choice.properties, **properties}
     uri = str(conf.get("uri", ""))
     if uri.startswith(("postgresql://", "postgresql+psycopg2://")):  # SQLAlchemy's default PostgreSQL driver
         require("psycopg2", f"the PostgreSQL catalog {name!r}")

@@ -6,7 +6,6 @@ System columns need no quoting in DuckDB or Spark SQL (so no ``offset`` or ``par
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Mapping
 
@@ -32,6 +31,7 @@ from pyiceberg.types import (
 )
 
 from icelog.storage.errors import ForeignPartitionSpec, InvalidIdentifier, InvalidInput, SchemaMismatch
+from icelog.storage.log.names import _NAME, DEFAULT_NAMESPACE, parse_identifier, qualified  # noqa: F401 (re-exported)
 from icelog.storage.properties import KEY_COLUMN
 
 PARTITION = "log_partition"
@@ -46,8 +46,6 @@ KEY_HASH = "log_key_hash"
 SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
 DEFAULT_KEY_COLUMN = "key"
 
-DEFAULT_NAMESPACE = "logs"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 PAYLOAD_TYPES: dict[str, IcebergType] = {
     "string": StringType(),
@@ -61,32 +59,6 @@ PAYLOAD_TYPES: dict[str, IcebergType] = {
     "timestamptz": TimestamptzType(),
     "binary": BinaryType(),
 }
-
-
-def parse_identifier(identifier: str) -> tuple[str, str]:
-    """Split ``namespace.table`` (or ``table``, in namespace ``logs``) and validate both parts.
-
-    Raises:
-        InvalidIdentifier: a part is empty or has characters other than letters, digits, ``_``.
-    """
-    if not isinstance(identifier, str):
-        raise InvalidIdentifier(identifier=repr(identifier), reason="must be a string")
-    parts = identifier.split(".")
-    if len(parts) == 1:
-        parts = [DEFAULT_NAMESPACE, parts[0]]
-    if len(parts) != 2:
-        raise InvalidIdentifier(identifier=identifier, reason="use NAMESPACE.TABLE")
-    for part in parts:
-        if not _NAME.match(part):
-            raise InvalidIdentifier(
-                identifier=identifier,
-                reason="each part must start with a letter or _ and hold only letters, digits and _",
-            )
-    return parts[0], parts[1]
-
-
-def qualified(identifier: str) -> str:
-    return ".".join(parse_identifier(identifier))
 
 
 def payload_fields(spec: list[dict] | None = None) -> list[tuple[str, IcebergType, bool]]:

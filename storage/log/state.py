@@ -28,13 +28,14 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping
-
-from pyiceberg.table.metadata import TableMetadata
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from icelog.storage.errors import UnsupportedFormat
 from icelog.storage.log.producer_state import ProducerEntry, Producers
 from icelog.storage.properties import FORMAT, PARTITIONS, PRODUCERS, WATERMARKS
+
+if TYPE_CHECKING:  # a reader of the state alone (icelog offsets) does not import pyiceberg's metadata
+    from pyiceberg.table.metadata import TableMetadata
 
 FORMAT_VERSION = "2"
 READABLE_FORMATS = ("1", "2")
@@ -143,12 +144,16 @@ class LogState:
 
     @classmethod
     def from_metadata(cls, metadata: TableMetadata) -> LogState:
-        props = metadata.properties
-        check_format(metadata)
+        return cls.from_properties(metadata.properties, metadata.location, metadata.current_snapshot_id)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], location: str, snapshot_id: int | None) -> LogState:
+        """The state a metadata file's ``properties`` hold (its table at ``location``)."""
+        check_format_of(props, location)
         return cls(
             watermarks=Watermarks.decode(props.get(WATERMARKS, ""), int(props.get(PARTITIONS, "0"))),
             producers=Producers.decode(props.get(PRODUCERS, "")),
-            snapshot_id=metadata.current_snapshot_id,
+            snapshot_id=snapshot_id,
         )
 
     @classmethod
@@ -184,6 +189,10 @@ class LogState:
 
 def check_format(metadata: TableMetadata) -> None:
     """Raise :class:`UnsupportedFormat` for state written by a newer icelog."""
-    found = metadata.properties.get(FORMAT, FORMAT_VERSION)
+    check_format_of(metadata.properties, metadata.location)
+
+
+def check_format_of(props: Mapping[str, str], location: str) -> None:
+    found = props.get(FORMAT, FORMAT_VERSION)
     if found not in READABLE_FORMATS:
-        raise UnsupportedFormat(location=metadata.location, format=found, supported=", ".join(READABLE_FORMATS))
+        raise UnsupportedFormat(location=location, format=found, supported=", ".join(READABLE_FORMATS))

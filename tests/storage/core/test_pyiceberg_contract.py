@@ -214,3 +214,15 @@ def test_log_file_io_keeps_every_s3_option_pyiceberg_chooses_and_opens_small_fil
         k: v for k, v in plain.items() if k != "allow_delayed_open"
     }
     assert (ours["connect_timeout"], ours["region"], ours["access_key"]) == (2.5, "eu-west-3", "k")
+
+
+def test_sql_catalog_table_the_light_pointer_read_queries():
+    from pyiceberg.catalog import sql as pyiceberg_sql
+
+    from icelog.storage.core import pointer
+
+    assert pointer.TABLES == IcebergTables.__tablename__
+    assert {"catalog_name", "table_namespace", "table_name", "metadata_location", "iceberg_type"} <= set(
+        IcebergTables.__table__.columns.keys()
+    )
+    assert pointer.TABLE_TYPE == pyiceberg_sql.ICEBERG_TABLE_TYPE

@@ -900,9 +900,7 @@ def test_i5_a_consistent_read_holds_a_transaction_back_until_its_last_table_has_
     assert consistent_cut(proxy, ["db.a", "db.b"]).held_back == {"db.a": (), "db.b": ()}
 
 
-def test_i5_a_consistent_read_as_of_a_time_between_two_tables_parts_holds_the_transaction_back(
-    sqlite_catalog, monkeypatch
-):
+def test_i5_a_consistent_read_as_of_a_time_between_two_tables_parts_holds_the_transaction_back(sqlite_catalog, monkeypatch):
     """Time travel to a moment when db.a had its part and db.b not yet (after the transaction
     finished): the consistent read is as of that moment, without the transaction in either."""
     proxy, a, b, producer = decided_setup(sqlite_catalog)

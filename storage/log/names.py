@@ -1,0 +1,40 @@
+"""Log table names: ``namespace.table``, or a bare ``table`` in namespace ``logs``.
+
+Standard library only, so a command that only reads a table's name and state (``icelog
+offsets``) does not import pyarrow or pyiceberg's schema types to check one.
+"""
+
+from __future__ import annotations
+
+import re
+
+from icelog.storage.errors import InvalidIdentifier
+
+DEFAULT_NAMESPACE = "logs"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def parse_identifier(identifier: str) -> tuple[str, str]:
+    """Split ``namespace.table`` (or ``table``, in namespace ``logs``) and validate both parts.
+
+    Raises:
+        InvalidIdentifier: a part is empty or has characters other than letters, digits, ``_``.
+    """
+    if not isinstance(identifier, str):
+        raise InvalidIdentifier(identifier=repr(identifier), reason="must be a string")
+    parts = identifier.split(".")
+    if len(parts) == 1:
+        parts = [DEFAULT_NAMESPACE, parts[0]]
+    if len(parts) != 2:
+        raise InvalidIdentifier(identifier=identifier, reason="use NAMESPACE.TABLE")
+    for part in parts:
+        if not _NAME.match(part):
+            raise InvalidIdentifier(
+                identifier=identifier,
+                reason="each part must start with a letter or _ and hold only letters, digits and _",
+            )
+    return parts[0], parts[1]
+
+
+def qualified(identifier: str) -> str:
+    return ".".join(parse_identifier(identifier))
