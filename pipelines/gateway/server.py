@@ -24,7 +24,10 @@ from icelog.pipelines.gateway.produce import Acked, Appender
 from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
 from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name
 from icelog.storage import errors
+from icelog.storage.core.system import ensure_system_table
 from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import SYSTEM_TABLE
+from icelog.storage.properties import NEXT_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,9 @@ class Gateway:
         self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        # The producer-id allocator exists before the first InitProducerId (creating it takes a
+        # while, and a client gives up on the bootstrap connection meanwhile).
+        await asyncio.to_thread(ensure_system_table, self.catalog, SYSTEM_TABLE, {NEXT_PRODUCER_ID: "0"})
         self.server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
 
@@ -67,12 +73,16 @@ class Gateway:
         self.connections.add(task)
         answers: asyncio.Queue[asyncio.Task | None] = asyncio.Queue()
         sender = asyncio.create_task(self._send(answers, writer))
+        # Produce requests queue their batches in request order (a producer pipelines several
+        # requests, and its sequences must reach the table in the order sent): the lock is fair,
+        # and handlers start in the order their requests arrived.
+        queueing = asyncio.Lock()
         try:
             while not self.stopping:
                 frame = await self._frame(reader)
                 if frame is None:
                     break
-                handler = self._dispatch(frame)
+                handler = self._dispatch(frame, queueing)
                 if handler is None:
                     break
                 answers.put_nowait(asyncio.create_task(handler))
@@ -114,7 +124,7 @@ class Gateway:
             writer.write(data)
             await writer.drain()
 
-    def _dispatch(self, frame: bytes):
+    def _dispatch(self, frame: bytes, queueing: asyncio.Lock):
         """A coroutine answering ``frame`` (bytes or None for no answer), or None to close."""
         try:
             api_key, version, correlation_id = wire.peek(frame)
@@ -130,12 +140,12 @@ class Gateway:
         except wire.FrameError as e:
             log.warning("closing a connection: %s", e)
             return None
-        return self._answer(request)
+        return self._answer(request, queueing)
 
-    async def _answer(self, request: wire.Request) -> bytes | None:
+    async def _answer(self, request: wire.Request, queueing: asyncio.Lock) -> bytes | None:
         body = request.body
         if request.api_key == PRODUCE:
-            data = await self._produce(body)
+            data = await self._produce(body, queueing)
             if body.acks == 0:
                 return None
         elif request.api_key == FETCH:
@@ -152,11 +162,12 @@ class Gateway:
 
     # --- produce -------------------------------------------------------------------------------
 
-    async def _produce(self, request: Any) -> dict[str, Any]:
+    async def _produce(self, request: Any, queueing: asyncio.Lock) -> dict[str, Any]:
         waits: list[tuple[str, int, asyncio.Future | Acked]] = []
-        for topic in request.topic_data:
-            for part in topic.partition_data:
-                waits.append((topic.name, part.index, await self._submit(topic.name, part.index, part.records)))
+        async with queueing:
+            for topic in request.topic_data:
+                for part in topic.partition_data:
+                    waits.append((topic.name, part.index, await self._submit(topic.name, part.index, part.records)))
         responses: dict[str, list[dict[str, Any]]] = {}
         for topic_name, partition, wait in waits:
             ack = wait if isinstance(wait, Acked) else await wait

@@ -35,7 +35,7 @@ class Served:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, **env: str) -> None:
         self.starts += 1
         with open(self.directory / f"serve-{self.starts}.err", "wb") as stderr:
             self.proc = subprocess.Popen(
@@ -43,7 +43,7 @@ class Served:
                 + ["--port", str(self.port), "--linger-ms", str(self.linger_ms)],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                env=self.spec.env(),
+                env={**self.spec.env(), **env},
                 cwd=ROOT,
             )
         line = self.proc.stdout.readline()
