@@ -77,6 +77,7 @@ def parse_request(frame: bytes) -> Request:
     """
     api_key, api_version, correlation_id = peek(frame)
     schema = load_request_schema(api_key, api_version)
+    check_sizes(schema, frame)
     try:
         header, used = entity_reader(schema.__header_schema__)(frame, 0)
         body, size = entity_reader(schema)(frame, used)
@@ -108,6 +109,98 @@ def served() -> list[dict[str, int]]:
     return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(SUPPORTED.items())]
 
 
+# --- sizes before kio reads them ---------------------------------------------------------------
+
+FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "uuid": 16, "timedelta_i32": 4, "float64": 8}
+
+
+def check_sizes(schema: type, frame: bytes) -> None:
+    """Walk a request frame as ``schema`` lays it out, checking every length against the bytes left.
+
+    kio's native reader sizes an array's memory from its length field before reading a single
+    element, and a bogus length (billions) aborts the process on a failed allocation. Walking
+    first costs one pass over a frame the gateway reads anyway, and bounds that work by its size.
+
+    Raises:
+        FrameError: a length that runs past the frame, or a type this walk does not know.
+    """
+    reader = _Walk(frame)
+    reader.skip(8)  # api key, api version, correlation id
+    reader.legacy_sized(2)  # client id: a legacy nullable string in every header version
+    if schema.__flexible__:
+        reader.tagged()
+    reader.entity(schema, schema.__flexible__)
+
+
+class _Walk:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.at + n > len(self.data):
+            raise FrameError(f"{n} bytes at {self.at} run past the frame ({len(self.data)} bytes)")
+        self.at += n
+
+    def uvarint(self) -> int:
+        result = 0
+        for shift in range(0, 35, 7):
+            self.skip(1)
+            byte = self.data[self.at - 1]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+        raise FrameError("an unsigned varint longer than 5 bytes")
+
+    def legacy_sized(self, width: int) -> None:
+        self.skip(width)
+        size = int.from_bytes(self.data[self.at - width : self.at], "big", signed=True)
+        if size >= 0:
+            self.skip(size)
+
+    def length(self, flexible: bool) -> int:
+        """An array's element count (0 for null), at most one element per byte left."""
+        if flexible:
+            n = self.uvarint() - 1
+        else:
+            self.skip(4)
+            n = int.from_bytes(self.data[self.at - 4 : self.at], "big", signed=True)
+        if n > len(self.data) - self.at:
+            raise FrameError(f"an array of {n} elements in {len(self.data) - self.at} bytes")
+        return max(n, 0)
+
+    def tagged(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+    def value(self, kind: str, flexible: bool) -> None:
+        if kind in FIXED:
+            self.skip(FIXED[kind])
+        elif kind in ("string", "records", "bytes"):
+            if flexible:
+                self.skip(max(self.uvarint() - 1, 0))
+            else:
+                self.legacy_sized(2 if kind == "string" else 4)
+        else:
+            raise FrameError(f"no size check for the Kafka type {kind!r}")
+
+    def entity(self, cls: type, flexible: bool) -> None:
+        for f in fields(cls):
+            if "tag" in f.metadata:
+                continue  # in the tagged section after the entity's fields
+            nested = _entity_of(f.type)
+            if _is_tuple(f.type):
+                for _ in range(self.length(flexible)):
+                    self.entity(nested, flexible) if nested is not None else self.value(f.metadata["kafka_type"], flexible)
+            elif nested is not None:
+                self.entity(nested, flexible)
+            else:
+                self.value(f.metadata["kafka_type"], flexible)
+        if flexible:
+            self.tagged()
+
+
 # --- dicts to kio dataclasses ----------------------------------------------------------------
 
 
@@ -118,7 +211,9 @@ def build(cls: type, data: dict[str, Any]) -> Any:
         if f.name in data:
             value = data[f.name]
             nested = _entity_of(f.type)
-            if nested is not None:
+            if value is None:
+                pass
+            elif nested is not None:
                 value = tuple(build(nested, v) for v in value) if _is_tuple(f.type) else build(nested, value)
             elif _is_tuple(f.type):
                 value = tuple(value)
@@ -132,14 +227,19 @@ def build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**values)
 
 
+def _required(tp: Any) -> Any:
+    """``X`` of ``X | None``."""
+    if typing.get_origin(tp) in (UnionType, typing.Union):
+        return next(a for a in typing.get_args(tp) if a is not NoneType)
+    return tp
+
+
 def _is_tuple(tp: Any) -> bool:
-    return typing.get_origin(tp) is tuple
+    return typing.get_origin(_required(tp)) is tuple
 
 
 def _entity_of(tp: Any) -> type | None:
-    inner = typing.get_args(tp)[0] if _is_tuple(tp) else tp
-    if typing.get_origin(inner) in (UnionType, typing.Union):
-        inner = next(a for a in typing.get_args(inner) if a is not NoneType)
+    inner = _required(typing.get_args(_required(tp))[0] if _is_tuple(tp) else tp)
     return inner if isinstance(inner, type) and hasattr(inner, "__dataclass_fields__") else None
 
 
