@@ -204,8 +204,13 @@ def _put_sized(out: bytearray, value: bytes | None) -> None:
         out += value
 
 
-def encode_batch(base_offset: int, records: list[tuple[int, int, bytes | None, bytes | None, tuple]]) -> bytes:
-    """An uncompressed batch of ``(offset, timestamp_ms, key, value, headers)`` with offsets from ``base_offset``."""
+def encode_batch(
+    base_offset: int,
+    records: list[tuple[int, int, bytes | None, bytes | None, tuple]],
+    producer: tuple[int, int, int] = (NO_PRODUCER, -1, -1),
+) -> bytes:
+    """An uncompressed batch of ``(offset, timestamp_ms, key, value, headers)`` with offsets from
+    ``base_offset``; ``producer`` is (producer id, epoch, base sequence), none by default (fetches)."""
     body = bytearray()
     base_ts = min(r[1] for r in records)
     for offset, ts, key, value, headers in records:
@@ -222,6 +227,6 @@ def encode_batch(base_offset: int, records: list[tuple[int, int, bytes | None, b
         body += rec
     last_delta = records[-1][0] - base_offset
     max_ts = max(r[1] for r in records)
-    after_crc = struct.pack(">hiqqqhii", 0, last_delta, base_ts, max_ts, NO_PRODUCER, -1, -1, len(records)) + bytes(body)
+    after_crc = struct.pack(">hiqqqhii", 0, last_delta, base_ts, max_ts, *producer, len(records)) + bytes(body)
     length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, then the rest
     return struct.pack(">qiibI", base_offset, length, 0, 2, crc32c(after_crc)) + after_crc
