@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata and InitProducerId: what a client asks before it produces or fetches.
+"""ApiVersions, Metadata, InitProducerId and CreateTopics: what a client asks before it produces or fetches.
 
 The gateway is one broker (node 0) that leads every partition of every topic: any number of
 gateway processes may serve one catalog, each telling its clients it is the whole cluster.
@@ -11,7 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from icelog.pipelines.gateway import wire
-from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name
+from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, create_topic, table_name
 from icelog.storage import errors
 from icelog.storage.log.table import LogTable, list_log_tables
 from icelog.storage.producers.idempotent import lease_producer_ids
@@ -73,3 +73,48 @@ def init_producer_id(catalog, request: Any) -> dict[str, Any]:
     except errors.IcelogError:
         return {"error_code": ErrorCode.kafka_storage_error, "producer_id": -1, "producer_epoch": -1}
     return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": 0}
+
+
+def create_topics(catalog, request: Any) -> dict[str, Any]:
+    """Create each topic's log table with the Kafka record schema (in a thread).
+
+    A partition count of -1 means 1. The replication factor is not icelog's to choose (the
+    object store keeps the data) and is ignored; replica assignments and topic configs are
+    refused (INVALID_REQUEST, INVALID_CONFIG) rather than silently dropped.
+    """
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.none, None
+        partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+        name = table_name(topic.name)
+        if topic.name.split(".")[0] == SYSTEM_NAMESPACE:
+            code, message = ErrorCode.topic_authorization_failed, "icelog's system tables are not writable"
+        elif name is None:
+            code, message = ErrorCode.invalid_topic_exception, "a topic is NAMESPACE.TABLE or TABLE: letters, digits and _"
+        elif topic.assignments:
+            code, message = ErrorCode.invalid_request, "replica assignments are not served: the object store keeps the data"
+        elif topic.configs:
+            code, message = ErrorCode.invalid_config, "topic configs are not served yet"
+        elif not 1 <= partitions <= 100_000:
+            code, message = ErrorCode.invalid_partitions, f"partitions must be in 1..100000, not {topic.num_partitions}"
+        elif request.validate_only:
+            if catalog.table_exists(name):
+                code, message = ErrorCode.topic_already_exists, f"{name} exists"
+        else:
+            try:
+                create_topic(catalog, name, partitions)
+            except errors.TableAlreadyExists as e:
+                code, message = ErrorCode.topic_already_exists, str(e)
+            except errors.IcelogError as e:
+                code, message = ErrorCode.invalid_request, str(e)
+        results.append(
+            {
+                "name": topic.name,
+                "error_code": code,
+                "error_message": message,
+                "num_partitions": partitions if code == ErrorCode.none else -1,
+                "replication_factor": 1 if code == ErrorCode.none else -1,
+                "configs": [],
+            }
+        )
+    return {"topics": results}

@@ -96,6 +96,7 @@ class Appender:
         self.wakeups: dict[str, asyncio.Event] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.tables: dict[str, LogTable] = {}
+        self.kafka_schema: dict[str, bool] = {}  # per table, checked once
         self.registered: set[tuple[str, int]] = set()
         self.committed = asyncio.Condition()  # notified after every commit (long-polling fetches wait on it)
         self.closing = False
@@ -144,7 +145,9 @@ class Appender:
         try:
             log_table = self.tables.get(table) or LogTable.open(self.catalog, table)
             self.tables[table] = log_table
-            if not has_kafka_schema(log_table.payload_schema()):
+            if table not in self.kafka_schema:
+                self.kafka_schema[table] = has_kafka_schema(log_table.payload_schema())
+            if not self.kafka_schema[table]:
                 return [Acked(ErrorCode.invalid_record, message=f"{table} does not have the Kafka record schema")] * len(group)
             producer = group[0].producer
             rows: dict[int, list[pa.Table]] = {}

@@ -31,7 +31,7 @@ from icelog.storage.properties import NEXT_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 22
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 
 
 class Gateway:
@@ -44,6 +44,7 @@ class Gateway:
         self.appender = Appender(catalog, linger_ms)
         self.partitions: dict[str, int] = {}  # partition counts seen (they only grow)
         self.stopping = False
+        self._stop: asyncio.Event | None = None
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
 
@@ -51,12 +52,15 @@ class Gateway:
         # The producer-id allocator exists before the first InitProducerId (creating it takes a
         # while, and a client gives up on the bootstrap connection meanwhile).
         await asyncio.to_thread(ensure_system_table, self.catalog, SYSTEM_TABLE, {NEXT_PRODUCER_ID: "0"})
+        self._stop = asyncio.Event()
         self.server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, commit every queued batch and send its answer, then close the connections."""
         self.stopping = True
+        if self._stop is not None:
+            self._stop.set()
         if self.server is not None:
             self.server.close()
         await self.appender.close()
@@ -99,7 +103,8 @@ class Gateway:
 
     async def _frame(self, reader: asyncio.StreamReader) -> bytes | None:
         """The next request frame, or None for a closed or unacceptable stream."""
-        stop = asyncio.ensure_future(self._stopped())
+        assert self._stop is not None
+        stop = asyncio.ensure_future(self._stop.wait())
         read = asyncio.ensure_future(reader.readexactly(4))
         done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
@@ -111,10 +116,6 @@ class Gateway:
             log.warning("closing a connection: frame size %d", size)
             return None
         return await reader.readexactly(size)
-
-    async def _stopped(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(0.1)
 
     async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         while (task := await answers.get()) is not None:
@@ -154,6 +155,8 @@ class Gateway:
             data = await asyncio.to_thread(fetch.list_offsets, self.catalog, body)
         elif request.api_key == METADATA:
             data = await asyncio.to_thread(metadata.metadata, self.catalog, body, self.host, self.port)
+        elif request.api_key == CREATE_TOPICS:
+            data = await asyncio.to_thread(metadata.create_topics, self.catalog, body)
         elif request.api_key == INIT_PRODUCER_ID:
             data = await asyncio.to_thread(metadata.init_producer_id, self.catalog, body)
         else:

@@ -22,20 +22,13 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 # What the gateway serves, and no more: api key -> (min, max version). ApiVersions lists exactly this.
-API_KEYS = {
-    "produce": 0,
-    "fetch": 1,
-    "list_offsets": 2,
-    "metadata": 3,
-    "api_versions": 18,
-    "init_producer_id": 22,
-}
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (3, 9),  # Produce: record batches v2; v10+ adds fields this gateway has no use for
     1: (4, 12),  # Fetch: isolation level from v4; v13+ names topics by id
     2: (1, 7),  # ListOffsets
     3: (1, 9),  # Metadata
     18: (0, 3),  # ApiVersions
+    19: (2, 5),  # CreateTopics
     22: (0, 4),  # InitProducerId
 }
 API_VERSIONS = 18

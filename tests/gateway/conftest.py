@@ -91,17 +91,18 @@ def served(sqlite_spec, tmp_path):
         server.kill()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def module_spec(tmp_path_factory) -> CatalogSpec:
-    """A SQLite catalog shared by a module's tests (each makes its own topics)."""
+    """A SQLite catalog shared by the gateway tests (each makes its own topics): one gateway
+    process starts in seconds on a busy machine, so the tests share it."""
     directory = tmp_path_factory.mktemp("gateway")
     (directory / "warehouse").mkdir()
     return CatalogSpec("sqlite", "gwcat", f"sqlite:///{directory / 'catalog.db'}", f"file://{directory / 'warehouse'}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gateway(module_spec, tmp_path_factory):
-    """One gateway for a module's tests; stopped with SIGTERM at the end, which must exit 0."""
+    """One gateway for the tests that share ``module_spec``; stopped with SIGTERM at the end, which must exit 0."""
     server = Served(module_spec, tmp_path_factory.mktemp("serve"))
     server.start()
     yield server

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from icelog.storage.log.table import LogTable
 from tests.gateway.conftest import quiet_logs
@@ -97,3 +98,44 @@ def test_list_offsets_earliest_latest_and_by_time(gateway, topic):
         assert none.offset == -1  # no record that late
     finally:
         consumer.close()
+
+
+def test_the_admin_client_creates_topics_with_the_kafka_schema(gateway, module_spec):
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap, **quiet_logs()})
+    futures = admin.create_topics(
+        [NewTopic("db.made", num_partitions=3, replication_factor=1), NewTopic("bare", num_partitions=-1, replication_factor=1)]
+    )
+    for f in futures.values():
+        assert f.result(30) is None
+    assert LogTable.open(module_spec.open(), "db.made").state().partitions == 3
+    assert LogTable.open(module_spec.open(), "logs.bare").state().partitions == 1  # a bare name is in namespace logs
+
+    refused = admin.create_topics(
+        [
+            NewTopic("db.made", num_partitions=1, replication_factor=1),
+            NewTopic("icelog_system.x", num_partitions=1, replication_factor=1),
+            NewTopic("db.bad-name", num_partitions=1, replication_factor=1),
+            NewTopic("db.checked", num_partitions=2, replication_factor=1),
+        ],
+        validate_only=True,
+    )
+    codes = {}
+    for name, f in refused.items():
+        try:
+            f.result(30)
+            codes[name] = None
+        except KafkaException as e:
+            codes[name] = e.args[0].code()
+    assert codes == {
+        "db.made": KafkaError.TOPIC_ALREADY_EXISTS,
+        "icelog_system.x": KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "db.bad-name": KafkaError.TOPIC_EXCEPTION,
+        "db.checked": None,
+    }
+    assert not module_spec.open().table_exists("db.checked")  # validate_only creates nothing
+
+    # produced to right away, read back as any topic
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "enable.idempotence": True, **quiet_logs()})
+    producer.produce("db.made", value=b"first", partition=2)
+    assert producer.flush(30) == 0
+    assert LogTable.open(module_spec.open(), "db.made").read(2)["value"].to_pylist() == [b"first"]
