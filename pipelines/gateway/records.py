@@ -129,6 +129,9 @@ def _snappy(body: bytes) -> bytes:
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
     """A zig-zag varint (at most 10 bytes) and the position after it."""
+    if at < len(data) and data[at] < 0x80:  # one byte: most lengths and deltas of small records
+        byte = data[at]
+        return (byte >> 1) ^ -(byte & 1), at + 1
     shift = result = 0
     for i in range(10):
         if at + i >= len(data):
