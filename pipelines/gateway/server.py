@@ -22,7 +22,7 @@ from pyiceberg.catalog import Catalog
 from icelog.pipelines.gateway import fetch, metadata, wire
 from icelog.pipelines.gateway.produce import Acked, Appender
 from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
-from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name
+from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name, valid_timestamp
 from icelog.storage import errors
 from icelog.storage.core.system import ensure_system_table
 from icelog.storage.log.table import LogTable
@@ -199,6 +199,9 @@ class Gateway:
             return Acked(ErrorCode.corrupt_message, message=str(e))
         if not batches or any(not b.records for b in batches):
             return Acked(ErrorCode.invalid_record, message="a produce needs at least one record in every batch")
+        if not all(valid_timestamp(r.timestamp_ms) for b in batches for r in b.records):
+            # Checked here, not at commit: one client's bad record must not fail a commit it shares.
+            return Acked(ErrorCode.invalid_timestamp, message="a record timestamp outside years 1970 to 9999")
         if any(b.transactional or b.control for b in batches):
             return Acked(ErrorCode.invalid_txn_state, message="transactions are not served by this gateway yet")
         if len(batches) > 1 and any(b.idempotent for b in batches):

@@ -31,6 +31,12 @@ KAFKA_PAYLOAD = [
     {"name": "record_timestamp", "type": "timestamptz"},
 ]
 SYSTEM_NAMESPACE = "icelog_system"
+NO_TIMESTAMP = -1  # Kafka's "no timestamp": stored as null, read back as the append time
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last time a timestamptz column reads back as
+
+
+def valid_timestamp(ms: int) -> bool:
+    return ms == NO_TIMESTAMP or 0 <= ms <= MAX_TIMESTAMP_MS
 
 
 def table_name(topic: str) -> str | None:
@@ -71,13 +77,15 @@ def decode_headers(text: str | None) -> tuple[tuple[str, bytes | None], ...]:
 
 
 def records_to_rows(records: list[Any]) -> pa.Table:
-    """Kafka records (``records.Record``) as rows of the Kafka record schema."""
+    """Kafka records (``records.Record``, timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema."""
     return pa.table(
         {
             "key": pa.array([r.key for r in records], pa.binary()),
             "value": pa.array([r.value for r in records], pa.binary()),
             "headers": pa.array([encode_headers(r.headers) for r in records], pa.string()),
-            "record_timestamp": pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "record_timestamp": pa.array(
+                [None if r.timestamp_ms == NO_TIMESTAMP else r.timestamp_ms * 1000 for r in records], pa.int64()
+            ).cast(pa.timestamp("us", tz="UTC")),
         }
     )
 

@@ -26,8 +26,10 @@ def slow_linger(module_spec, tmp_path_factory):
     assert server.stop() == 0, server.stderr()
 
 
-def produce(conn: Connection, topic: str, partition: int, values: list[bytes], producer=(-1, -1, -1), acks: int = -1):
-    batch = encode_batch(0, [(i, 1_000 + i, None, v, ()) for i, v in enumerate(values)], producer)
+def produce(
+    conn: Connection, topic: str, partition: int, values: list[bytes], producer=(-1, -1, -1), acks: int = -1, ts: int = 1_000
+):
+    batch = encode_batch(0, [(i, ts + i, None, v, ()) for i, v in enumerate(values)], producer)
     data = {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
     conn.send(frame(0, 9, {"acks": acks, "timeout": 5000, "topic_data": [data]}))
     if acks == 0:
@@ -145,3 +147,24 @@ def test_a_topic_without_the_kafka_schema_is_readable_and_not_writable(slow_ling
         part = parse(1, 12, conn.read_frame()).responses[0].partitions[0]
     (batch,) = decode_batches(part.records)
     assert [(r.key, r.value) for r in batch.records] == [(b"k1", b'{"key": "k1", "n": 7}')]
+
+
+def test_a_bad_timestamp_is_refused_alone_and_no_timestamp_reads_back_as_the_append_time(slow_linger, module_spec, topic):
+    results = {}
+
+    def bad() -> None:
+        with Connection(slow_linger.bootstrap) as conn:
+            results["bad"] = produce(conn, topic, 0, [b"far"], ts=2**62)
+
+    with Connection(slow_linger.bootstrap) as conn:
+        worker = threading.Thread(target=bad)
+        worker.start()  # within the same coalescing window as the good one
+        good = produce(conn, topic, 0, [b"good"], ts=-1)
+        worker.join()
+        assert results["bad"].error_code == ErrorCode.invalid_timestamp
+        assert (good.error_code, good.base_offset) == (ErrorCode.none, 0)
+        conn.send(_fetch(topic, 0, 0))
+        part = parse(1, 12, conn.read_frame()).responses[0].partitions[0]
+    (batch,) = decode_batches(part.records)
+    appended = LogTable.open(module_spec.open(), topic).read(0)["log_timestamp"][0].as_py()
+    assert [(r.value, r.timestamp_ms) for r in batch.records] == [(b"good", int(appended.timestamp() * 1000))]
