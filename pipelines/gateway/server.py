@@ -119,7 +119,12 @@ class Gateway:
 
     async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         while (task := await answers.get()) is not None:
-            data = await task
+            try:
+                data = await task
+            except Exception:  # noqa: BLE001 - a handler's unexpected failure ends its connection, not the server
+                log.exception("closing a connection: a request failed")
+                writer.close()
+                return
             if data is None:
                 continue
             writer.write(data)
