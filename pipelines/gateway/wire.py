@@ -66,18 +66,18 @@ def parse_request(frame: bytes) -> Request:
     """Decode a request frame (without its size prefix) of a supported (key, version).
 
     Raises:
-        FrameError: anything that does not decode as that request, to its last byte.
+        FrameError: anything that does not decode as that request.
     """
     api_key, api_version, correlation_id = peek(frame)
     schema = load_request_schema(api_key, api_version)
-    check_sizes(schema, frame)
+    frame = check_sizes(schema, frame)
     try:
         header, used = entity_reader(schema.__header_schema__)(frame, 0)
         body, size = entity_reader(schema)(frame, used)
     except Exception as e:  # noqa: BLE001 - kio raises many types (buffer underflow, bad utf-8, values out of range)
         raise FrameError(f"{type(e).__name__}: {e}") from e
-    if used + size != len(frame):
-        raise FrameError(f"{len(frame) - used - size} bytes after the request")
+    # Bytes after the request are ignored, as brokers ignore them (librdkafka 2.16's Metadata
+    # request for all topics ends with one).
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 
@@ -107,12 +107,15 @@ def served() -> list[dict[str, int]]:
 FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "uuid": 16, "timedelta_i32": 4, "float64": 8}
 
 
-def check_sizes(schema: type, frame: bytes) -> None:
-    """Walk a request frame as ``schema`` lays it out, checking every length against the bytes left.
+def check_sizes(schema: type, frame: bytes) -> bytes:
+    """Walk a request frame as ``schema`` lays it out, checking every length against the bytes
+    left; the frame without the tagged fields ``schema`` does not know.
 
     kio's native reader sizes an array's memory from its length field before reading a single
     element, and a bogus length (billions) aborts the process on a failed allocation. Walking
     first costs one pass over a frame the gateway reads anyway, and bounds that work by its size.
+    kio also refuses a tagged field its schema lacks, where the protocol says to skip it
+    (librdkafka's Metadata v9 for all topics carries one): those are dropped here.
 
     Raises:
         FrameError: a length that runs past the frame, or a type this walk does not know.
@@ -121,14 +124,22 @@ def check_sizes(schema: type, frame: bytes) -> None:
     reader.skip(8)  # api key, api version, correlation id
     reader.legacy_sized(2)  # client id: a legacy nullable string in every header version
     if schema.__flexible__:
-        reader.tagged()
+        reader.tagged(frozenset())  # RequestHeader v2 declares none
     reader.entity(schema, schema.__flexible__)
+    return reader.result()
 
 
 class _Walk:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.at = 0
+        self.out = bytearray()  # the frame up to ``copied``, unknown tagged fields left out
+        self.copied = 0
+
+    def result(self) -> bytes:
+        if not self.copied:
+            return self.data
+        return bytes(self.out + self.data[self.copied :])
 
     def skip(self, n: int) -> None:
         if n < 0 or self.at + n > len(self.data):
@@ -162,10 +173,23 @@ class _Walk:
             raise FrameError(f"an array of {n} elements in {len(self.data) - self.at} bytes")
         return max(n, 0)
 
-    def tagged(self) -> None:
+    def tagged(self, known: frozenset[int]) -> None:
+        start = self.at
+        kept, dropped = [], False
         for _ in range(self.uvarint()):
-            self.uvarint()
+            begin = self.at
+            tag = self.uvarint()
             self.skip(self.uvarint())
+            if tag in known:
+                kept.append(self.data[begin : self.at])
+            else:
+                dropped = True
+        if dropped:
+            self.out += self.data[self.copied : start]
+            _put_uvarint(self.out, len(kept))
+            for entry in kept:
+                self.out += entry
+            self.copied = self.at
 
     def value(self, kind: str, flexible: bool) -> None:
         if kind in FIXED:
@@ -191,7 +215,14 @@ class _Walk:
             else:
                 self.value(f.metadata["kafka_type"], flexible)
         if flexible:
-            self.tagged()
+            self.tagged(frozenset(f.metadata["tag"] for f in fields(cls) if "tag" in f.metadata))
+
+
+def _put_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
 
 
 # --- dicts to kio dataclasses ----------------------------------------------------------------

@@ -139,3 +139,11 @@ def test_the_admin_client_creates_topics_with_the_kafka_schema(gateway, module_s
     producer.produce("db.made", value=b"first", partition=2)
     assert producer.flush(30) == 0
     assert LogTable.open(module_spec.open(), "db.made").read(2)["value"].to_pylist() == [b"first"]
+
+
+def test_metadata_lists_log_tables_and_never_system_tables(gateway, module_spec, topic):
+    assert module_spec.open().table_exists("icelog_system.producer_ids")  # made by the gateway at start
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap, **quiet_logs()})
+    listed = admin.list_topics(timeout=30).topics
+    assert topic in listed and len(listed[topic].partitions) == 2
+    assert not [name for name in listed if name.startswith("icelog_system.")]
