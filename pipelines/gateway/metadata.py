@@ -1,0 +1,120 @@
+"""ApiVersions, Metadata, InitProducerId and CreateTopics: what a client asks before it produces or fetches.
+
+The gateway is one broker (node 0) that leads every partition of every topic: any number of
+gateway processes may serve one catalog, each telling its clients it is the whole cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from icelog.pipelines.gateway import wire
+from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, create_topic, table_name
+from icelog.storage import errors
+from icelog.storage.log.table import LogTable, list_log_tables
+from icelog.storage.producers.idempotent import lease_producer_ids
+
+NODE_ID = 0
+
+
+def api_versions(request: Any) -> dict[str, Any]:
+    return {"error_code": ErrorCode.none, "api_keys": wire.served()}
+
+
+def metadata(catalog, request: Any, host: str, port: int) -> dict[str, Any]:
+    """Brokers (this gateway) and the asked topics, or every log table outside ``icelog_system`` (in a thread)."""
+    if request.topics is None:
+        names = [n for n in list_log_tables(catalog) if not n.startswith(SYSTEM_NAMESPACE + ".")]
+    else:
+        names = [t.name for t in request.topics]
+    topics = []
+    for topic in names:
+        entry: dict[str, Any] = {"name": topic, "error_code": ErrorCode.none, "partitions": []}
+        name = table_name(topic) if topic is not None else None
+        try:
+            if name is None:
+                raise errors.UnknownTable(table=str(topic), catalog=catalog.name)
+            count = LogTable(catalog, name).state().partitions
+        except errors.IcelogError:
+            entry["error_code"] = ErrorCode.unknown_topic_or_partition
+        else:
+            entry["partitions"] = [
+                {
+                    "error_code": ErrorCode.none,
+                    "partition_index": p,
+                    "leader_id": NODE_ID,
+                    "leader_epoch": 0,
+                    "replica_nodes": [NODE_ID],
+                    "isr_nodes": [NODE_ID],
+                }
+                for p in range(count)
+            ]
+        topics.append(entry)
+    return {
+        "brokers": [{"node_id": NODE_ID, "host": host, "port": port}],
+        "cluster_id": f"icelog-{catalog.name}",
+        "controller_id": NODE_ID,
+        "topics": topics,
+    }
+
+
+def init_producer_id(catalog, request: Any) -> dict[str, Any]:
+    """A fresh icelog producer id at epoch 0 for an idempotent producer (in a thread).
+
+    Transactional ids are refused (transactions are not served yet). A request that names its
+    current id and epoch (a client bumping its epoch) also gets a fresh id.
+    """
+    if request.transactional_id is not None:
+        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1}
+    try:
+        producer_id = lease_producer_ids(catalog, 1)[0]
+    except errors.IcelogError:
+        return {"error_code": ErrorCode.kafka_storage_error, "producer_id": -1, "producer_epoch": -1}
+    return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": 0}
+
+
+def create_topics(catalog, request: Any) -> dict[str, Any]:
+    """Create each topic's log table with the Kafka record schema (in a thread).
+
+    A partition count of -1 means 1. The replication factor is not icelog's to choose (the
+    object store keeps the data) and is ignored; replica assignments and topic configs are
+    refused (INVALID_REQUEST, INVALID_CONFIG) rather than silently dropped.
+    """
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.none, None
+        partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+        name = table_name(topic.name)
+        if topic.name.split(".")[0] == SYSTEM_NAMESPACE:
+            code, message = ErrorCode.topic_authorization_failed, "icelog's system tables are not writable"
+        elif name is None:
+            code, message = ErrorCode.invalid_topic_exception, "a topic is NAMESPACE.TABLE or TABLE: letters, digits and _"
+        elif topic.assignments:
+            code, message = ErrorCode.invalid_request, "replica assignments are not served: the object store keeps the data"
+        elif topic.configs:
+            code, message = ErrorCode.invalid_config, "topic configs are not served yet"
+        elif not 1 <= partitions <= 100_000:
+            code, message = ErrorCode.invalid_partitions, f"partitions must be in 1..100000, not {topic.num_partitions}"
+        elif request.validate_only:
+            if catalog.table_exists(name):
+                code, message = ErrorCode.topic_already_exists, f"{name} exists"
+        else:
+            try:
+                create_topic(catalog, name, partitions)
+            except errors.TableAlreadyExists as e:
+                code, message = ErrorCode.topic_already_exists, str(e)
+            except errors.IcelogError as e:
+                code, message = ErrorCode.invalid_request, str(e)
+        results.append(
+            {
+                "name": topic.name,
+                "error_code": code,
+                "error_message": message,
+                "num_partitions": partitions if code == ErrorCode.none else -1,
+                "replication_factor": 1 if code == ErrorCode.none else -1,
+                "configs": [],
+            }
+        )
+    return {"topics": results}

@@ -1,0 +1,235 @@
+"""Kafka record batches (magic v2): decoded with their codecs, encoded uncompressed.
+
+Handled here rather than by kio's record reader: it neither decompresses batches nor keeps a
+record's timestamp milliseconds. Layout (Kafka's "Message format" documentation)::
+
+    baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8 (2),
+    crc uint32 (CRC-32C of everything after it), attributes int16, lastOffsetDelta int32,
+    baseTimestamp int64, maxTimestamp int64, producerId int64, producerEpoch int16,
+    baseSequence int32, recordCount int32, records (compressed as a whole per attributes)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import cramjam
+from crc32c import crc32c
+
+HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61 bytes before the records
+CRC_START = 21  # the CRC covers attributes to the end
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+TRANSACTIONAL, CONTROL = 0x10, 0x20
+NO_PRODUCER = -1
+XERIAL = b"\x82SNAPPY\x00"  # the Java client's framed snappy
+
+
+class CorruptRecords(ValueError):
+    """Bytes that are not a well-formed v2 batch (a CRC mismatch included): CORRUPT_MESSAGE."""
+
+
+@dataclass(frozen=True)
+class Record:
+    offset_delta: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Batch:
+    base_offset: int
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[Record]
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+    @property
+    def idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER
+
+
+def decode_batches(data: bytes) -> list[Batch]:
+    """Every batch in a produce request's records field.
+
+    Raises:
+        CorruptRecords: truncated data, another magic, a CRC mismatch, an unknown codec,
+            records that do not parse to the batch's last byte or disagree with its count.
+    """
+    view = memoryview(data)
+    batches, at = [], 0
+    while at < len(view):
+        if len(view) - at < HEADER.size:
+            raise CorruptRecords(f"{len(view) - at} bytes cannot hold a batch header")
+        (base, length, _epoch, magic, crc, attributes, _last_delta, base_ts, _max_ts, pid, pepoch, seq, count) = (
+            HEADER.unpack_from(view, at)
+        )
+        end = at + 12 + length
+        if magic != 2:
+            raise CorruptRecords(f"magic {magic}: only v2 record batches are accepted")
+        if length < HEADER.size - 12 or end > len(view):
+            raise CorruptRecords(f"batch length {length} runs past the data")
+        if crc32c(view[at + CRC_START : end]) != crc:
+            raise CorruptRecords("CRC-32C mismatch")
+        codec = attributes & 0x07
+        if codec not in CODECS:
+            raise CorruptRecords(f"unknown compression codec {codec}")
+        body = _decompress(codec, bytes(view[at + HEADER.size : end]))
+        if count < 0:
+            raise CorruptRecords(f"record count {count}")
+        records = _decode_records(body, count, base_ts)
+        batches.append(Batch(base, attributes, pid, pepoch, seq, records))
+        at = end
+    return batches
+
+
+def _decompress(codec: int, body: bytes) -> bytes:
+    try:
+        if codec == 0:
+            return body
+        if codec == 1:
+            return bytes(cramjam.gzip.decompress(body))
+        if codec == 2:
+            return _snappy(body)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(body))
+        return bytes(cramjam.zstd.decompress(body))
+    except CorruptRecords:
+        raise
+    except Exception as e:  # noqa: BLE001 - cramjam's DecompressionError and friends
+        raise CorruptRecords(f"{CODECS[codec]}: {e}") from e
+
+
+def _snappy(body: bytes) -> bytes:
+    """Raw snappy (librdkafka) or the Java client's xerial framing: header, then sized raw blocks."""
+    if not body.startswith(XERIAL):
+        return bytes(cramjam.snappy.decompress_raw(body))
+    out, at = bytearray(), 16
+    while at < len(body):
+        if at + 4 > len(body):
+            raise CorruptRecords("snappy: truncated block size")
+        (size,) = struct.unpack_from(">i", body, at)
+        if size < 0 or at + 4 + size > len(body):
+            raise CorruptRecords("snappy: block runs past the data")
+        out += bytes(cramjam.snappy.decompress_raw(body[at + 4 : at + 4 + size]))
+        at += 4 + size
+    return bytes(out)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """A zig-zag varint (at most 10 bytes) and the position after it."""
+    if at < len(data) and data[at] < 0x80:  # one byte: most lengths and deltas of small records
+        byte = data[at]
+        return (byte >> 1) ^ -(byte & 1), at + 1
+    shift = result = 0
+    for i in range(10):
+        if at + i >= len(data):
+            raise CorruptRecords("truncated varint")
+        byte = data[at + i]
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at + i + 1
+        shift += 7
+    raise CorruptRecords("varint longer than 10 bytes")
+
+
+def _sized(data: bytes, at: int) -> tuple[bytes | None, int]:
+    size, at = _varint(data, at)
+    if size == -1:
+        return None, at
+    if size < 0 or at + size > len(data):
+        raise CorruptRecords(f"field of {size} bytes runs past the record")
+    return data[at : at + size], at + size
+
+
+def _decode_records(body: bytes, count: int, base_ts: int) -> list[Record]:
+    records, at = [], 0
+    for _ in range(count):
+        length, at = _varint(body, at)
+        end = at + length
+        if length < 0 or end > len(body):
+            raise CorruptRecords(f"record of {length} bytes runs past the batch")
+        at += 1  # record attributes, unused
+        ts_delta, at = _varint(body, at)
+        offset_delta, at = _varint(body, at)
+        key, at = _sized(body, at)
+        value, at = _sized(body, at)
+        n_headers, at = _varint(body, at)
+        if n_headers < 0:
+            raise CorruptRecords(f"header count {n_headers}")
+        headers = []
+        for _ in range(n_headers):
+            name, at = _sized(body, at)
+            if name is None:
+                raise CorruptRecords("a header without a key")
+            hvalue, at = _sized(body, at)
+            try:
+                headers.append((name.decode("utf-8"), hvalue))
+            except UnicodeDecodeError as e:
+                raise CorruptRecords("a header key that is not UTF-8") from e
+        if at != end:
+            raise CorruptRecords("record length disagrees with its fields")
+        records.append(Record(offset_delta, base_ts + ts_delta, key, value, tuple(headers)))
+    if at != len(body):
+        raise CorruptRecords(f"{len(body) - at} bytes after the batch's {count} records")
+    if [r.offset_delta for r in records] != list(range(count)):
+        raise CorruptRecords("offset deltas are not 0, 1, 2, ...")
+    return records
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    value = (value << 1) ^ (value >> 63)
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_sized(out: bytearray, value: bytes | None) -> None:
+    if value is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(value))
+        out += value
+
+
+def encode_batch(
+    base_offset: int,
+    records: list[tuple[int, int, bytes | None, bytes | None, tuple]],
+    producer: tuple[int, int, int] = (NO_PRODUCER, -1, -1),
+) -> bytes:
+    """An uncompressed batch of ``(offset, timestamp_ms, key, value, headers)`` with offsets from
+    ``base_offset``; ``producer`` is (producer id, epoch, base sequence), none by default (fetches)."""
+    body = bytearray()
+    base_ts = min(r[1] for r in records)
+    for offset, ts, key, value, headers in records:
+        rec = bytearray(b"\x00")
+        _put_varint(rec, ts - base_ts)
+        _put_varint(rec, offset - base_offset)
+        _put_sized(rec, key)
+        _put_sized(rec, value)
+        _put_varint(rec, len(headers))
+        for name, hvalue in headers:
+            _put_sized(rec, name.encode("utf-8"))
+            _put_sized(rec, hvalue)
+        _put_varint(body, len(rec))
+        body += rec
+    last_delta = records[-1][0] - base_offset
+    max_ts = max(r[1] for r in records)
+    after_crc = struct.pack(">hiqqqhii", 0, last_delta, base_ts, max_ts, *producer, len(records)) + bytes(body)
+    length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, then the rest
+    return struct.pack(">qiibI", base_offset, length, 0, 2, crc32c(after_crc)) + after_crc

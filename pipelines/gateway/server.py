@@ -1,0 +1,235 @@
+"""The gateway's asyncio server: frames in, handlers concurrently, responses out in request order.
+
+Each connection reads frames as they come and starts a handler for each; a writer sends the
+answers in the order of the requests (Kafka's rule for one connection), so a long-polling fetch
+holds up only the requests after it on its own connection. Blocking catalog and Iceberg work runs
+in threads. A frame that cannot be a request (a size out of bounds, bytes that do not decode, a
+(key, version) the gateway does not serve other than ApiVersions) closes its connection and
+nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from pyiceberg.catalog import Catalog
+
+from icelog.pipelines.gateway import fetch, metadata, wire
+from icelog.pipelines.gateway.produce import Acked, Appender
+from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
+from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name, valid_timestamp
+from icelog.storage import errors
+from icelog.storage.core.system import ensure_system_table
+from icelog.storage.log.table import LogTable
+from icelog.storage.producers.idempotent import SYSTEM_TABLE
+from icelog.storage.properties import NEXT_PRODUCER_ID
+
+log = logging.getLogger(__name__)
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
+
+
+class Gateway:
+    """One ``icelog serve`` process: a listening socket over one catalog."""
+
+    def __init__(self, catalog: Catalog, host: str = "127.0.0.1", port: int = 0, linger_ms: float = 5.0) -> None:
+        self.catalog = catalog
+        self.host = host
+        self.port = port
+        self.appender = Appender(catalog, linger_ms)
+        self.partitions: dict[str, int] = {}  # partition counts seen (they only grow)
+        self.stopping = False
+        self._stop: asyncio.Event | None = None
+        self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        # The producer-id allocator exists before the first InitProducerId (creating it takes a
+        # while, and a client gives up on the bootstrap connection meanwhile).
+        await asyncio.to_thread(ensure_system_table, self.catalog, SYSTEM_TABLE, {NEXT_PRODUCER_ID: "0"})
+        self._stop = asyncio.Event()
+        self.server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting, commit every queued batch and send its answer, then close the connections."""
+        self.stopping = True
+        if self._stop is not None:
+            self._stop.set()
+        if self.server is not None:
+            self.server.close()
+        await self.appender.close()
+        if self.connections:
+            await asyncio.wait(self.connections, timeout=grace)
+        for task in self.connections:
+            task.cancel()
+
+    # --- connections ---------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
+        answers: asyncio.Queue[asyncio.Task | None] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(answers, writer))
+        # Produce requests queue their batches in request order (a producer pipelines several
+        # requests, and its sequences must reach the table in the order sent): the lock is fair,
+        # and handlers start in the order their requests arrived.
+        queueing = asyncio.Lock()
+        try:
+            while not self.stopping:
+                frame = await self._frame(reader)
+                if frame is None:
+                    break
+                handler = self._dispatch(frame, queueing)
+                if handler is None:
+                    break
+                answers.put_nowait(asyncio.create_task(handler))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            answers.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await sender
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self.connections.discard(task)
+
+    async def _frame(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The next request frame, or None for a closed or unacceptable stream."""
+        assert self._stop is not None
+        stop = asyncio.ensure_future(self._stop.wait())
+        read = asyncio.ensure_future(reader.readexactly(4))
+        done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if read not in done:
+            read.cancel()
+            return None
+        (size,) = struct.unpack(">i", read.result())
+        if not 8 <= size <= wire.MAX_FRAME_BYTES:
+            log.warning("closing a connection: frame size %d", size)
+            return None
+        return await reader.readexactly(size)
+
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        while (task := await answers.get()) is not None:
+            try:
+                data = await task
+            except Exception:  # noqa: BLE001 - a handler's unexpected failure ends its connection, not the server
+                log.exception("closing a connection: a request failed")
+                writer.close()
+                return
+            if data is None:
+                continue
+            writer.write(data)
+            await writer.drain()
+
+    def _dispatch(self, frame: bytes, queueing: asyncio.Lock):
+        """A coroutine answering ``frame`` (bytes or None for no answer), or None to close."""
+        try:
+            api_key, version, correlation_id = wire.peek(frame)
+        except wire.FrameError:
+            return None
+        if not wire.supported(api_key, version):
+            if api_key == API_VERSIONS:
+                return _ready(wire.api_versions_error(correlation_id))
+            log.warning("closing a connection: api key %d version %d is not served", api_key, version)
+            return None
+        try:
+            request = wire.parse_request(frame)
+        except wire.FrameError as e:
+            log.warning("closing a connection: %s", e)
+            return None
+        return self._answer(request, queueing)
+
+    async def _answer(self, request: wire.Request, queueing: asyncio.Lock) -> bytes | None:
+        body = request.body
+        if request.api_key == PRODUCE:
+            data = await self._produce(body, queueing)
+            if body.acks == 0:
+                return None
+        elif request.api_key == FETCH:
+            data = await fetch.handle_fetch(self, body)
+        elif request.api_key == LIST_OFFSETS:
+            data = await asyncio.to_thread(fetch.list_offsets, self.catalog, body)
+        elif request.api_key == METADATA:
+            data = await asyncio.to_thread(metadata.metadata, self.catalog, body, self.host, self.port)
+        elif request.api_key == CREATE_TOPICS:
+            data = await asyncio.to_thread(metadata.create_topics, self.catalog, body)
+        elif request.api_key == INIT_PRODUCER_ID:
+            data = await asyncio.to_thread(metadata.init_producer_id, self.catalog, body)
+        else:
+            data = metadata.api_versions(body)
+        return wire.encode_response(request.api_key, request.api_version, request.correlation_id, data)
+
+    # --- produce -------------------------------------------------------------------------------
+
+    async def _produce(self, request: Any, queueing: asyncio.Lock) -> dict[str, Any]:
+        waits: list[tuple[str, int, asyncio.Future | Acked]] = []
+        async with queueing:
+            for topic in request.topic_data:
+                for part in topic.partition_data:
+                    waits.append((topic.name, part.index, await self._submit(topic.name, part.index, part.records)))
+        responses: dict[str, list[dict[str, Any]]] = {}
+        for topic_name, partition, wait in waits:
+            ack = wait if isinstance(wait, Acked) else await wait
+            responses.setdefault(topic_name, []).append(
+                {
+                    "index": partition,
+                    "error_code": ack.error,
+                    "base_offset": ack.base_offset,
+                    "log_start_offset": -1,
+                    "error_message": ack.message,
+                }
+            )
+        return {"responses": [{"name": t, "partition_responses": ps} for t, ps in responses.items()]}
+
+    async def _submit(self, topic: str, partition: int, records: bytes | None) -> asyncio.Future | Acked:
+        """Check one partition's batches and queue them; an Acked for what is refused before any commit."""
+        if topic.split(".")[0] == SYSTEM_NAMESPACE:
+            return Acked(ErrorCode.topic_authorization_failed, message=f"{topic}: icelog's system tables are not writable")
+        name = table_name(topic)
+        if name is None or not await self._has_partition(name, partition):
+            return Acked(ErrorCode.unknown_topic_or_partition, message=f"{topic} has no partition {partition}")
+        try:
+            # In a thread: decoding a large request takes long enough to hold up every connection.
+            batches = await asyncio.to_thread(decode_batches, records or b"")
+        except CorruptRecords as e:
+            return Acked(ErrorCode.corrupt_message, message=str(e))
+        if not batches or any(not b.records for b in batches):
+            return Acked(ErrorCode.invalid_record, message="a produce needs at least one record in every batch")
+        if not all(valid_timestamp(r.timestamp_ms) for b in batches for r in b.records):
+            # Checked here, not at commit: one client's bad record must not fail a commit it shares.
+            return Acked(ErrorCode.invalid_timestamp, message="a record timestamp outside years 1970 to 9999")
+        if any(b.transactional or b.control for b in batches):
+            return Acked(ErrorCode.invalid_txn_state, message="transactions are not served by this gateway yet")
+        if len(batches) > 1 and any(b.idempotent for b in batches):
+            return Acked(ErrorCode.invalid_record, message="an idempotent producer sends one batch per partition and request")
+        futures = [self.appender.submit(name, partition, b) for b in batches]
+        return asyncio.ensure_future(_first_offset(futures))
+
+    async def _has_partition(self, name: str, partition: int) -> bool:
+        if partition < 0:
+            return False
+        if partition >= self.partitions.get(name, 0):
+            try:
+                self.partitions[name] = await asyncio.to_thread(lambda: LogTable(self.catalog, name).state().partitions)
+            except errors.IcelogError:
+                return False
+        return partition < self.partitions[name]
+
+
+async def _first_offset(futures: list[asyncio.Future]) -> Acked:
+    acks = [await f for f in futures]
+    failed = next((a for a in acks if a.error != ErrorCode.none), None)
+    return failed or acks[0]
+
+
+async def _ready(data: bytes) -> bytes:
+    return data

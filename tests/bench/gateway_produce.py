@@ -1,0 +1,129 @@
+"""Produce through ``icelog serve`` vs ``LogTable.append``: throughput and acknowledgement latency.
+
+confluent-kafka sends 100-byte records idempotently (``linger.ms=5``, ``acks=all``) to a gateway on a
+fresh SQLite catalog; every acknowledgement comes after the Iceberg commit. The reference appends the
+same records in-process with ``LogTable.append``, in batches of the size the gateway's commits had.
+Not part of ``make bench`` yet: ``python -m tests.bench.gateway_produce [--records N] [--linger-ms MS ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from icelog.pipelines.gateway.records import Record
+from icelog.pipelines.gateway.topics import create_topic, records_to_rows
+from icelog.storage.log.table import LogTable
+from tests.support.catalogs import CatalogSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+VALUE = b"x" * 100
+PACED_RATE, PACED_SECONDS = 2_000, 5  # records/s, seconds
+
+
+def _spec(directory: Path, name: str) -> CatalogSpec:
+    (directory / "warehouse").mkdir(parents=True)
+    return CatalogSpec("sqlite", name, f"sqlite:///{directory / 'catalog.db'}", f"file://{directory / 'warehouse'}")
+
+
+def through_gateway(directory: Path, records: int, linger_ms: float) -> dict:
+    from confluent_kafka import Producer
+
+    spec = _spec(directory, "bench")
+    create_topic(spec.open(), "db.bench", 1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "icelog.pipelines.cli", "serve", "--output", "json", "--port", "0", "--linger-ms", str(linger_ms)],
+        stdout=subprocess.PIPE,
+        env=spec.env(),
+        cwd=ROOT,
+    )
+    try:
+        port = json.loads(proc.stdout.readline())["port"]
+        producer = Producer(
+            {"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 0}
+        )
+        producer.produce("db.bench", value=VALUE, partition=0)  # the producer id and the first commit, not timed
+        producer.flush(60)
+        before = len(LogTable.open(spec.open(), "db.bench").table().metadata.snapshots)
+        latencies: list[float] = []
+        started = time.perf_counter()
+        for _ in range(records):
+            sent = time.perf_counter()
+            producer.produce(
+                "db.bench", value=VALUE, partition=0, on_delivery=lambda e, m, s=sent: latencies.append(time.perf_counter() - s)
+            )
+            producer.poll(0)
+        assert producer.flush(300) == 0
+        seconds = time.perf_counter() - started
+        commits = len(LogTable.open(spec.open(), "db.bench").table().metadata.snapshots) - before
+        # Paced: the latency of an acknowledgement when the client is not queueing behind itself.
+        paced: list[float] = []
+        start = time.perf_counter()
+        for i in range(PACED_RATE * PACED_SECONDS):
+            while time.perf_counter() < start + i / PACED_RATE:
+                producer.poll(0.0005)
+            sent = time.perf_counter()
+            producer.produce(
+                "db.bench", value=VALUE, partition=0, on_delivery=lambda e, m, s=sent: paced.append(time.perf_counter() - s)
+            )
+        assert producer.flush(300) == 0
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        proc.stdout.close()
+    latencies.sort()
+    paced.sort()
+    return {
+        "paced_p50_ms": 1000 * statistics.median(paced),
+        "paced_p99_ms": 1000 * paced[int(0.99 * (len(paced) - 1))],
+        "records_per_s": records / seconds,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+        "commits": commits,
+        "records_per_commit": records / max(commits, 1),
+    }
+
+
+def through_append(directory: Path, records: int, batch: int) -> dict:
+    spec = _spec(directory, "direct")
+    log_table = create_topic(spec.open(), "db.bench", 1)
+    now = int(time.time() * 1000)
+    rows: pa.Table = records_to_rows([Record(i, now, None, VALUE) for i in range(batch)])
+    log_table.append({0: rows.slice(0, 1)})
+    started = time.perf_counter()
+    for _ in range(max(records // batch, 1)):
+        log_table.append({0: rows})
+    seconds = time.perf_counter() - started
+    return {"records_per_s": (records // batch) * batch / seconds, "batch": batch}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--linger-ms", type=float, nargs="+", default=[5.0, 20.0])
+    args = parser.parse_args()
+    for linger in args.linger_ms:
+        with tempfile.TemporaryDirectory() as tmp:
+            gw = through_gateway(Path(tmp) / "gw", args.records, linger)
+            direct = through_append(Path(tmp) / "direct", args.records, max(int(gw["records_per_commit"]), 1))
+        ratio = direct["records_per_s"] / gw["records_per_s"]
+        print(
+            f"window {linger:g} ms: gateway {gw['records_per_s']:,.0f} records/s, ack p50 {gw['p50_ms']:.0f} ms, "
+            f"p99 {gw['p99_ms']:.0f} ms (paced at {PACED_RATE}/s: p50 {gw['paced_p50_ms']:.0f} ms, p99 {gw['paced_p99_ms']:.0f} ms), "
+            f"{gw['commits']} commits ({gw['records_per_commit']:,.0f} records each); "
+            f"LogTable.append in batches of {direct['batch']:,}: {direct['records_per_s']:,.0f} records/s; "
+            f"gateway cost {ratio:.2f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

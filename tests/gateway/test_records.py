@@ -1,0 +1,123 @@
+"""Record batches (v2) as the gateway reads and writes them: codecs, CRC, offsets, timestamps."""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+import pytest
+from kio.records.readers import read_batch
+
+from icelog.pipelines.gateway.produce import Pending, commit_groups
+from icelog.pipelines.gateway.records import HEADER, XERIAL, Batch, CorruptRecords, decode_batches, encode_batch
+from icelog.pipelines.gateway.topics import decode_headers, encode_headers
+
+RECORDS = [
+    (10, 1_700_000_000_123, b"k", b"v", (("h", b"x"), ("none", None))),
+    (11, 1_700_000_000_999, None, b"", ()),
+    (12, 1_699_999_999_001, b"k3", None, ()),
+]
+
+
+def test_an_encoded_batch_reads_back_here_and_in_kio():
+    data = encode_batch(10, RECORDS, producer=(7, 2, 40))
+    (batch,) = decode_batches(data)
+    assert (batch.base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence) == (10, 7, 2, 40)
+    got = [(batch.base_offset + r.offset_delta, r.timestamp_ms, r.key, r.value, r.headers) for r in batch.records]
+    assert got == RECORDS  # milliseconds kept, null key and value kept, header with a null value kept
+    theirs, size = read_batch(data, 0)  # kio checks the CRC-32C and the layout independently
+    assert size == len(data) and [r.offset for r in theirs.records] == [10, 11, 12]
+
+
+def _compressed(codec: int, body: bytes) -> bytes:
+    return {
+        1: lambda: bytes(cramjam.gzip.compress(body)),
+        2: lambda: bytes(cramjam.snappy.compress_raw(body)),
+        3: lambda: bytes(cramjam.lz4.compress(body)),
+        4: lambda: bytes(cramjam.zstd.compress(body)),
+        5: lambda: XERIAL + b"\x00\x00\x00\x01\x00\x00\x00\x01" + _xerial_blocks(body),
+    }[codec]()
+
+
+def _xerial_blocks(body: bytes) -> bytes:
+    half = len(body) // 2
+    out = b""
+    for part in (body[:half], body[half:]):
+        block = bytes(cramjam.snappy.compress_raw(part))
+        out += struct.pack(">i", len(block)) + block
+    return out
+
+
+def _recompress(data: bytes, codec: int) -> bytes:
+    """The same batch with its records compressed by ``codec`` (5: snappy in the Java client's framing)."""
+    from crc32c import crc32c
+
+    header = bytearray(data[: HEADER.size])
+    body = _compressed(codec, data[HEADER.size :])
+    struct.pack_into(">h", header, 21, 2 if codec == 5 else codec)
+    out = header + body
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4, 5], ids=["gzip", "snappy", "lz4", "zstd", "snappy-xerial"])
+def test_compressed_batches_decode(codec):
+    data = _recompress(encode_batch(10, RECORDS), codec)
+    (batch,) = decode_batches(data)
+    assert [r.value for r in batch.records] == [b"v", b"", None]
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda d: d[:-1],  # truncated
+        lambda d: d[:-1] + bytes([d[-1] ^ 1]),  # CRC mismatch
+        lambda d: d[:16] + b"\x01" + d[17:],  # magic 1
+        lambda d: d[:21] + b"\x00\x07" + d[23:],  # codec 7
+        lambda d: d[:57] + struct.pack(">i", 99) + d[61:],  # more records than the batch holds
+        lambda d: d + b"\x00" * 5,  # trailing bytes shorter than a batch
+    ],
+    ids=["truncated", "crc", "magic", "codec", "count", "trailing"],
+)
+def test_malformed_batches_are_corrupt(mangle):
+    data = encode_batch(0, RECORDS[:2])
+    with pytest.raises(CorruptRecords):
+        decode_batches(mangle(data))
+
+
+def test_a_corrupt_compressed_body_is_corrupt_not_a_crash():
+    data = bytearray(_recompress(encode_batch(0, RECORDS), 4))
+    data[HEADER.size + 5] ^= 0xFF
+    from crc32c import crc32c
+
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))  # a valid CRC over a broken zstd frame
+    with pytest.raises(CorruptRecords):
+        decode_batches(bytes(data))
+
+
+def test_headers_round_trip_through_their_column():
+    headers = (("a", b"\x00\xff"), ("b", None), ("a", b""))
+    assert decode_headers(encode_headers(headers)) == headers
+    assert encode_headers(()) is None and decode_headers(None) == ()
+
+
+def _pending(partition: int, producer: int | None) -> Pending:
+    batch = Batch(0, 0, -1 if producer is None else producer, 0, 0, [])
+    return Pending(partition, batch, None)  # type: ignore[arg-type]
+
+
+def test_commit_groups_keep_each_producers_partition_order():
+    items = [
+        _pending(0, None),
+        _pending(1, None),
+        _pending(0, 5),
+        _pending(1, 5),
+        _pending(0, 5),
+        _pending(0, None),
+        _pending(0, 6),
+    ]
+    groups = commit_groups(items)
+    shape = [[(i.partition, i.batch.producer_id) for i in g] for g in groups]
+    # plain batches share one append; producer 5's second batch on partition 0 waits for the next append
+    assert shape == [[(0, -1), (1, -1), (0, -1)], [(0, 5), (1, 5)], [(0, 5)], [(0, 6)]]
