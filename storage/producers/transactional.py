@@ -78,6 +78,7 @@ from icelog.storage.errors import (
     PreparedFilesMissing,
     ProducerFenced,
     RecoveryIncomplete,
+    StorageUnavailable,
     TerminalError,
     TransactionTableChanged,
     TransientError,
@@ -349,8 +350,13 @@ class TransactionalProducer:
             faults.checkpoint(faults.AFTER_TXN_BEGIN)
         sends = self._sends.setdefault(name, [])
         path = f"{staging_dir(current.metadata.location, txn_id)}/{partition}-{len(sends)}.parquet"
-        with current.io.new_output(path).create(overwrite=True) as out:
-            pq.write_table(payload, out)
+        try:
+            with current.io.new_output(path).create(overwrite=True) as out:
+                pq.write_table(payload, out)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except OSError as e:  # a full disk, an S3 server restarting: nothing staged, the same send may be re-sent
+            raise StorageUnavailable(table=name, reason=repr(e)) from e
         sends.append(StagedSend(partition, expected_offset, path, payload.num_rows, False, *checked_on(current)))
         faults.checkpoint(faults.AFTER_TXN_STAGE)
         return payload.num_rows

@@ -32,6 +32,7 @@ from icelog.storage.errors import (
     PreparedFilesMissing,
     ProducerFenced,
     RecoveryIncomplete,
+    StorageUnavailable,
 )
 from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.files import local_path
@@ -864,6 +865,28 @@ def test_i5_a_transient_failure_of_the_check_before_the_decision_leaves_the_tran
     assert producer.commit_transaction() == {"db.a": {"0": [1, 2]}, "db.b": {"0": [0, 2]}}
     producer.close()
     assert_committed_once(sqlite_catalog, a, b, txn_id)
+
+
+def test_i5_a_send_whose_staged_file_cannot_be_written_is_storage_unavailable_and_can_be_sent_again(catalog, monkeypatch):
+    """A full disk or an S3 server restarting while a send writes its staged file: the typed,
+    retriable StorageUnavailable with nothing staged, and the same send again commits once."""
+    a, _ = two_tables(catalog)
+    producer = TransactionalProducer(catalog, "staging")
+    producer.init_transactions()
+    write, calls = tx.pq.write_table, []
+
+    def store_down_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(tx.pq, "write_table", store_down_once)
+    with producer.transaction():
+        with pytest.raises(StorageUnavailable):
+            producer.send("db.a", 0, [{"key": "k", "value": "v"}])
+        producer.send("db.a", 0, [{"key": "k", "value": "v"}])
+    assert rows(a) == [(0, "k", "v")]
 
 
 def keys_read(con, table: str) -> list[str]:
