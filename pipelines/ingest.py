@@ -4,7 +4,9 @@ Spark's executors read the source, route rows to log partitions, number them fro
 watermarks read at job start, and write Parquet data files (one log partition and one
 contiguous offset range per file). The driver then commits those files, together with their
 ingest-ledger entries, in one atomic, conditional multi-table commit through ``storage``:
-rows never funnel through the driver.
+rows never funnel through the driver. On a catalog without atomic multi-table commits (REST),
+the data table's conditional commit carries the ledger entries and decides; the ledger rolls
+forward after it (``storage.ingest.ledger``).
 
 Object stores: with an S3 warehouse (the lakehouse profile: a PostgreSQL catalog, an ``s3://``
 warehouse), executors write the data files straight to S3 through pyarrow, with the table's FileIO
@@ -14,7 +16,8 @@ task per file; the ledger identifies them by URI.
 
 Exactly once: the ingest ledger (``storage.ingest.ledger``) records every loaded file (path, size,
 modification time, content fingerprint, and the offsets its rows got) in the same commit as
-the rows. A re-run, a backfill, or Airflow's own backfill of the same day loads only the
+the rows, or (REST) in the rows' commit's receipt, rolled forward into the ledger before any
+run plans. A re-run, a backfill, or Airflow's own backfill of the same day loads only the
 files not loaded yet, however long ago the rest was loaded, and reports what it skipped.
 Two runs racing over the same files: both expect the same log end offsets, so at most one
 commits; the other fails with ``OffsetMismatch`` and its re-run skips the loaded files.
@@ -38,8 +41,8 @@ from pyiceberg.catalog import Catalog
 from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
-from icelog.storage.core.commit import commit_tables
-from icelog.storage.core.swap import load_tables
+from icelog.storage.core.commit import commit, commit_tables
+from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from icelog.storage.ingest import ledger
 from icelog.storage.log import schema as cols
@@ -193,9 +196,9 @@ def ingest(
     catalog = open_catalog(catalog_name)
     ident = LogTable.open(catalog, table).identifier
     ledger.ensure_ledger(catalog)
-    # The ledger and the log ends at one catalog instant: a run that committed in between
+    # The ledger holds every file the log ends include: a run that committed after this read
     # moved the ends, so this run's conditional commit cannot land on top of it.
-    tables = load_tables(catalog, [ident, ledger.LEDGER_TABLE])
+    tables = ledger.read_for_plan(catalog, ident)
     iceberg = tables[ident]
     state = LogState.from_metadata(iceberg.metadata)
     partitions = state.partitions
@@ -294,15 +297,23 @@ def ingest(
 
     file_ranges = file_offsets(bases, slice_counts, split_file)
     rows = sum(r["count"] for r in counts)
+    atomic = is_atomic(catalog)
     try:
         data = LogTable(catalog, ident).files_request(written, {p: ends[p] for p in written}, commit_id=commit_id)
-        entries = _ledger_request(catalog, ident, plan, file_ranges, partitions, run_key, commit_id)
-        outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id)[0]
+        if atomic:  # the data and its ledger rows in one commit
+            entries = _ledger_request(catalog, ident, plan, file_ranges, partitions, run_key, commit_id)
+            outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id)[0]
+        else:  # the data commit decides, carrying its ledger rows; the ledger rolls forward below
+            rows_of_ledger = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
+            outcome = commit(catalog, ident, ledger.carrying(data, rows_of_ledger), commit_id=commit_id)
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup removes them if not)
     except BaseException:
         remove_staging(staging, staging_io)  # nothing committed: the files are garbage
         raise
+    if not atomic:  # a failure from here on leaves the data committed: the next run rolls the ledger forward
+        faults.checkpoint(faults.AFTER_INGEST_DATA_COMMIT)
+        ledger.record(catalog, ident, commit_id, rows_of_ledger)
     appended = outcome.result
     result.rows, result.ranges, result.snapshot_id = rows, dict(appended.ranges), outcome.snapshot_id
     result.loaded = [

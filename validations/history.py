@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
 from icelog.storage.core.commit import recent_commits
+from icelog.storage.ingest.ledger import RECEIPT_KEY
 from icelog.storage.log import schema as cols
 from icelog.storage.log.scan import parquet_from, planned_paths
 
@@ -51,11 +52,14 @@ def iso(timestamp_ms: int | None) -> str | None:
 
 
 def _appended_ranges(receipt: Any) -> dict[int, tuple[int, int]]:
-    """An append's receipt is ``{"partition": [start, end]}``; other commits added no rows."""
+    """An append's receipt is ``{"partition": [start, end]}`` (an ingest's may carry its ledger
+    rows beside); other commits added no rows."""
     if not isinstance(receipt, dict):
         return {}
     ranges = {}
     for p, r in receipt.items():
+        if p == RECEIPT_KEY:
+            continue
         if not (str(p).isdigit() and isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) for v in r)):
             return {}
         ranges[int(p)] = (r[0], r[1])

@@ -36,6 +36,8 @@ AFTER_TXN_PREPARE = "after_txn_prepare"
 TXN_POINTS = (AFTER_TXN_BEGIN, AFTER_TXN_STAGE, AFTER_TXN_PREPARE, BETWEEN_TABLE_SWAPS, AFTER_CATALOG_SWAP)
 # Spark ingest: executors have written the run's files, the driver has not committed them.
 AFTER_INGEST_WRITE = "after_ingest_write"
+# Spark ingest on a catalog without atomic multi-table commits: the data committed, its ledger not yet.
+AFTER_INGEST_DATA_COMMIT = "after_ingest_data_commit"
 
 PAUSE_VARIABLE = settings.PAUSE_AT.name
 DELAY_VARIABLE = settings.DELAY_AT.name

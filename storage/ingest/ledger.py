@@ -3,10 +3,21 @@
 COPY INTO semantics (Snowflake's load metadata, Databricks ``COPY INTO``), without expiry:
 a file is loaded into a table once, however long ago that was. The ledger is the system
 table ``icelog_system.ingest_ledger``, an Iceberg table with one row per loaded file,
-partitioned by target table so a lookup reads only that table's entries. Its rows are
-committed in the same atomic multi-table commit as the data they describe
-(``storage.core.commit.commit_tables``): either both land or neither does. A catalog
-without that commit (REST) has no ledger: :func:`ensure_ledger` refuses it.
+partitioned by target table so a lookup reads only that table's entries.
+
+How the ledger rows land with the data they describe depends on the catalog:
+
+* A catalog with atomic multi-table commits (SQL): in the same commit as the data
+  (``storage.core.commit.commit_tables``): either both land or neither does.
+* Any other catalog (REST): the data table's own commit is the decision. That single-table
+  compare-and-swap carries the ledger rows it makes true in its commit-id registry receipt
+  (:class:`CarryingAppend`, under :data:`RECEIPT_KEY`); the ledger then rolls forward in a
+  commit of its own with the same commit id (:func:`record`), found by that id on a re-run,
+  never applied twice. Before an ingest plans, :func:`read_for_plan` rolls forward every
+  receipt the ledger lacks (a process killed between the two commits), so the plan sees every
+  file the data table's ends include. The receipt lives in a table property, which snapshot
+  expiry never touches; it stays for the registry's window (``icelog.commit-ids.keep``
+  commits of the data table, and at least ``icelog.commit-ids.min-retention-ms``).
 
 A file is identified by its absolute path. For each listed file, :func:`plan` decides:
 
@@ -50,13 +61,18 @@ from pyiceberg.types import (
 )
 
 from icelog.storage.core.catalog import ensure_namespace
-from icelog.storage.core.commit import Decision, Request
+from icelog.storage.core.commit import Decision, Request, commit, load, recent_commits, was_committed
 from icelog.storage.core.state import SystemState
-from icelog.storage.core.swap import check_atomic
+from icelog.storage.core.swap import is_atomic, load_tables
 from icelog.storage.core.system import NAMESPACE, PROPERTIES
 from icelog.storage.errors import SourceFileChanged
+from icelog.storage.log.files import write_log_files
+from icelog.storage.log.table import AppendRequest, AppendResult
 
 LEDGER_TABLE = f"{NAMESPACE}.ingest_ledger"
+# In a data commit's registry receipt (a catalog without atomic multi-table commits): the
+# ledger rows that commit makes true, one list per row in SCHEMA's column order.
+RECEIPT_KEY = "ingest-ledger"
 
 SCHEMA = Schema(
     NestedField(1, "table_name", StringType(), required=True),
@@ -78,6 +94,7 @@ SCHEMA = Schema(
 # files whose path range holds them, not every file of the table's partition.
 # Manifests merged early: a lookup reads a few manifests, not one per load.
 LEDGER_PROPERTIES = {"write.metadata.metrics.column.path": "full", "commit.manifest.min-count-to-merge": "8"}
+COLUMNS = [f.name for f in SCHEMA.fields]  # a receipt's ledger row: its values in this order
 SPEC = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="table_name"))
 
 
@@ -135,14 +152,7 @@ def fingerprint(path: str, chunk: int = 1 << 20) -> str:
 
 
 def ensure_ledger(catalog: Catalog) -> None:
-    """Create the ledger table unless it exists; safe when processes race.
-
-    Raises:
-        AtomicCommitUnsupported: the catalog cannot commit the ledger and the data in one
-            step (a REST catalog): refused here, before an ingest reads a file or creates
-            anything.
-    """
-    check_atomic(catalog, 2)  # every ledger entry lands with its data, in one commit
+    """Create the ledger table unless it exists; safe when processes race."""
     try:
         catalog.load_table(LEDGER_TABLE)
         return
@@ -289,3 +299,119 @@ class LedgerAppend(Request):
 
     def decide(self, state: SystemState, table: Table) -> Decision:
         return Decision(state=state, result={"ledger_entries": self.entries}, add_files=self.files)
+
+
+@dataclass
+class CarryingAppend(AppendRequest):
+    """A data commit that carries its ledger rows in its registry receipt (see the module doc).
+
+    The receipt is the append's own (offsets per partition) plus :data:`RECEIPT_KEY`; the
+    registry keeps it with the commit id, in the same single-table compare-and-swap as the rows.
+    """
+
+    ledger: list[list[Any]] = field(default_factory=list)
+
+    def receipt(self, result: AppendResult) -> dict[str, Any]:
+        return {**super().receipt(result), RECEIPT_KEY: self.ledger}
+
+    def from_receipt(self, receipt: Mapping[str, Any]) -> AppendResult:
+        return super().from_receipt({k: v for k, v in receipt.items() if k != RECEIPT_KEY})
+
+
+def carrying(data: AppendRequest, rows: pa.Table) -> CarryingAppend:
+    """``data`` (``LogTable.files_request``), carrying the ledger ``rows`` in its receipt."""
+    fields = {name: getattr(data, name) for name in data.__dataclass_fields__}
+    return CarryingAppend(**fields, ledger=_to_receipt(rows))
+
+
+def _to_receipt(rows: pa.Table) -> list[list[Any]]:
+    def plain(value: Any) -> Any:
+        return int(value.timestamp() * 1_000_000) if isinstance(value, dt.datetime) else value
+
+    return [[plain(r[name]) for name in COLUMNS] for r in rows.to_pylist()]
+
+
+def _from_receipt(entries: list[list[Any]]) -> pa.Table:
+    columns = list(zip(*entries, strict=True)) if entries else [[] for _ in COLUMNS]
+    arrays = {name: list(values) for name, values in zip(COLUMNS, columns, strict=True)}
+    arrays["loaded_at"] = [dt.datetime.fromtimestamp(us / 1_000_000, dt.UTC) for us in arrays["loaded_at"]]
+    return pa.Table.from_pydict(arrays, schema=SCHEMA.as_arrow())
+
+
+@dataclass
+class LedgerRollForward(Request):
+    """The ledger's own commit of rows a data commit carried, under that commit's id.
+
+    The core finds the id in the ledger's registry (done before); past the registry's window,
+    the decision finds the id in the ledger's rows at the base it swaps from: never twice.
+    """
+
+    table: str
+    commit_id: str
+    rows: pa.Table
+    state_type = SystemState
+    writes_system = True
+
+    def decide(self, state: SystemState, table: Table) -> Decision:
+        if self.commit_id in _recorded(table, self.table, [self.commit_id]):
+            return Decision(state=state, result={"ledger_entries": 0}, write=False)
+        return Decision(state=state, result={"ledger_entries": self.rows.num_rows}, rows={0: self.rows})
+
+    def write_rows(self, table: Table, rows: Mapping[int, Any]) -> list[DataFile]:
+        return write_log_files(table, {self.table: rows[0]})
+
+
+def _recorded(book: Table, table: str, commit_ids: Sequence[str]) -> set[str]:
+    """Those of ``commit_ids`` whose rows ``book`` (the ledger) holds for ``table``."""
+    if book.metadata.current_snapshot_id is None:
+        return set()
+    condition = And(EqualTo("table_name", table), In("commit_id", set(commit_ids)))
+    found = book.scan(row_filter=condition, selected_fields=("commit_id",)).to_arrow()
+    return set(found["commit_id"].to_pylist())
+
+
+def record(catalog: Catalog, table: str, commit_id: str, rows: pa.Table) -> int:
+    """Roll the ledger forward with the rows of ``table``'s data commit ``commit_id``; returns the rows added."""
+    outcome = commit(catalog, LEDGER_TABLE, LedgerRollForward(table, commit_id, rows), commit_id=commit_id, resent=False)
+    return 0 if outcome.already_committed else int(outcome.result["ledger_entries"])
+
+
+def roll_forward(catalog: Catalog, data: Table, table: str) -> dict[str, int]:
+    """Roll the ledger forward from every commit in ``data``'s registry that carries ledger rows
+    the ledger lacks (a process killed between the data commit and :func:`record`).
+
+    Returns:
+        Rows added per commit id rolled forward now.
+    """
+    carried = {
+        cid: receipt[RECEIPT_KEY]
+        for cid, receipt, *_ in recent_commits(data.metadata)
+        if isinstance(receipt, dict) and RECEIPT_KEY in receipt
+    }
+    if not carried:
+        return {}
+    book = load(catalog, LEDGER_TABLE)
+    unproven = [cid for cid in carried if not was_committed(book.metadata, cid)]
+    if not unproven:
+        return {}
+    done = _recorded(book, table, unproven)  # ids the ledger's own registry has forgotten
+    added = {}
+    for cid in unproven:
+        if cid not in done:
+            added[cid] = record(catalog, table, cid, _from_receipt(carried[cid]))
+    return {cid: n for cid, n in added.items() if n}
+
+
+def read_for_plan(catalog: Catalog, table: str) -> dict[str, Table]:
+    """The data table and the ledger, the ledger holding every file the data table's ends include.
+
+    On a catalog with atomic multi-table commits, both at one catalog instant. On any other,
+    the data table first, then the ledger rolled forward from it (:func:`roll_forward`): a
+    data commit after that read moves the ends the plan expects, so the run's conditional
+    commit cannot land on top of it.
+    """
+    if is_atomic(catalog):
+        return load_tables(catalog, [table, LEDGER_TABLE])
+    data = load(catalog, table)
+    roll_forward(catalog, data, table)
+    return {table: data, LEDGER_TABLE: load(catalog, LEDGER_TABLE)}

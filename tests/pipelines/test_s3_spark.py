@@ -2,7 +2,7 @@
 
 Spark has no S3 connector here: executors read landing objects and write data files through
 pyarrow, with the table's FileIO settings shipped to them; the driver commits data and ledger in
-one atomic multi-table commit (which the REST catalog would refuse).
+one atomic multi-table commit (on the REST catalog: tests/pipelines/test_spark_ingest_rest.py).
 """
 
 from __future__ import annotations

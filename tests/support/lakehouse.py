@@ -3,7 +3,7 @@
 SeaweedFS's ``warehouse`` bucket is an S3 *table bucket* (Iceberg's layout only, behind its REST
 catalog); a SQL catalog's warehouse and the landing files live in a normal bucket of the same
 server, made with the same keys. The SQL catalog keeps atomic multi-table commits (ingest's data and
-ledger in one commit), which the REST catalog refuses.
+ledger in one commit); on the REST catalog the ledger rolls forward after the data instead.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Single-table commits run on REST: each proves its exact base with the table's tag
 (``storage.core.swap.prove_base``). So idempotent producers (I4), consumer groups (I10), bulk
 loads (I9) and the mirror (I6) work there, and a mirror carries a log from a SQL catalog to
-REST and, after promotion, back (the disaster-recovery case). What needs an atomic commit
-across tables, a transaction or an ingest (its data plus the ingest ledger), is refused
-before anything changes (I5): the server's ``transactions/commit`` is not atomic.
+REST and, after promotion, back (the disaster-recovery case). An atomic commit across tables
+is refused before anything changes (I5): the server's ``transactions/commit`` is not atomic.
+(Transactions and the ingest job run on REST without one: tests/storage/producers and
+tests/pipelines/test_spark_ingest_rest.py.)
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def test_i10_key_range_reads_split_the_partition_on_rest(rest_catalog):
         assert entry["committed_offset"] + sum(last - first + 1 for first, last in entry["ranges"]) == len(records)
 
 
-# --- the ingest ledger and consumed offsets with an output: refused (I5) -----------------------------------------
+# --- multi-table commits: consumed offsets with an output, data with its ledger: refused (I5) -----------------------------------------
 
 
 def test_i5_consumed_offsets_with_output_refused_on_rest(rest_catalog, unchanged):
@@ -207,34 +208,15 @@ def test_i5_consumed_offsets_with_output_refused_on_rest(rest_catalog, unchanged
     assert committed_offsets(rest_catalog, "g", "db.events") == {}
 
 
-def test_i9_ingest_ledger_refused_on_rest_before_anything_changes(rest_catalog, unchanged):
-    """An ingest commits its rows and its ledger rows in one multi-table commit: it is refused
-    when it opens the ledger, before Spark reads a file or the ledger table is created."""
+def test_i9_ingest_data_and_ledger_in_one_commit_refused_on_rest(rest_catalog, unchanged):
+    """On REST the ledger rolls forward after the data (storage.ingest.ledger), never in one
+    multi-table commit with it: that is refused before anything changes."""
     t = _log(rest_catalog, n=3)
+    ledger.ensure_ledger(rest_catalog)
     with unchanged(t), unchanged(catalog=rest_catalog):
-        with pytest.raises(AtomicCommitUnsupported):
-            ledger.ensure_ledger(rest_catalog)
         data = AppendRequest(t.identifier, t.conform({0: batch(1)}), {}, "c1", None)
         with pytest.raises(AtomicCommitUnsupported):
             commit_tables(rest_catalog, [(t.identifier, data), (ledger.LEDGER_TABLE, ledger.LedgerAppend((), 0))])
-
-
-def test_i9_ingest_job_refused_on_rest_before_spark_reads(rest_spec, monkeypatch, tmp_path, unchanged):
-    """The ingest job itself, reaching the REST catalog by name as the CLI does: no Spark
-    session is needed, since the refusal comes first."""
-    import pyiceberg.catalog
-    from pyiceberg.utils.config import Config
-
-    from icelog.pipelines.ingest import ingest
-
-    catalog = rest_spec.open()
-    t = _log(catalog, n=3)
-    (tmp_path / "a.jsonl").write_text('{"key": "a", "value": "1"}\n')
-    for name, value in rest_spec.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read once at import: read again
-    with unchanged(t), unchanged(catalog=catalog), pytest.raises(AtomicCommitUnsupported):
-        ingest(None, "db.events", str(tmp_path), fmt="jsonl", catalog_name=rest_spec.name)
 
 
 def test_i5_consume_produce_refused_on_rest_before_the_group_or_spark(rest_spec, monkeypatch, unchanged):

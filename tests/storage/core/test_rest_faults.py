@@ -5,8 +5,9 @@ The REST spec's ``POST /v1/{prefix}/transactions/commit`` promises that a multi-
 applied whole or not at all. SeaweedFS (4.48) serves it but applies the tables one after another:
 a ``kill -9`` of the server while a commit runs leaves some of its tables changed and the others
 not, after the restart. So icelog refuses multi-table commits there (``AtomicCommitUnsupported``,
-nothing written: ``storage.core.swap.check_atomic``) rather than trust it; transactions, the
-ingest ledger and ``Consumer.commit(also=...)`` need a SQL catalog.
+nothing written: ``storage.core.swap.check_atomic``) rather than trust it; transactions and the
+ingest ledger roll forward table by table instead, and ``Consumer.commit(also=...)`` needs a SQL
+catalog.
 
 The test drives the endpoint directly (pyiceberg 0.12's RestCatalog has no multi-table commit
 call; its signed session does) and keeps killing the server until it has seen one half-applied

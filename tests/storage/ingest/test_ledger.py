@@ -77,3 +77,38 @@ def test_partial_load_leaves_the_rest_of_the_file_to_load(catalog, tmp_path):
     rest = ledger.plan("db.t", [a], book, {0, 1, 2})
     assert rest.partitions[a.path] == {0, 2}
     assert not ledger.plan("db.t", [a], book, {1}).load
+
+
+def test_carried_rows_roll_forward_once_by_commit_id(sqlite_catalog, tmp_path):
+    """A data commit carrying its ledger rows in its receipt (the REST path, driven here on
+    SQLite): the roll-forward adds them exactly once, the same rows, and the append's own
+    receipt and history stay readable beside them."""
+    import pyarrow as pa
+
+    from icelog.storage.core.commit import commit, find_commit, load
+    from icelog.storage.core.state import SystemState
+    from icelog.storage.log.table import AppendRequest, LogTable
+    from icelog.validations.history import commit_log
+
+    t = LogTable.create(sqlite_catalog, "db.t", 2)
+    ledger.ensure_ledger(sqlite_catalog)
+    a, b = (f.with_fingerprint() for f in (source(tmp_path, "a", b"aa"), source(tmp_path, "b", b"bb")))
+    ranges = {a.path: {0: [[0, 2]]}, b.path: {1: [[0, 1]]}}
+    when = dt.datetime(2020, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    rows = ledger.ledger_rows("db.t", [a, b], ranges, {a.path: {0, 1}, b.path: {1}}, 2, None, "c1", when)
+    data = AppendRequest("db.t", t.conform({0: pa.table({"key": ["x", "y"], "value": ["1", "2"]})}), {0: 0}, "c1")
+    appended = commit(sqlite_catalog, "db.t", ledger.carrying(data, rows), commit_id="c1")
+    assert appended.result.ranges == {0: (0, 2)}
+    receipt, _ = find_commit(t.table().metadata, "c1")
+    assert ledger.carrying(data, rows).from_receipt(receipt).ranges == {0: (0, 2)}
+    assert [e.rows for e in commit_log(t.table()) if e.commit_id == "c1"] == [2]
+
+    assert ledger.entries(load(sqlite_catalog, ledger.LEDGER_TABLE), "db.t") == {}
+    assert ledger.roll_forward(sqlite_catalog, t.table(), "db.t") == {"c1": 2}
+    book = load(sqlite_catalog, ledger.LEDGER_TABLE)
+    assert book.scan().to_arrow().sort_by("path").to_pylist() == rows.sort_by("path").to_pylist()
+    assert ledger.roll_forward(sqlite_catalog, t.table(), "db.t") == {}  # found in the ledger's registry
+    # Past the ledger registry's window the id is found in the ledger's rows: nothing to write.
+    request = ledger.LedgerRollForward("db.t", "c1", rows)
+    assert not request.decide(SystemState.from_metadata(book.metadata), book).write
+    assert ledger.LedgerRollForward("db.t", "c2", rows).decide(SystemState.from_metadata(book.metadata), book).write
