@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -85,11 +86,25 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def _choose_ports() -> dict[str, int]:
+def _reserved(directory: Path) -> set[int]:
+    """Ports other servers in the temporary folder saved beside their data: a server stopped for a
+    while (a test kills and restarts it) keeps its address, so no other start may take them."""
+    reserved: set[int] = set()
+    for path in Path(tempfile.gettempdir()).glob(f"*/{PORTS_FILE}"):
+        if path.parent.resolve() == directory.resolve():
+            continue
+        try:
+            reserved.update(_all_ports(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or not ours
+    return reserved
+
+
+def _choose_ports(directory: Path) -> dict[str, int]:
     """Free loopback ports below the kernel's ephemeral range (outgoing connections can't take them
-    meanwhile); each component's gRPC port is its HTTP port + 10000."""
+    meanwhile) that no other server here has reserved; each component's gRPC port is its HTTP port + 10000."""
     high = _ephemeral_low() - GRPC_OFFSET - 1
-    taken: set[int] = set()
+    taken: set[int] = _reserved(directory)
     ports: dict[str, int] = {}
     for name in (*GRPC_COMPONENTS, "iceberg"):
         for _ in range(1000):
@@ -115,7 +130,7 @@ def _ports(directory: Path, fresh: bool = False) -> dict[str, int]:
         ports = json.loads(path.read_text())
         if set(ports) == {*GRPC_COMPONENTS, "iceberg"} and all(_port_free(p) for p in _all_ports(ports)):
             return ports
-    ports = _choose_ports()
+    ports = _choose_ports(directory)
     path.write_text(json.dumps(ports, indent=2) + "\n")
     return ports
 

@@ -80,3 +80,20 @@ def test_missing_binary_says_run_make_setup(monkeypatch):
     monkeypatch.setattr(seaweedfs.shutil, "which", lambda name: None)
     with pytest.raises(seaweedfs.SeaweedFSError, match="run `make setup`"):
         seaweedfs.weed_binary()
+
+
+def test_a_new_server_never_takes_the_ports_a_stopped_one_keeps(tmp_path, monkeypatch):
+    """A test kills a server and restarts it on its saved ports; a server another test starts in
+    between must choose around them even though they are free then (pure unit: no server runs)."""
+    monkeypatch.setattr(seaweedfs.tempfile, "gettempdir", lambda: str(tmp_path))
+    stopped, starting = tmp_path / "stopped", tmp_path / "starting"
+    stopped.mkdir()
+    starting.mkdir()
+    names = [*seaweedfs.GRPC_COMPONENTS, "iceberg"]
+    saved = {name: 10000 + i for i, name in enumerate(names)}
+    (stopped / seaweedfs.PORTS_FILE).write_text(json.dumps(saved))
+    picks = iter([10000, 10001, *range(11000, 11100)])  # the stopped server's first, while they are free
+    monkeypatch.setattr(seaweedfs.random, "randint", lambda low, high: next(picks))
+    chosen = seaweedfs._choose_ports(starting)
+    assert not set(seaweedfs._all_ports(chosen)) & set(seaweedfs._all_ports(saved))
+    assert seaweedfs._reserved(stopped) == set()  # a server's own saved ports are not reserved against it
