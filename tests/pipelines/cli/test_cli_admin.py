@@ -51,7 +51,7 @@ def test_offsets_for_time_is_the_one_lookup_of_the_cli(icelog: Cli, events):
     shown = icelog("offsets", "db.events", "--at", moment)["partitions"]
     assert {int(p): e["offset"] for p, e in shown.items()} == {p: e.offset for p, e in found.items()}
     consumed = icelog.raw("consume", "db.events", "--from-time", moment)
-    assert [json.loads(line)["offset"] for line in consumed.stdout.splitlines()] == [3]
+    assert [r["offset"] for r in json.loads(consumed.stdout)["records"]] == [3]
     plan = icelog("groups", "reset", "db.events", "--group", "g", "--to-datetime", moment, "--dry-run")
     assert {r["partition"]: r["new"] for r in plan["partitions"]} == {p: e.offset for p, e in found.items()}
 
