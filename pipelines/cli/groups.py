@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
+from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, echo_list, jsonable, print_table
 from icelog.storage.errors import InvalidInput, span
 
 
@@ -269,7 +269,7 @@ def groups_list(ctx: Context) -> None:
     from icelog.storage.groups.offsets import list_groups
 
     names = list_groups(ctx.catalog)
-    ctx.emit({"groups": names}, lambda d: click.echo("\n".join(d["groups"]) or "no consumer groups"))
+    ctx.emit({"groups": names}, lambda d: echo_list(d["groups"], "consumer groups"))
 
 
 @groups.command("describe")
@@ -309,6 +309,7 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
             rows,
             ["table", "partition", "stable (last done)", "committed (next)", "IC ranges", "log", "lag", "owners", "draining"],
             title=f"group {d['group']} generation {d['generation']}",
+            empty="offsets, ranges or owners",
         )
         for e in d["partitions"]:
             if "note" in e:
@@ -413,6 +414,7 @@ def groups_reset(
             [[r["table"], r["partition"], r["current"], r["new"]] for r in d["partitions"]],
             ["table", "partition", "current (next to read)", "new"],
             f"group {d['group']}: {'plan (dry run, nothing changed)' if d['dry_run'] else 'reset'}",
+            empty="partitions",
         )
 
     ctx.emit(result, text)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from icelog.pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, print_table
+from icelog.pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, echo_list, print_table, text_value
 from icelog.storage.errors import ConfirmationRequired, InvalidInput, MalformedInput
 
 
@@ -69,7 +69,7 @@ def topics_list(ctx: Context, system: bool) -> None:
     names = [n for n in list_log_tables(ctx.catalog) if not is_system_table(n)]
     if system:  # every table icelog keeps its state in, log tables or not (the ingest ledger)
         names = sorted(names + system_tables(ctx.catalog))
-    ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
+    ctx.emit({"tables": names}, lambda d: echo_list(d["tables"], "log tables"))
 
 
 @topics.command("describe")
@@ -237,7 +237,7 @@ def offsets(ctx: Context, table: str, at_us: int | None) -> None:
             lambda d: print_table(
                 [[p, e["offset"], "-" if e["timestamp"] is None else e["timestamp"]] for p, e in d["partitions"].items()],
                 ["partition", "offset", "timestamp"],
-                f"{d['table']} at {d['at'].isoformat()}",
+                f"{d['table']} at {text_value(d['at'])}",
             ),
         )
         return
