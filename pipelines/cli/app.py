@@ -436,8 +436,9 @@ def _text(value: Any) -> Any:
 
 def print_table(rows: list[list[Any]], headers: list[str], title: str | None = None, empty: str | None = None) -> None:
     """``rows`` as a table; with ``empty`` and no rows, the line ``<title>: no <empty>`` instead."""
-    from rich.console import Console
     from rich.table import Table as RichTable
+
+    from icelog.pipelines.progress import console
 
     if empty is not None and not rows:
         click.echo(f"{title}: no {empty}" if title else f"no {empty}")
@@ -448,23 +449,23 @@ def print_table(rows: list[list[Any]], headers: list[str], title: str | None = N
     for row in rows:
         table.add_row(*(_text(c) for c in row))
     # Piped output keeps every column whole instead of squeezing it into 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=100_000)
-    console.print(table)
+    console().print(table)
 
 
 @contextlib.contextmanager
 def status_line(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
-    """A status line on stderr for long work in text mode (JSON output stays clean).
+    """A status line on stderr for long work in text mode (JSON output stays clean); where
+    stderr is not a terminal, a plain progress line every ``ICELOG_PROGRESS_INTERVAL_S`` seconds.
 
     Yields a function that updates the line with the latest progress.
     """
     if ctx.output == "json":
         yield lambda line: None
         return
-    from rich.console import Console
+    from icelog.pipelines.progress import console, progress
 
-    with Console(stderr=True).status(what) as status:
-        yield lambda line: status.update(f"{what}: {line}")
+    with progress(console(stderr=True), what, ctx.settings.progress_interval_s) as update:
+        yield update
 
 
 def clip(text: str, limit: int = 40) -> str:

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import click
 
-from icelog.pipelines.cli.app import Context, echo_list, plural
+from icelog.pipelines.cli.app import Context, echo_list, plural, status_line
 from icelog.storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable, span
 
 
@@ -95,7 +95,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
             return f"--target-catalog names the source's catalog {source_catalog.name!r} (--catalog): name another"
         return None
 
-    with _hint(hint):
+    with _hint(hint), status_line(ctx, f"mirroring {source} -> {copy_catalog.name}/{target_table or source}"):
         result = run(
             source_catalog, source, copy_catalog, target_table, principal=principal, copy_threads=ctx.settings.mirror_threads
         )
