@@ -35,6 +35,8 @@ from typing import Any, Iterator
 
 from rich.console import Console
 
+from icelog.pipelines.progress import console as wide_console
+from icelog.pipelines.progress import progress
 from icelog.storage.log.maintenance import alter_properties
 from icelog.storage.properties import SNAPSHOTS_KEEP
 from icelog.storage.settings import Settings
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     # It exports what it decides (os.environ) for the Airflow processes it starts.
     settings = Settings.load(defaults={"home": REPO / ".icelog"})
     configure(settings.log_level or "WARNING")  # an entry point sets logging up (ICELOG_LOG_LEVEL); storage never does
-    console = Console()
+    console = wide_console()  # not wrapped at 80 columns in a log
     if "--lakehouse" not in (sys.argv[1:] if argv is None else argv):
         env = airflow_env()  # its ICELOG_HOME: settings.home, as read here
         os.environ["ICELOG_HOME"] = str(settings.home)
@@ -211,7 +213,8 @@ def run(console: Console, env: dict[str, str], closing: list[str] | None = None)
                 else f"the late file in {LATE_DAY} landed on an earlier run: nothing new lands"
             )
         before = _ledger_rows(log_table)
-        with console.status(f"airflow dags test {dag_id} ({label}) ..."):
+        # A plain line every ICELOG_PROGRESS_INTERVAL_S seconds where the output is a log.
+        with progress(console, f"airflow dags test {dag_id} ({label})", settings.progress_interval_s):
             started = time.perf_counter()
             try:
                 dags_test(env, dag_id, date, conf)

@@ -16,14 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table as RichTable
 
+from icelog.pipelines.progress import console as wide_console
+from icelog.pipelines.progress import progress
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.errors import OffsetMismatch, TableAlreadyExists, UnknownTable
 from icelog.storage.extras import require
 from icelog.storage.log.keys import partitions_for_keys
 from icelog.storage.log.table import LogTable
+from icelog.storage.settings import Settings
 from icelog.validations.contiguity import check_contiguity
 
 TABLE = "demo.flights"
@@ -148,13 +150,13 @@ def monthly_batches(flights: pa.Table, partitions: int) -> list[dict[int, pa.Tab
     return batches
 
 
-def produce_direct(log_table: LogTable, console: Console) -> tuple[int, int]:
-    """Conditional monthly appends (see the module docstring); returns (written, skipped)."""
+def produce_direct(log_table: LogTable, console: Console, interval_s: float = 10.0) -> tuple[int, int]:
+    """Conditional monthly appends (see the module docstring); returns (written, skipped).
+    Progress: a status line on a terminal, a line every ``interval_s`` seconds elsewhere."""
     expected = dict.fromkeys(range(PARTITIONS), 0)
     written = skipped = 0
     batches = monthly_batches(load_flights(), PARTITIONS)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("producing months", total=len(batches))
+    with progress(console, "producing months", interval_s) as update:
         for month, batch in enumerate(batches, start=1):
             batch = {p: rows for p, rows in batch.items() if rows.num_rows}
             try:
@@ -166,7 +168,7 @@ def produce_direct(log_table: LogTable, console: Console) -> tuple[int, int]:
                 skipped += 1
             for p, rows in batch.items():
                 expected[p] += rows.num_rows
-            progress.update(task, advance=1, description=f"month {month:2d}")
+            update(f"month {month} of {len(batches)} done")
     return written, skipped
 
 
@@ -187,9 +189,9 @@ def print_summary(console: Console, log_table: LogTable) -> bool:
 
 
 def main() -> int:
-    console = Console()
+    console = wide_console()  # not wrapped at 80 columns in a log
     log_table, created = create_table(open_catalog(), "demo.flights_direct")
-    written, skipped = produce_direct(log_table, console)
+    written, skipped = produce_direct(log_table, console, Settings.load().progress_interval_s)
     console.print(
         f"{'created' if created else 'reused'} {log_table.identifier}: {written} monthly commits written, {skipped} already present"
     )

@@ -95,6 +95,16 @@ def whole_number(minimum: int, maximum: int | None = None) -> Callable[[Variable
     return parse
 
 
+def positive_seconds(variable: Variable, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise variable.malformed(raw, "must be a number of seconds") from None
+    if not 0 < value < math.inf:
+        raise variable.malformed(raw, "must be finite and more than 0 seconds")
+    return value
+
+
 def row_count(variable: Variable, raw: str) -> int:
     try:
         return int(raw)
@@ -136,6 +146,7 @@ TABLES = Variable("ICELOG_TABLES", "tables", table_list, "demo.flights", empty_i
 CONN_ID = Variable("ICELOG_CONN_ID", "conn_id", text, None)
 MIRROR_CATALOG = Variable("ICELOG_MIRROR_CATALOG", "mirror_catalog", text, None)
 MIRROR_THREADS = Variable("ICELOG_MIRROR_THREADS", "mirror_threads", whole_number(1), "8")
+PROGRESS_INTERVAL_S = Variable("ICELOG_PROGRESS_INTERVAL_S", "progress_interval_s", positive_seconds, "10")
 SPARK_MASTER = Variable("ICELOG_SPARK_MASTER", "spark_master", text, "local[*]")
 SPARK_SHUFFLE_PARTITIONS = Variable("ICELOG_SPARK_SHUFFLE_PARTITIONS", "spark_shuffle_partitions", whole_number(1), "8")
 SPARK_DRIVER_MEMORY = Variable("ICELOG_SPARK_DRIVER_MEMORY", "spark_driver_memory", text, "2g")
@@ -160,6 +171,7 @@ VARIABLES: tuple[Variable, ...] = (
     CONN_ID,
     MIRROR_CATALOG,
     MIRROR_THREADS,
+    PROGRESS_INTERVAL_S,
     SPARK_MASTER,
     SPARK_SHUFFLE_PARTITIONS,
     SPARK_DRIVER_MEMORY,
@@ -188,6 +200,7 @@ class Settings:
     conn_id: str | None  # the DAGs' Airflow connection (type icelog); None: the catalog above
     mirror_catalog: str | None  # the mirror DAG's target catalog
     mirror_threads: int  # threads copying a mirror step's files (without Spark)
+    progress_interval_s: float  # seconds between progress lines where stderr is not a terminal
     spark_master: str
     spark_shuffle_partitions: int
     spark_driver_memory: str

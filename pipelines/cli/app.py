@@ -291,9 +291,10 @@ class IcelogGroup(click.Group):
 
 EPILOG = """\b
 Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized.
---output json prints one JSON document per run, errors included: {"error", "message", ...}.
+--output json prints one JSON document per run, errors included: {"error", "message", ...};
+--format only shapes text output (consume --format jsonl streams JSON Lines).
 Offset ranges are half-open, as Kafka's log start and end offsets: [0, 164) is offsets 0 to 163, 164 records.
-Times are ISO 8601 (UTC) in text and JSON output.
+Times are ISO 8601 (UTC) in text and JSON output; numbers have no thousands separators.
 JSON values: times ISO 8601, binary base64, decimals strings, NaN/Infinity strings.
 """
 
@@ -407,42 +408,69 @@ POSITIVE_INT64 = click.IntRange(1, INT64_MAX)
 # --- text output ---------------------------------------------------------------------------
 
 
+# Every command writes values, counts and empty lists one way in its text output:
+# - times ISO 8601 with "T" and their offset, as in the JSON output (2026-11-01T00:00:00+00:00);
+# - numbers without thousands separators (3981, never 3,981), as a script reads them back;
+# - a count with its noun in the right number (1 row, 2 rows: plural);
+# - an empty list as "no <things>" on one line (echo_list, print_table's ``empty``).
+
+
+def text_value(value: Any) -> str:
+    """``value`` as text output writes it: times ISO 8601 with ``T`` and their offset, binary
+    base64, decimals exact, booleans and null as in JSON, numbers without separators."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time, bytes, bytearray, memoryview, decimal.Decimal)):
+        return jsonable(value)
+    return str(value)
+
+
+def echo_list(items: Iterable[str], what: str) -> None:
+    """One item per line, or ``no <what>`` for none."""
+    click.echo("\n".join(items) or f"no {what}")
+
+
 def _text(value: Any) -> Any:
-    """A cell for rich: plain text (never markup), binary as base64 like the JSON output."""
+    """A cell for rich: plain text (never markup), written as :func:`text_value` writes it."""
     from rich.text import Text  # rich loads only when text output needs it, not at start-up
 
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        value = jsonable(value)
-    return Text(str(value))
+    return Text(text_value(value))
 
 
-def print_table(rows: list[list[Any]], headers: list[str], title: str | None = None) -> None:
-    from rich.console import Console
+def print_table(rows: list[list[Any]], headers: list[str], title: str | None = None, empty: str | None = None) -> None:
+    """``rows`` as a table; with ``empty`` and no rows, the line ``<title>: no <empty>`` instead."""
     from rich.table import Table as RichTable
 
+    from icelog.pipelines.progress import console
+
+    if empty is not None and not rows:
+        click.echo(f"{title}: no {empty}" if title else f"no {empty}")
+        return
     table = RichTable(title=title)
     for header in headers:
         table.add_column(_text(header))
     for row in rows:
         table.add_row(*(_text(c) for c in row))
     # Piped output keeps every column whole instead of squeezing it into 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=100_000)
-    console.print(table)
+    console().print(table)
 
 
 @contextlib.contextmanager
 def status_line(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
-    """A status line on stderr for long work in text mode (JSON output stays clean).
+    """A status line on stderr for long work in text mode (JSON output stays clean); where
+    stderr is not a terminal, a plain progress line every ``ICELOG_PROGRESS_INTERVAL_S`` seconds.
 
     Yields a function that updates the line with the latest progress.
     """
     if ctx.output == "json":
         yield lambda line: None
         return
-    from rich.console import Console
+    from icelog.pipelines.progress import console, progress
 
-    with Console(stderr=True).status(what) as status:
-        yield lambda line: status.update(f"{what}: {line}")
+    with progress(console(stderr=True), what, ctx.settings.progress_interval_s) as update:
+        yield update
 
 
 def clip(text: str, limit: int = 40) -> str:

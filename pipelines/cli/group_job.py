@@ -110,7 +110,7 @@ def consume_produce(
             )
             or "nothing new"
         )
-        click.echo(f"{d['group']} {who}: consumed {d['rows']} records of {d['source']} ({consumed})")
+        click.echo(f"{d['group']} {who}: consumed {plural(d['rows'], 'record')} of {d['source']} ({consumed})")
         written = ", ".join(f"p{p} {span(a, b)}" for p, (a, b) in d["written"].items()) or "nothing"
         click.echo(f"wrote {written} to {d['target']} in {d['seconds']:.1f} s")
 

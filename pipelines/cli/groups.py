@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, jsonable, print_table
+from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, echo_list, jsonable, print_table
 from icelog.storage.errors import InvalidInput, span
 
 
@@ -22,6 +22,20 @@ def _parse_range(text: str) -> tuple[int, int]:
     except ValueError:
         raise InvalidInput(reason=f"a range is FIRST-LAST (inclusive offsets), not {text!r}") from None
     return first, last
+
+
+RECORD_FIELDS = ("partition", "offset", "timestamp", "key", "value")
+
+
+def _print_fields(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--print`` values (repeatable, each a comma-separated list) as fields in their fixed order."""
+    if not values:
+        return RECORD_FIELDS
+    asked = {name.strip() for value in values for name in value.split(",") if name.strip()}
+    unknown = sorted(asked - set(RECORD_FIELDS))
+    if unknown or not asked:
+        raise click.BadParameter(f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(RECORD_FIELDS)}", ctx, param)
+    return tuple(f for f in RECORD_FIELDS if f in asked)
 
 
 @click.command()
@@ -46,6 +60,24 @@ def _parse_range(text: str) -> tuple[int, int]:
 @click.option(
     "--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Records per poll, and per commit."
 )
+@click.option(
+    "--print",
+    "fields",
+    multiple=True,
+    metavar="FIELDS",
+    callback=_print_fields,
+    help="The fields of each record to print, comma-separated, always in the order partition, offset, "
+    "timestamp, key, value (kafka-console-consumer's print.*): --print value, --print key,value. Default: all five.",
+)
+@click.option(
+    "--format",
+    "records_format",
+    type=click.Choice(["tsv", "jsonl"]),
+    default="tsv",
+    show_default=True,
+    help="Text output: one tab-separated line per record, or JSON Lines (one object per record, streamed); "
+    "--output json keeps its one document.",
+)
 @click.pass_obj
 def consume(
     ctx: Context,
@@ -59,21 +91,33 @@ def consume(
     max_records: int | None,
     follow: bool,
     batch_size: int,
+    fields: tuple[str, ...],
+    records_format: str,
 ) -> None:
-    """Print TABLE's records. With --group: those not yet done by GROUP as JSON Lines (system
-    columns included), committing each printed batch as ranges. Without: from --offset,
-    --from-beginning or --from-time (else from the log end, as kafka-console-consumer),
-    committing nothing. Stops at the log end unless --follow."""
+    """Print TABLE's records: partition, offset, timestamp, key, value (or the --print fields).
+    With --group: those not yet done by GROUP, committing each printed batch as ranges. Without:
+    from --offset, --from-beginning or --from-time (else from the log end, as
+    kafka-console-consumer), committing nothing. Stops at the log end unless --follow.
+
+    With or without a group a record prints the same way. --output json prints one document at the end,
+    {"table", "group", "records": [...]}, so --follow needs --max-records there; --format jsonl
+    streams the same record objects, one per line."""
     chosen = {"--offset": start_offset is not None, "--from-beginning": from_beginning, "--from-time": from_us is not None}
     starts = [name for name, given in chosen.items() if given]
     if group is not None and starts:
         raise click.UsageError(f"{starts[0]} is for consuming without --group (move a group with 'groups reset')")
     if len(starts) > 1:
         raise click.UsageError(f"{starts[0]} and {starts[1]} both choose where to start: give one")
+    if follow and max_records is None and ctx.output == "json":
+        raise click.UsageError(
+            "--follow with --output json never ends its one document: add --max-records, or use --format jsonl"
+        )
     if group is None:
         if key_range is not None:
             raise click.UsageError("--key-range needs --group")
-        _consume_without_group(ctx, table, partition, start_offset, from_beginning, from_us, max_records, follow, batch_size)
+        _consume_without_group(
+            ctx, table, partition, start_offset, from_beginning, from_us, max_records, follow, batch_size, fields, records_format
+        )
         return
     from icelog.storage.groups.consumer import Consumer, parse_key_range
     from icelog.storage.log.table import LogTable
@@ -83,9 +127,9 @@ def consume(
     partitions = sorted(log_table.watermarks()) if partition is None else [partition]
     consumer = Consumer(ctx.catalog, group)
     consumer.assign(log_table.identifier, partitions, key_range=hashes)
-    printed = 0
-    while max_records is None or printed < max_records:
-        want = batch_size if max_records is None else min(batch_size, max_records - printed)
+    out = _RecordPrinter(ctx, log_table, fields, records_format)
+    while max_records is None or out.printed < max_records:
+        want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
         batches = consumer.poll(want)
         if not batches:
             if not follow:
@@ -94,9 +138,9 @@ def consume(
             continue
         for batch in batches:
             for row in batch.to_pylist():
-                click.echo(dumps(row))
-            printed += batch.num_rows
+                out.add(row)
         consumer.commit()
+    out.finish(group)
 
 
 def _start_positions(
@@ -126,22 +170,52 @@ def _start_positions(
     return {p: marks[p].end for p in partitions}
 
 
-def _record(row: dict[str, Any], key_column: str | None, value_columns: list[str]) -> dict[str, Any]:
-    """A record as kafka-console-consumer shows one: the key column is the key; the value is the
-    ``value`` column of a key/value payload, else an object of the other payload columns."""
-    from icelog.storage.log import schema as cols
+class _RecordPrinter:
+    """Prints a table's rows as kafka-console-consumer shows records, the same with or without a
+    group: the key column is the key; the value is the ``value`` column of a key/value payload,
+    else an object of the other payload columns. Only the chosen ``fields`` are shown.
 
-    if value_columns == ["value"]:
-        value = row["value"]
-    else:
-        value = {c: row[c] for c in value_columns}
-    return {
-        "partition": row[cols.PARTITION],
-        "offset": row[cols.OFFSET],
-        "timestamp": row[cols.TIMESTAMP],
-        "key": None if key_column is None else row[key_column],
-        "value": value,
-    }
+    Text output prints each record as it comes (tab-separated, or JSON Lines); JSON output
+    collects them for one document at :meth:`finish`."""
+
+    def __init__(self, ctx: Context, log_table: Any, fields: tuple[str, ...], records_format: str) -> None:
+        from icelog.storage.log import schema as cols
+
+        iceberg = log_table.table()
+        payload = [f.name for f in iceberg.schema().fields if f.name not in cols.SYSTEM_COLUMNS]
+        declared = cols.declared_key_column(iceberg.metadata.properties)
+        self.key_column = declared if declared in payload else None
+        self.value_columns = [c for c in payload if c != self.key_column]
+        self.ctx, self.table, self.fields, self.format = ctx, log_table.identifier, fields, records_format
+        self.records: list[dict[str, Any]] = []
+        self.printed = 0
+
+    def record(self, row: dict[str, Any]) -> dict[str, Any]:
+        from icelog.storage.log import schema as cols
+
+        value = row["value"] if self.value_columns == ["value"] else {c: row[c] for c in self.value_columns}
+        whole = {
+            "partition": row[cols.PARTITION],
+            "offset": row[cols.OFFSET],
+            "timestamp": row[cols.TIMESTAMP],
+            "key": None if self.key_column is None else row[self.key_column],
+            "value": value,
+        }
+        return {f: whole[f] for f in self.fields}
+
+    def add(self, row: dict[str, Any]) -> None:
+        record = self.record(row)
+        self.printed += 1
+        if self.ctx.output == "json":
+            self.records.append(record)
+        elif self.format == "jsonl":
+            click.echo(dumps(record))
+        else:
+            click.echo("\t".join(v if isinstance(v, str) else dumps(v) for v in map(jsonable, record.values())))
+
+    def finish(self, group: str | None) -> None:
+        if self.ctx.output == "json":
+            click.echo(dumps({"table": self.table, "group": group, "records": self.records}))
 
 
 def _consume_without_group(
@@ -154,42 +228,33 @@ def _consume_without_group(
     max_records: int | None,
     follow: bool,
     batch_size: int,
+    fields: tuple[str, ...],
+    records_format: str,
 ) -> None:
     """Read from the chosen start to the log end (or on, with ``follow``); commits nothing."""
-    from icelog.storage.log import schema as cols
     from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     positions = _start_positions(log_table, partition, start_offset, from_beginning, from_us)
-    iceberg = log_table.table()
-    payload = [f.name for f in iceberg.schema().fields if f.name not in cols.SYSTEM_COLUMNS]
-    declared = cols.declared_key_column(iceberg.metadata.properties)
-    key_column = declared if declared in payload else None
-    value_columns = [c for c in payload if c != key_column]
+    out = _RecordPrinter(ctx, log_table, fields, records_format)
     if start_offset is None and not from_beginning and from_us is None and not follow and ctx.output == "text":
         click.echo("consume: no --offset, --from-beginning or --from-time: starting at the log end", err=True)
-    printed = 0
     while True:
         marks = log_table.watermarks()
         moved = False
         for p, position in positions.items():
-            while position < marks[p].end and (max_records is None or printed < max_records):
-                want = batch_size if max_records is None else min(batch_size, max_records - printed)
+            while position < marks[p].end and (max_records is None or out.printed < max_records):
+                want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
                 upto = min(position + want, marks[p].end)
                 for row in log_table.read(p, position, upto).to_pylist():
-                    record = _record(row, key_column, value_columns)
-                    if ctx.output == "json":
-                        click.echo(dumps(record))
-                    else:
-                        shown = [v if isinstance(v, str) else dumps(v) for v in map(jsonable, record.values())]
-                        click.echo("\t".join(shown))
-                    printed += 1
+                    out.add(row)
                 position = positions[p] = upto
                 moved = True
-        if not follow or (max_records is not None and printed >= max_records):
-            return
+        if not follow or (max_records is not None and out.printed >= max_records):
+            break
         if not moved:
             time.sleep(1.0)
+    out.finish(None)
 
 
 @click.group()
@@ -204,7 +269,7 @@ def groups_list(ctx: Context) -> None:
     from icelog.storage.groups.offsets import list_groups
 
     names = list_groups(ctx.catalog)
-    ctx.emit({"groups": names}, lambda d: click.echo("\n".join(d["groups"]) or "no consumer groups"))
+    ctx.emit({"groups": names}, lambda d: echo_list(d["groups"], "consumer groups"))
 
 
 @groups.command("describe")
@@ -244,6 +309,7 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
             rows,
             ["table", "partition", "stable (last done)", "committed (next)", "IC ranges", "log", "lag", "owners", "draining"],
             title=f"group {d['group']} generation {d['generation']}",
+            empty="offsets, ranges or owners",
         )
         for e in d["partitions"]:
             if "note" in e:
@@ -348,6 +414,7 @@ def groups_reset(
             [[r["table"], r["partition"], r["current"], r["new"]] for r in d["partitions"]],
             ["table", "partition", "current (next to read)", "new"],
             f"group {d['group']}: {'plan (dry run, nothing changed)' if d['dry_run'] else 'reset'}",
+            empty="partitions",
         )
 
     ctx.emit(result, text)

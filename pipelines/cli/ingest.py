@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from icelog.pipelines.cli.app import Context, status_line
+from icelog.pipelines.cli.app import Context, plural, status_line, text_value
 from icelog.storage.errors import InvalidInput
 
 
@@ -76,10 +76,11 @@ def ingest(
         )
 
     def text(d: dict) -> None:
-        click.echo(f"{d['table']}: loaded {len(d['loaded'])} files, {d['rows']:,} rows; skipped {len(d['skipped'])} files")
+        loaded, rows, skipped = plural(len(d["loaded"]), "file"), plural(d["rows"], "row"), plural(len(d["skipped"]), "file")
+        click.echo(f"{d['table']}: loaded {loaded}, {rows}; skipped {skipped}")
         for f in d["loaded"]:
-            click.echo(f"  loaded  {f['path']} ({f['rows']:,} rows)")
+            click.echo(f"  loaded  {f['path']} ({plural(f['rows'], 'row')})")
         for f in d["skipped"]:
-            click.echo(f"  skipped {f['path']}: {f['reason']} at {f['loaded_at']}")
+            click.echo(f"  skipped {f['path']}: {f['reason']} at {text_value(f['loaded_at'])}")
 
     ctx.emit(result.to_dict(), text)

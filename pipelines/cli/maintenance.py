@@ -6,7 +6,7 @@ import json
 
 import click
 
-from icelog.pipelines.cli.app import INT32_MAX, POSITIVE_INT64, Context, FiniteFloatRange, jsonable, status_line
+from icelog.pipelines.cli.app import INT32_MAX, POSITIVE_INT64, Context, FiniteFloatRange, jsonable, plural, status_line
 
 
 @click.command()
@@ -82,11 +82,13 @@ def repair(ctx: Context, table: str, mode: str) -> None:
         if d["action"] == "none":
             click.echo(f"{d['table']}: nothing to repair")
         elif d["action"] == "adopted":
-            click.echo(f"{d['table']}: adopted {len(d['foreign_snapshots'])} foreign snapshots, rows per partition {d['rows']}")
+            click.echo(
+                f"{d['table']}: adopted {plural(len(d['foreign_snapshots']), 'foreign snapshot')}, rows per partition {d['rows']}"
+            )
         elif d["action"] == "rolled_back":
             to = f"snapshot {d['icelog_snapshot_id']}" if d["icelog_snapshot_id"] is not None else "the empty table"
             click.echo(
-                f"{d['table']}: rolled back to {to}, dropped {d['dropped_rows']} rows, restored {d['restored_rows']} rows ({d['reason']})"
+                f"{d['table']}: rolled back to {to}, dropped {plural(d['dropped_rows'], 'row')}, restored {plural(d['restored_rows'], 'row')} ({d['reason']})"
             )
 
     ctx.emit(report, text)

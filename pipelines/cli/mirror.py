@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import click
 
-from icelog.pipelines.cli.app import Context
+from icelog.pipelines.cli.app import Context, echo_list, plural, status_line
 from icelog.storage.errors import AuthorizationFailed, IcelogError, InvalidInput, MirrorPromoted, NotALogTable, UnknownTable, span
 
 
@@ -95,7 +95,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
             return f"--target-catalog names the source's catalog {source_catalog.name!r} (--catalog): name another"
         return None
 
-    with _hint(hint):
+    with _hint(hint), status_line(ctx, f"mirroring {source} -> {copy_catalog.name}/{target_table or source}"):
         result = run(
             source_catalog, source, copy_catalog, target_table, principal=principal, copy_threads=ctx.settings.mirror_threads
         )
@@ -109,7 +109,7 @@ def mirror_run(ctx: Context, source: str, target_catalog: str, target_table: str
             or "no new offsets"
         )
         click.echo(
-            f"mirrored {d['source']} -> {d['target_catalog']}/{d['target']}: {added} ({d['copied_files']} files copied, {d['seconds']:.2f} s)"
+            f"mirrored {d['source']} -> {d['target_catalog']}/{d['target']}: {added} ({plural(d['copied_files'], 'file')} copied, {d['seconds']:.2f} s)"
         )
 
     ctx.emit(result.to_dict(), text)
@@ -196,9 +196,6 @@ def acls_list(ctx: Context) -> None:
     grants = [a.to_dict() for a in list_acls(ctx.catalog)]
 
     def text(d: dict) -> None:
-        for a in d["acls"] or []:
-            click.echo(f"{a['principal']}\t{a['operation']}\t{a['table']}")
-        if not d["acls"]:
-            click.echo("no grants (default deny)")
+        echo_list((f"{a['principal']}\t{a['operation']}\t{a['table']}" for a in d["acls"]), "grants (default deny)")
 
     ctx.emit({"acls": grants}, text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from icelog.pipelines.cli.app import Context, print_table
+from icelog.pipelines.cli.app import Context, plural, print_table
 
 
 @click.group()
@@ -42,6 +42,7 @@ def producers_list(ctx: Context, table: str) -> None:
             ],
             ["producer_id", "client_id", "epoch", "last sequence per partition"],
             d["table"],
+            empty="producers",
         ),
     )
 
@@ -58,5 +59,5 @@ def producers_rebuild(ctx: Context, table: str) -> None:
     state = rebuild(ctx.catalog, name)
     ctx.emit(
         {"table": name, "producers": {pid: e.to_dict() for pid, e in state.items()}},
-        lambda d: click.echo(f"rebuilt state of {len(d['producers'])} producers"),
+        lambda d: click.echo(f"rebuilt state of {plural(len(d['producers']), 'producer')}"),
     )

@@ -7,6 +7,7 @@ import datetime as dt
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -124,6 +125,10 @@ HISTORY_LENGTH = 1000
 DOT_COMMANDS = [
     [".tables", "the tables to query: every log table is a view named namespace.table"],
     [".schema [TABLE]", "the columns and types of TABLE (namespace.table, or just table), or of every table"],
+    [".mode [table|csv|json]", "how results print (as sql --format); without an argument, the current mode"],
+    [".output [FILE]", "write results to FILE (replaced), or back to the screen without FILE"],
+    [".timer on|off", "after each statement, its run time on stderr"],
+    [".read FILE", "run the statements and dot commands of FILE"],
     [".help", "this list"],
     [".quit, .exit", "leave the shell (Ctrl-D too); Ctrl-C drops the statement being typed or stops a running query"],
 ]
@@ -163,6 +168,10 @@ class _Shell:
         self.interactive = interactive
         self.results: list[dict[str, Any]] = []
         self.failed = False
+        self.mode = "table"  # text output only: JSON output collects every result whole
+        self.output: Any = None  # the file .output names; None: stdout
+        self.timer = False
+        self.reading: list[str] = []  # the .read files being run, outermost first (no file reads itself)
 
     def run(self, statement: str, sql: str | None = None, params: dict[str, Any] | None = None, empty: str = "") -> None:
         """Run ``statement`` (or a dot command's ``sql``) and show its result; no rows is the error ``empty`` if given."""
@@ -173,6 +182,7 @@ class _Shell:
             columns = [d[0] for d in cursor.description or []]
             return columns, [list(r) for r in cursor.fetchall()] if columns else []
 
+        started = time.perf_counter()
         try:
             columns, rows = self._interruptible(query) if self.interactive else query()
         except Exception as e:
@@ -181,6 +191,9 @@ class _Shell:
                 raise
             self.error(statement, type(e).__name__, str(e))
             return
+        finally:
+            if self.timer and self.ctx.output == "text":
+                click.echo(f"run time: {time.perf_counter() - started:.3f} s", err=True)
         if empty and not rows:
             self.error(statement, "NotFound", empty)
             return
@@ -214,7 +227,8 @@ class _Shell:
         if self.ctx.output == "json":
             self.results.append({"statement": statement.strip(), "columns": columns, "rows": rows})
         elif columns:
-            print_table(rows, columns)
+            with contextlib.redirect_stdout(self.output) if self.output is not None else contextlib.nullcontext():
+                ROW_FORMATS[self.mode]({"columns": columns, "rows": rows})
 
     def error(self, statement: str, kind: str, message: str) -> None:
         self.failed = True
@@ -235,9 +249,54 @@ class _Shell:
         elif command == ".schema" and len(args) <= 1:
             name = args[0].replace('"', "") if args else None
             self.run(line, _SCHEMA_SQL, {"name": name}, empty=f"no table {name!r} (.tables lists them)" if name else "")
+        elif command == ".mode" and not args:
+            self.show(line, ["mode"], [[self.mode]])
+        elif command == ".mode" and len(args) == 1 and args[0] in ROW_FORMATS:
+            self.mode = args[0]
+        elif command == ".timer" and len(args) == 1 and args[0] in ("on", "off"):
+            self.timer = args[0] == "on"
+        elif command == ".output" and len(args) <= 1:
+            self._redirect(line, args[0] if args else None)
+        elif command == ".read" and len(args) == 1:
+            self._read(line, args[0])
         else:
             self.error(line, "UnknownCommand", f"unknown command {line!r} (.help lists them)")
         return True
+
+    def _redirect(self, line: str, path: str | None) -> None:
+        """``.output FILE``: results go to FILE from now on (replaced); ``.output``: to stdout again."""
+        try:
+            target = open(path, "w", encoding="utf-8") if path is not None else None  # noqa: SIM115 - kept open until the next .output
+        except OSError as e:
+            self.error(line, "InvalidInput", f"cannot write {path}: {e.strerror or e}")
+            return
+        self.close()
+        self.output = target
+
+    def close(self) -> None:
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
+    def _read(self, line: str, path: str) -> None:
+        """``.read FILE``: FILE's statements and dot commands, as a script."""
+        where = str(Path(path).resolve())
+        if where in self.reading:
+            self.error(line, "InvalidInput", f"{path} is already being read (a .read loop)")
+            return
+        try:
+            text = Path(path).read_bytes().decode("utf-8")
+        except OSError as e:
+            self.error(line, "InvalidInput", f"cannot read {path}: {e.strerror or e}")
+            return
+        except UnicodeDecodeError as e:
+            self.error(line, "MalformedInput", f"{path} is not UTF-8 (byte {e.start})")
+            return
+        self.reading.append(where)
+        try:
+            self.script(text.splitlines(keepends=True))
+        finally:
+            self.reading.pop()
 
     def script(self, lines: Iterable[str]) -> None:
         """Statements from a script or a pipe: no prompt, no history; a last statement may omit its ';'."""
@@ -342,7 +401,8 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
     """A DuckDB shell with every log table as a view; statements end with ';'.
 
     On a terminal: line editing and history ($ICELOG_HOME/duckdb_history), dot commands
-    (.tables, .schema [TABLE], .help, .quit); Ctrl-C drops the statement being typed or
+    (.tables, .schema [TABLE], .mode table|csv|json, .output [FILE], .timer on|off, .read FILE,
+    .help, .quit); Ctrl-C drops the statement being typed or
     interrupts the running one, Ctrl-D leaves. Reads standard input too (``icelog duckdb <
     queries.sql``). With ``--output json`` it prints one document at the end: ``{"results":
     [{"statement", "columns", "rows"} or {"statement", "error", "message"}]}``. Exit code 2 if
@@ -365,6 +425,7 @@ def duckdb_shell(ctx: Context, snapshot_id: int | None, as_of: str | None, only:
         if terminal:
             click.echo(f"icelog duckdb on catalog {ctx.catalog.name!r}: end statements with ';', Ctrl-D exits.", err=True)
         shell.script(_script_lines(prompt=terminal))
+    shell.close()
     if ctx.output == "json":
         click.echo(dumps({"results": shell.results}))
     if shell.failed:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from icelog.pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, print_table
+from icelog.pipelines.cli.app import MAX_PARTITIONS, PARTITION_COUNT, Context, LogTime, clip, echo_list, print_table, text_value
 from icelog.storage.errors import ConfirmationRequired, InvalidInput, MalformedInput
 
 
@@ -69,7 +69,7 @@ def topics_list(ctx: Context, system: bool) -> None:
     names = [n for n in list_log_tables(ctx.catalog) if not is_system_table(n)]
     if system:  # every table icelog keeps its state in, log tables or not (the ingest ledger)
         names = sorted(names + system_tables(ctx.catalog))
-    ctx.emit({"tables": names}, lambda d: click.echo("\n".join(d["tables"]) or "(no log tables)"))
+    ctx.emit({"tables": names}, lambda d: echo_list(d["tables"], "log tables"))
 
 
 @topics.command("describe")
@@ -79,21 +79,30 @@ def topics_list(ctx: Context, system: bool) -> None:
 )
 @click.pass_obj
 def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
-    """TABLE's partitions, payload columns, location, current snapshot, offsets per partition and
+    """TABLE's partitions, payload columns, location, uuid, format version, partition spec, refs
+    (branches and tags with their snapshots), current snapshot, offsets per partition and
     icelog's table properties (value, default, whether set; change them with 'topics alter')."""
     from icelog.storage import properties
     from icelog.storage.log.table import LogTable
 
     log_table = LogTable.open(ctx.catalog, table)
     doc = log_table.describe()
-    stored = log_table.table().metadata.properties
+    iceberg = log_table.table()
+    doc.update(_iceberg_identity(iceberg))
+    stored = iceberg.metadata.properties
     doc["properties"] = properties.effective(stored)
     if all_properties:
         doc["all_properties"] = dict(sorted(stored.items()))
 
     def text(d: dict) -> None:
         snapshot = d["snapshot_id"] if d["snapshot_id"] is not None else "none (nothing committed yet)"
-        click.echo(f"{d['table']}  partitions={d['partitions']}  snapshot={snapshot}  location={d['location']}")
+        click.echo(f"{d['table']}  partitions={d['partitions']}  snapshot={snapshot}")
+        click.echo(f"location: {d['location']}")
+        click.echo(f"uuid: {d['uuid']}  format-version: {d['format_version']}")
+        spec = ", ".join(f"{f['transform']}({f['source']}) as {f['name']}" for f in d["spec"]["fields"]) or "unpartitioned"
+        click.echo(f"spec {d['spec']['spec_id']}: {spec}")
+        refs = [f"{name} ({r['type']}) -> {r['snapshot_id']}" for name, r in d["refs"].items()]
+        click.echo("refs: " + (", ".join(refs) or "none (no snapshot yet)"))
         click.echo("payload: " + ", ".join(f"{c['name']} {c['type']}" for c in d["payload"]))
         print_table(
             [[p, o["start"], o["end"], o["end"] - o["start"]] for p, o in d["offsets"].items()],
@@ -112,6 +121,34 @@ def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
             print_table([[k, clip(v, 100)] for k, v in d["all_properties"].items()], ["table property", "stored value"])
 
     ctx.emit(doc, text)
+
+
+def _iceberg_identity(iceberg: Any) -> dict[str, Any]:
+    """What Iceberg's own tools show of a table beside its data: uuid, format version, the
+    current partition spec and the refs (branches and tags, each with its snapshot id)."""
+    metadata = iceberg.metadata
+    schema = iceberg.schema()
+    spec = iceberg.spec()
+    return {
+        "uuid": str(metadata.table_uuid),
+        "format_version": metadata.format_version,
+        "spec": {
+            "spec_id": spec.spec_id,
+            "fields": [
+                {
+                    "source": schema.find_column_name(f.source_id),
+                    "field_id": f.field_id,
+                    "transform": str(f.transform),
+                    "name": f.name,
+                }
+                for f in spec.fields
+            ],
+        },
+        "refs": {
+            name: {"type": str(ref.snapshot_ref_type.value), "snapshot_id": ref.snapshot_id}
+            for name, ref in sorted(metadata.refs.items())
+        },
+    }
 
 
 def _key_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -213,7 +250,7 @@ def offsets(ctx: Context, table: str, at_us: int | None, event_time: bool) -> No
             lambda d: print_table(
                 [[p, e["offset"], "-" if e["timestamp"] is None else e["timestamp"]] for p, e in d["partitions"].items()],
                 ["partition", "offset", d["by"]],
-                f"{d['table']} at {d['at'].isoformat()} by {d['by']}",
+                f"{d['table']} at {text_value(d['at'])} by {d['by']}",
             ),
         )
         return

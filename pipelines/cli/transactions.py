@@ -6,7 +6,7 @@ import json
 
 import click
 
-from icelog.pipelines.cli.app import Context, clip, print_table
+from icelog.pipelines.cli.app import Context, clip, plural, print_table
 from icelog.storage.errors import InvalidInput
 
 
@@ -39,6 +39,7 @@ def transactions_list(ctx: Context) -> None:
         lambda d: print_table(
             [[*list(r.values())[:4], f"{r['state']} (decided)" if r["decided"] else r["state"]] for r in d["transactional_ids"]],
             ["transactional_id", "producer_id", "epoch", "open txn", "state"],
+            empty="transactional ids",
         ),
     )
 
@@ -95,7 +96,12 @@ def transactions_recover(ctx: Context) -> None:
     from icelog.storage.producers.transactional import recover
 
     report = recover(ctx.catalog)
-    ctx.emit(report, lambda d: click.echo(f"rolled forward {len(d['rolled_forward'])}, aborted {len(d['aborted'])}"))
+    ctx.emit(
+        report,
+        lambda d: click.echo(
+            f"rolled forward {plural(len(d['rolled_forward']), 'transaction')}, aborted {plural(len(d['aborted']), 'transaction')}"
+        ),
+    )
 
 
 @transactions.command("abort")

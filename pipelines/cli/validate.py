@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from icelog.pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, LazyChoice, status_line
+from icelog.pipelines.cli.app import EXIT_VIOLATIONS, SNAPSHOT_ID, Context, LazyChoice, plural, status_line
 
 
 def _check_names() -> list[str]:
@@ -45,7 +45,7 @@ def validate(ctx: Context, table: str, deep: bool, check_names: tuple[str, ...],
 
     def text(d: dict) -> None:
         click.echo(
-            f"{d['table']}: {'OK' if d['ok'] else 'VIOLATIONS'} ({d['rows']} rows, {', '.join(d['checks'])}, {d['seconds']} s)"
+            f"{d['table']}: {'OK' if d['ok'] else 'VIOLATIONS'} ({plural(d['rows'], 'row')}, {', '.join(d['checks'])}, {d['seconds']} s)"
         )
         for v in d["violations"]:
             click.echo(f"  [{v['kind']}] partition {v.get('partition')}: {v['detail']}")
@@ -114,7 +114,10 @@ def report(
         tables = json.loads((index.parent / "index.json").read_text())
         doc = {"ok": all(t.get("ok") for t in tables), "report": str(index), "tables": tables}
         ctx.emit(
-            doc, lambda d: click.echo(f"{'OK' if d['ok'] else 'ATTENTION'}: {len(d['tables'])} tables, file://{d['report']}")
+            doc,
+            lambda d: click.echo(
+                f"{'OK' if d['ok'] else 'ATTENTION'}: {plural(len(d['tables']), 'table')}, file://{d['report']}"
+            ),
         )
         return
     log_table = LogTable.open(ctx.catalog, table)

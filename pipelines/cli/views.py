@@ -68,6 +68,7 @@ def snapshots(ctx: Context, table: str, limit: int | None) -> None:
             ],
             ["snapshot", "parent", "committed at", "operation", "commit id", "records added"],
             log_table.identifier,
+            empty="snapshots yet",
         ),
     )
 
@@ -99,6 +100,7 @@ def files(ctx: Context, table: str) -> None:
             [[r["partition"], r["first_offset"], r["last_offset"], r["records"], r["bytes"], r["path"]] for r in d],
             ["partition", "first offset", "last offset", "records", "bytes", "path"],
             log_table.identifier,
+            empty="data files",
         ),
     )
 

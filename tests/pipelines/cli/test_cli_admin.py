@@ -51,7 +51,7 @@ def test_offsets_for_time_is_the_one_lookup_of_the_cli(icelog: Cli, events):
     shown = icelog("offsets", "db.events", "--at", moment)["partitions"]
     assert {int(p): e["offset"] for p, e in shown.items()} == {p: e.offset for p, e in found.items()}
     consumed = icelog.raw("consume", "db.events", "--from-time", moment)
-    assert [json.loads(line)["offset"] for line in consumed.stdout.splitlines()] == [3]
+    assert [r["offset"] for r in json.loads(consumed.stdout)["records"]] == [3]
     plan = icelog("groups", "reset", "db.events", "--group", "g", "--to-datetime", moment, "--dry-run")
     assert {r["partition"]: r["new"] for r in plan["partitions"]} == {p: e.offset for p, e in found.items()}
 
@@ -416,3 +416,31 @@ def test_two_concurrent_alters_of_different_knobs_both_land(icelog: Cli, events)
     assert errors == []
     props = _properties(events)
     assert (props["icelog.retention.ms"], props["icelog.snapshots.keep"]) == ("1004", "44")
+
+
+def test_describe_shows_location_uuid_spec_format_version_and_refs(icelog: Cli, sqlite_spec):
+    from icelog.storage.log.table import LogTable
+
+    table = LogTable.create(sqlite_spec.open(), "db.fresh", 2)
+    metadata = table.table().metadata
+    doc = icelog("topics", "describe", "db.fresh")
+    assert doc["uuid"] == str(metadata.table_uuid) and doc["format_version"] == metadata.format_version
+    assert doc["location"] == metadata.location
+    assert doc["spec"]["fields"] == [
+        {"source": "log_partition", "field_id": 1000, "transform": "identity", "name": "log_partition"}
+    ]
+    assert doc["refs"] == {} and doc["snapshot_id"] is None  # JSON keeps null for an empty table
+    out = icelog.raw("topics", "describe", "db.fresh", json_output=False).stdout
+    assert "None" not in out and "refs: none (no snapshot yet)" in out and str(metadata.table_uuid) in out, out
+    assert "identity(log_partition)" in out and f"format-version: {metadata.format_version}" in out
+
+    table.append({0: [{"key": "k", "value": "v"}]})
+    current = table.table().metadata.current_snapshot_id
+    table.table().manage_snapshots().create_tag(current, "audited").commit()
+    doc = icelog("topics", "describe", "db.fresh")
+    assert doc["refs"] == {
+        "audited": {"type": "tag", "snapshot_id": current},
+        "main": {"type": "branch", "snapshot_id": current},
+    }
+    out = icelog.raw("topics", "describe", "db.fresh", json_output=False).stdout
+    assert f"main (branch) -> {current}" in out and f"audited (tag) -> {current}" in out, out

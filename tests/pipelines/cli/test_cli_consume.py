@@ -25,8 +25,9 @@ def events(sqlite_spec):
 
 
 def _records(result) -> list[dict]:
+    """The records of ``consume --output json``: one document, ``{"table", "group", "records"}``."""
     assert result.exit_code == 0, (result.stdout, result.stderr)
-    return [json.loads(line) for line in result.stdout.splitlines()]
+    return one_document(result.stdout)["records"]
 
 
 def _catalog_state(spec) -> tuple:
@@ -121,8 +122,61 @@ def test_an_offset_past_the_log_end_is_invalid(icelog: Cli, events, offset):
 
 def test_consume_with_a_group_still_commits(icelog: Cli, events):
     result = icelog.raw("consume", "db.events", "--group", "g", "--partition", "0", "--max-records", "2")
-    assert [r["log_offset"] for r in _records(result)] == [0, 1]
+    assert [r["offset"] for r in _records(result)] == [0, 1]
     assert icelog("groups", "describe", "--group", "g")["partitions"][0]["committed_offset"] == 2
+
+
+def test_consume_output_json_is_one_document_with_or_without_a_group(icelog: Cli, events):
+    plain = icelog("consume", "db.events", "--partition", "0", "--from-beginning", "--max-records", "2")
+    grouped = icelog("consume", "db.events", "--group", "g", "--partition", "0", "--max-records", "2")
+    assert plain["table"] == grouped["table"] == "db.events" and (plain["group"], grouped["group"]) == (None, "g")
+    assert plain["records"] == grouped["records"]
+    assert [set(r) for r in plain["records"]] == [{"partition", "offset", "timestamp", "key", "value"}] * 2
+    # --follow would never end the one document: refused, unless --max-records ends it
+    assert icelog("consume", "db.events", "--from-beginning", "--follow", code=2)["error"] == "UsageError"
+    followed = icelog("consume", "db.events", "--from-beginning", "--follow", "--max-records", "1")
+    assert len(followed["records"]) == 1
+
+
+def _text(icelog: Cli, *args: str) -> str:
+    result = icelog.raw("consume", "db.events", *args, json_output=False)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
+
+
+def test_consume_text_with_a_group_prints_the_shape_without_one(icelog: Cli, events):
+    plain = _text(icelog, "--partition", "0", "--from-beginning", "--max-records", "3")
+    grouped = _text(icelog, "--group", "g", "--partition", "0", "--max-records", "3")
+    assert grouped == plain and "log_offset" not in grouped
+    assert grouped.splitlines()[1].split("\t")[:2] == ["0", "1"] and grouped.splitlines()[1].endswith("\tk1\t1")
+
+
+def test_consume_print_chooses_the_fields_as_print_key_and_print_timestamp(icelog: Cli, events):
+    assert _text(icelog, "--partition", "0", "--from-beginning", "--print", "value") == "0\n1\n2\n3\n4\n"
+    assert _text(icelog, "--partition", "0", "--from-beginning", "--max-records", "2", "--print", "value,key") == "k0\t0\nk1\t1\n"
+    assert _text(icelog, "--group", "g", "--partition", "1", "--print", "offset", "--print", "value") == "0\ty\n"
+    doc = icelog("consume", "db.events", "--partition", "1", "--from-beginning", "--print", "timestamp,key")
+    assert list(doc["records"][0]) == ["timestamp", "key"] and doc["records"][0]["key"] == "x"
+    assert dt.datetime.fromisoformat(doc["records"][0]["timestamp"]) == events[0]
+    bad = icelog("consume", "db.events", "--from-beginning", "--print", "value,headers", code=2)
+    assert bad["error"] == "BadParameter" and "headers" in bad["message"] and "partition, offset" in bad["message"]
+
+
+def test_consume_format_jsonl_streams_one_record_object_per_line(icelog: Cli, events):
+    lines = _text(icelog, "--from-beginning", "--format", "jsonl", "--print", "partition,offset,key").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        *[{"partition": 0, "offset": i, "key": f"k{i}"} for i in range(5)],
+        {"partition": 1, "offset": 0, "key": "x"},
+    ]
+    grouped = _text(icelog, "--group", "g", "--format", "jsonl").splitlines()
+    assert [json.loads(line) for line in grouped] == [
+        *[
+            {"partition": 0, "offset": i, "timestamp": json.loads(grouped[i])["timestamp"], "key": f"k{i}", "value": str(i)}
+            for i in range(5)
+        ],
+        json.loads(grouped[5]),
+    ]
+    assert "log_offset" not in grouped[0]
 
 
 def test_offsets_at_a_time_is_the_first_offset_stamped_at_or_after_it(icelog: Cli, events):

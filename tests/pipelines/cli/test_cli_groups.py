@@ -66,9 +66,9 @@ def test_i8_bad_range_exit_2_nothing_changes(run, events, bad):
 
 
 def test_consume_prints_json_lines_commits_and_stops_at_the_log_end(run, events):
-    out = run("consume", "db.events", "--group", "g", "--partition", "0", "--max-records", "7", text=True)
+    out = run("consume", "db.events", "--group", "g", "--partition", "0", "--max-records", "7", "--format", "jsonl", text=True)
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["log_offset"] for r in rows] == list(range(7)) and {"log_partition", "log_timestamp", "key"} <= set(rows[0])
+    assert [r["offset"] for r in rows] == list(range(7)) and set(rows[0]) == {"partition", "offset", "timestamp", "key", "value"}
     assert _partition(run("groups", "describe", "g"))["stable_offset"] == 6
     rest = run("consume", "db.events", "--group", "g", text=True).splitlines()
     assert len(rest) == 53 + 1  # partition 0 to its end, and partition 1
@@ -77,10 +77,12 @@ def test_consume_prints_json_lines_commits_and_stops_at_the_log_end(run, events)
 
 def test_consume_key_range_reads_only_its_hashes(run, events):
     lo, hi = 0, 32767
-    out = run("consume", "db.events", "--group", "h", "--partition", "0", "--key-range", f"{lo}:{hi}", text=True)
+    out = run(
+        "consume", "db.events", "--group", "h", "--partition", "0", "--key-range", f"{lo}:{hi}", "--format", "jsonl", text=True
+    )
     rows = [json.loads(line) for line in out.splitlines()]
     expected = [i for i in range(60) if lo <= key_hash(f"k{i % 5}") <= hi]
-    assert [r["log_offset"] for r in rows] == expected
+    assert [r["offset"] for r in rows] == expected
     entry = _partition(run("groups", "describe", "h"))
     done = set(expected)
     assert entry["lag"] == 60 - len(done)
@@ -94,11 +96,10 @@ def test_i10_consume_key_range_hashes_the_tables_key_column(run, sqlite_spec):
     halves = ["0:32767", "32768:65535"]
     seen = []
     for half in halves:
-        out = run("consume", "demo.flights", "--group", "g", "--key-range", half, text=True)
-        rows = [json.loads(line) for line in out.splitlines()]
+        rows = run("consume", "demo.flights", "--group", "g", "--key-range", half)["records"]
         lo, hi = (int(x) for x in half.split(":"))
-        assert all(lo <= key_hash(r["tailnum"]) <= hi for r in rows)
-        seen += [r["log_offset"] for r in rows]
+        assert all(lo <= key_hash(r["key"]) <= hi for r in rows)
+        seen += [r["offset"] for r in rows]
     assert sorted(seen) == list(range(40))
     assert _partition(run("groups", "describe", "g"))["committed_offset"] == 40
 

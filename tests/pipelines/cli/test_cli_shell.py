@@ -193,3 +193,38 @@ def test_a_shell_without_a_home_keeps_no_history_and_creates_none(icelog, tmp_pa
     term.type("\x04")
     assert term.exit_code() == 0
     assert not home.exists()
+
+
+def test_mode_output_timer_and_read_dot_commands(icelog, tmp_path):
+    icelog("topics", "create", "db.events", "--partitions", "1")
+    icelog("produce", "db.events", "--partition", "0", input=lines('{"key": "a", "value": "1"}'))
+    queries = tmp_path / "queries.sql"
+    queries.write_text("select key from db.events;\n.mode\n")
+    saved = tmp_path / "out.csv"
+    script = lines(
+        ".mode csv",
+        "select key, value from db.events;",
+        f".output {saved}",
+        "select 7 as n;",
+        ".output",
+        ".timer on",
+        ".mode json",
+        f".read {queries}",
+        ".timer off",
+        f".read {tmp_path / 'missing.sql'}",
+        ".mode yaml",
+    )
+    result = icelog.raw("duckdb", input=script, json_output=False)
+    assert result.exit_code == 2, (result.stdout, result.stderr)  # the missing file and the unknown mode
+    assert result.stdout == 'key,value\na,1\n[{"key": "a"}]\n[{"mode": "json"}]\n', result.stdout
+    assert saved.read_text() == "n\n7\n"
+    assert len(re.findall(r"^run time: \d+\.\d{3} s$", result.stderr, re.MULTILINE)) == 1, result.stderr  # the one statement
+    assert "cannot read" in result.stderr and "unknown command '.mode yaml'" in result.stderr
+    doc = one_document(icelog.raw("duckdb", input=lines(f".read {queries}")).stdout)["results"]
+    assert doc == [
+        {"statement": "select key from db.events;", "columns": ["key"], "rows": [["a"]]},
+        {"statement": ".mode", "columns": ["mode"], "rows": [["table"]]},
+    ]
+    loop = tmp_path / "loop.sql"
+    loop.write_text(f".read {loop}\n")
+    assert "already being read" in icelog.raw("duckdb", input=lines(f".read {loop}"), json_output=False).stderr
