@@ -32,8 +32,12 @@ demo: setup
 demo-lakehouse: setup
 	$(BIN)/python -m infra.demo --lakehouse
 
+# Two pytest-xdist workers (the machines have 2 cores; most tests wait on processes, JVMs and Airflow),
+# each test file on one worker (--dist loadfile): a module's fixtures (an Airflow home, a DAG run) start
+# once. Every server a test starts picks free ports and a directory of its own. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 # The wheel as a team installs it: built from the checkout, installed with no extra into fresh venvs on
 # Python 3.12 and 3.13 (and with [airflow] on 3.13), then used (infra/wheel_smoke.py). CI runs it after make test.
