@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from icelog.storage.errors import HistoryExpired, UnknownSnapshot
+from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli, one_document
 
@@ -359,7 +360,8 @@ def test_exit_code_follows_the_error_type(events, monkeypatch, error, code):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(LogTable, "watermarks", fail)
+    # The log state is read on both of offsets' paths (the light read on SQLite, and the catalog's).
+    monkeypatch.setattr(LogState, "from_properties", fail)
     out = events("offsets", "db.events", code=code)
     assert out["error"] == type(error).__name__ and out["message"]
     if hasattr(error, "fields"):
