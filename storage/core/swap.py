@@ -18,6 +18,7 @@ pins each one, so an upgrade fails loudly.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from icelog.storage.core import faults
@@ -150,30 +152,45 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
         with ThreadPoolExecutor(max_workers=min(8, len(staged))) as pool:
             list(pool.map(write, staged))
     with Session(catalog.engine) as session:
-        for i, (s, new) in enumerate(zip(ordered, staged, strict=True)):
-            namespace, name = _key(s.base)
-            result = session.execute(
-                update(IcebergTables)
-                .where(
-                    IcebergTables.catalog_name == catalog.name,
-                    IcebergTables.table_namespace == namespace,
-                    IcebergTables.table_name == name,
-                    IcebergTables.metadata_location == s.base.metadata_location,
-                )
-                .values(metadata_location=new.metadata_location, previous_metadata_location=s.base.metadata_location)
-            )
-            if result.rowcount != 1:
-                session.rollback()
-                _delete_metadata_files(staged)  # no pointer names them: a lost race leaves nothing behind
-                raise CommitFailedException(f"{namespace}.{name} has been updated by another process")
-            if i < len(staged) - 1:
-                faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
-        session.commit()
+        connection = session.connection()
+        try:
+            _swap_pointers(catalog, session, ordered, staged)
+        except SQLAlchemyError:
+            # A COMMIT that failed (SQLite's "database is locked" while a reader holds its lock)
+            # can leave the driver's transaction open on this connection; back in the pool, a
+            # later read on it would see this swap's uncommitted pointers, and the commit-id
+            # lookup would acknowledge a commit that never became durable. Closing it rolls back.
+            with contextlib.suppress(Exception):
+                connection.invalidate()
+            raise
     by_name = {
         _key(s.base): CommitTableResponse(metadata=t.metadata, metadata_location=t.metadata_location)
         for s, t in zip(ordered, staged, strict=True)
     }
     return [by_name[_key(s.base)] for s in swaps]
+
+
+def _swap_pointers(catalog: SqlCatalog, session: Session, ordered: Sequence[TableSwap], staged: Sequence[StagedTable]) -> None:
+    """Every pointer from its exact base, in one database transaction (committed here)."""
+    for i, (s, new) in enumerate(zip(ordered, staged, strict=True)):
+        namespace, name = _key(s.base)
+        result = session.execute(
+            update(IcebergTables)
+            .where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == name,
+                IcebergTables.metadata_location == s.base.metadata_location,
+            )
+            .values(metadata_location=new.metadata_location, previous_metadata_location=s.base.metadata_location)
+        )
+        if result.rowcount != 1:
+            session.rollback()
+            _delete_metadata_files(staged)  # no pointer names them: a lost race leaves nothing behind
+            raise CommitFailedException(f"{namespace}.{name} has been updated by another process")
+        if i < len(staged) - 1:
+            faults.checkpoint(faults.BETWEEN_TABLE_SWAPS)
+    session.commit()
 
 
 def _delete_metadata_files(staged: Sequence[StagedTable]) -> None:

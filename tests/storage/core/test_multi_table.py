@@ -154,3 +154,36 @@ def test_i5_every_table_of_one_commit_shares_one_snapshot_timestamp(sqlite_catal
         assert metadata.snapshot_log[-1].snapshot_id == snapshot.snapshot_id
         stamps |= {snapshot.timestamp_ms, metadata.snapshot_log[-1].timestamp_ms}
     assert len(stamps) == 1  # an as-of cut at any millisecond sees all three or none
+
+
+def test_i1_a_commit_refused_at_sqlites_commit_by_a_reader_is_acknowledged_only_once_durable(sqlite_catalog):
+    """A reader holding SQLite's shared lock makes the swap's COMMIT fail ("database is locked").
+    The driver kept that transaction open on the pooled connection, so the commit-id lookup read
+    its own uncommitted pointer and acknowledged a commit that was then lost. Every acknowledged
+    row must be durable: read back through a connection of its own once the reader is gone."""
+    import sqlite3
+
+    from icelog.storage.core.catalog import LogSqlCatalog
+
+    t = LogTable.create(sqlite_catalog, "db.e", 1)
+    t.append({0: [{"key": "a", "value": "1"}]})
+    database = sqlite_catalog.properties["uri"].removeprefix("sqlite:///")
+    holding = threading.Event()
+
+    def read_slowly() -> None:
+        con = sqlite3.connect(database, isolation_level=None)
+        con.execute("BEGIN")
+        con.execute("SELECT count(*) FROM iceberg_tables").fetchall()  # SHARED: a COMMIT needs EXCLUSIVE
+        holding.set()
+        time.sleep(7)
+        con.execute("ROLLBACK")
+        con.close()
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    assert holding.wait(10)
+    acknowledged = t.append({0: [{"key": "b", "value": "2"}]})
+    reader.join()
+    fresh = LogSqlCatalog(sqlite_catalog.name, **{k: v for k, v in sqlite_catalog.properties.items() if k != "type"})
+    assert acknowledged.ranges == {0: (1, 2)}
+    assert LogTable.open(fresh, "db.e").watermarks()[0].end == 2
