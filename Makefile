@@ -36,7 +36,7 @@ demo-lakehouse: setup
 # 21 minutes instead of about 55. Each test file on one worker (--dist loadfile): a module's fixtures (an
 # Airflow home, a DAG run) start once. Every server a test starts picks free ports and a directory of its
 # own. Default serial for now: the DuckDB shell terminal test timed out under two workers (1 run in 3).
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
