@@ -35,7 +35,7 @@ demo-lakehouse: setup
 # Two pytest-xdist workers (the machines have 2 cores; most tests wait on processes, JVMs and Airflow):
 # 21 minutes instead of about 55. Each test file on one worker (--dist loadfile): a module's fixtures (an
 # Airflow home, a DAG run) start once. Every server a test starts picks free ports and a directory of its
-# own. Default serial for now: the DuckDB shell terminal test timed out under two workers (1 run in 3).
+# own. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
