@@ -1,0 +1,105 @@
+"""The read-only commands' light path (the catalog's pointer and the metadata JSON, without
+pyiceberg's catalogs) answers byte for byte what the full read answers, on SQLite, PostgreSQL
+and a REST catalog (SeaweedFS), in text and JSON; and where it cannot, the full read names the error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from icelog.storage.log.table import LogTable
+from tests.support.cli import Cli
+
+LIGHT_COMMANDS = [
+    ("offsets", "db.events"),
+    ("offsets", "db.empty"),
+    ("snapshots", "db.events"),
+    ("snapshots", "db.events", "--limit", "1"),
+    ("snapshots", "db.empty"),
+    ("topics", "describe", "db.events"),
+    ("topics", "describe", "db.events", "--all-properties"),
+    ("topics", "describe", "db.empty"),
+    ("topics", "list"),
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
+def spec(request):
+    return request.getfixturevalue(f"{request.param}_spec")
+
+
+def tables(spec) -> None:
+    catalog = spec.open()
+    columns = [
+        {"name": "key", "type": "string"},
+        {"name": "amount", "type": "double", "required": True},
+        {"name": "at", "type": "timestamptz"},
+    ]
+    events = LogTable.create(catalog, "db.events", 3, columns)
+    events.append({0: [{"key": "a", "amount": 1.5, "at": None}], 2: [{"key": "b", "amount": 2.0, "at": None}]})
+    events.append({1: [{"key": "c", "amount": 3.0, "at": None}]})
+    LogTable.create(catalog, "db.empty", 1)
+    catalog.create_table("db.plain", schema=events.table().schema())  # not a log table
+
+
+def light_only(monkeypatch):
+    """The catalog is never opened: the command answered from the light read alone."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the full read ran")
+
+    monkeypatch.setattr("icelog.storage.core.catalog.open_catalog", refuse)
+
+
+def full_only(monkeypatch):
+    """The light reads never apply: every command reads through pyiceberg's catalog."""
+    monkeypatch.setattr("icelog.storage.core.pointer.current_metadata", lambda *a, **k: None)
+    monkeypatch.setattr("icelog.storage.core.pointer.table_names", lambda *a, **k: None)
+
+
+def outputs(spec, args) -> dict[str, tuple[int, str, str]]:
+    cli = Cli(spec, COLUMNS="200")
+    found = {}
+    for mode in ("text", "json"):
+        result = cli.raw("--output", mode, *args, json_output=False)
+        found[mode] = (result.exit_code, result.stdout, result.stderr)
+    return found
+
+
+def test_the_light_path_answers_as_the_full_read_does(spec, monkeypatch):
+    tables(spec)
+    light, full = {}, {}
+    with monkeypatch.context() as patch:
+        light_only(patch)
+        for args in LIGHT_COMMANDS:
+            light[args] = outputs(spec, args)
+    with monkeypatch.context() as patch:
+        full_only(patch)
+        for args in LIGHT_COMMANDS:
+            full[args] = outputs(spec, args)
+    for args in LIGHT_COMMANDS:
+        assert light[args] == full[args], args
+        assert light[args]["json"][0] == 0 and json.loads(light[args]["json"][1]) is not None, args
+    assert json.loads(light[("topics", "list")]["json"][1]) == {"tables": ["db.empty", "db.events"]}
+    described = json.loads(light[("topics", "describe", "db.events")]["json"][1])
+    assert described["offsets"] == {"0": {"start": 0, "end": 1}, "1": {"start": 0, "end": 1}, "2": {"start": 0, "end": 1}}
+    assert [c["type"] for c in described["payload"]] == ["string", "double", "timestamptz"]
+    assert len(json.loads(light[("snapshots", "db.events")]["json"][1])) == described["snapshots"] >= 2
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (("offsets", "db.missing"), "UnknownTable"),
+        (("snapshots", "db.missing"), "UnknownTable"),
+        (("topics", "describe", "db.missing"), "UnknownTable"),
+        (("offsets", "db.plain"), "NotALogTable"),
+        (("topics", "describe", "db.plain"), "NotALogTable"),
+        (("snapshots", "bad name!"), "InvalidIdentifier"),
+    ],
+)
+def test_where_the_light_read_finds_no_log_table_the_full_read_names_the_error(spec, args, error):
+    tables(spec)
+    result = Cli(spec).raw(*args)
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"] == error, (result.stdout, result.stderr)
