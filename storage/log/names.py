@@ -21,6 +21,7 @@ PRODUCER_SEQ = "producer_seq"
 # The key hash of the table's key column (storage.log.keys.key_hash), filled by every writer; files
 # of many rows are written clustered by it so key-range reads skip row groups (storage.log.files).
 KEY_HASH = "log_key_hash"
+HASH_SPACE = 65536  # a key hash is 0..HASH_SPACE - 1 (storage.log.keys)
 SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from icelog.storage.groups.offsets import commit_offsets, commit_ranges
 from icelog.storage.log.table import LogTable
 from tests.support.cli import Cli
 
@@ -21,6 +22,8 @@ LIGHT_COMMANDS = [
     ("topics", "describe", "db.events", "--all-properties"),
     ("topics", "describe", "db.empty"),
     ("topics", "list"),
+    ("groups", "describe", "--group", "g"),
+    ("groups", "describe", "--group", "nobody"),
 ]
 
 
@@ -41,6 +44,8 @@ def tables(spec) -> None:
     events.append({1: [{"key": "c", "amount": 3.0, "at": None}]})
     LogTable.create(catalog, "db.empty", 1)
     catalog.create_table("db.plain", schema=events.table().schema())  # not a log table
+    commit_offsets(catalog, "g", {("db.events", 0): 1})
+    commit_ranges(catalog, "g", {("db.events", 2): [(0, 0)], ("db.events", 1): [(0, 0)]})
 
 
 def light_only(monkeypatch):
@@ -69,6 +74,7 @@ def outputs(spec, args) -> dict[str, tuple[int, str, str]]:
 
 def test_the_light_path_answers_as_the_full_read_does(spec, monkeypatch):
     tables(spec)
+    monkeypatch.setattr("time.time", lambda: 1_800_000_000.0)  # groups describe shows ages: one clock for both
     light, full = {}, {}
     with monkeypatch.context() as patch:
         light_only(patch)
@@ -86,6 +92,8 @@ def test_the_light_path_answers_as_the_full_read_does(spec, monkeypatch):
     assert described["offsets"] == {"0": {"start": 0, "end": 1}, "1": {"start": 0, "end": 1}, "2": {"start": 0, "end": 1}}
     assert [c["type"] for c in described["payload"]] == ["string", "double", "timestamptz"]
     assert len(json.loads(light[("snapshots", "db.events")]["json"][1])) == described["snapshots"] >= 2
+    group = json.loads(light[("groups", "describe", "--group", "g")]["json"][1])
+    assert [(e["partition"], e["committed_offset"]) for e in group["partitions"]] == [(0, 1), (1, 1), (2, 1)]
 
 
 @pytest.mark.parametrize(
