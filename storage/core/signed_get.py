@@ -3,7 +3,7 @@
 The light reads of :mod:`icelog.storage.core.pointer` fetch a REST catalog's answer and a
 metadata file on S3 with it: ``requests``, botocore and pyarrow's S3 filesystem each cost more to
 import than the whole read. Signing follows the published algorithm as botocore applies it
-(``tests/storage/core/test_light_catalogs.py`` holds it to botocore's ``SigV4Auth``): the path
+(``tests/storage/core/test_light_catalogs.py`` holds it to botocore's ``SigV4Auth`` and ``S3SigV4Auth``): the path
 encoded again for services other than S3, the query sorted, and ``host``, ``x-amz-date``,
 ``x-amz-content-sha256`` (and ``x-amz-security-token``) signed.
 """

@@ -1,6 +1,7 @@
 """The read-only commands' light path (the catalog's pointer and the metadata JSON, without
 pyiceberg's catalogs) answers byte for byte what the full read answers, on SQLite, PostgreSQL
-and a REST catalog (SeaweedFS), in text and JSON; and where it cannot, the full read names the error."""
+(local and S3 warehouse) and a REST catalog (SeaweedFS), in text and JSON; and where it cannot,
+the full read names the error."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ LIGHT_COMMANDS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres", "rest"])
+@pytest.fixture(params=["sqlite_spec", "postgres_spec", "rest_spec", "lakehouse"])
 def spec(request):
-    return request.getfixturevalue(f"{request.param}_spec")
+    """SQLite, PostgreSQL and REST (metadata in its answer), and PostgreSQL with its metadata files on S3."""
+    return request.getfixturevalue(request.param)
 
 
 def tables(spec) -> None:
@@ -111,3 +113,31 @@ def test_where_the_light_read_finds_no_log_table_the_full_read_names_the_error(s
     tables(spec)
     result = Cli(spec).raw(*args)
     assert result.exit_code == 2 and json.loads(result.stdout)["error"] == error, (result.stdout, result.stderr)
+
+
+def test_errors_the_light_path_meets_are_the_full_reads(sqlite_spec, monkeypatch):
+    """A missing metadata file, a missing table, a catalog name nobody configured: the same
+    output and exit code whether the light read is tried first or not."""
+    from pathlib import Path
+    from urllib.parse import urlsplit
+
+    tables(sqlite_spec)
+    broken = LogTable.open(sqlite_spec.open(), "db.empty").table().metadata_location
+    Path(urlsplit(broken).path).unlink()
+    cases = [
+        ("offsets", "db.empty"),
+        ("topics", "describe", "db.empty"),
+        ("snapshots", "db.missing"),
+        ("groups", "describe", "--group", "g"),
+        ("--catalog", "nowhere", "offsets", "db.events"),
+        ("--catalog", "nowhere", "topics", "list"),
+    ]
+    tried = {args: outputs(sqlite_spec, args) for args in cases}
+    with monkeypatch.context() as patch:
+        full_only(patch)
+        full = {args: outputs(sqlite_spec, args) for args in cases}
+    for args in cases:
+        assert tried[args] == full[args], args
+    assert tried[cases[0]]["json"][0] != 0 and tried[cases[-1]]["json"][0] == 2
+    assert json.loads(tried[cases[-1]]["json"][1])["error"] == "CatalogNotConfigured"
+    assert json.loads(tried[cases[3]]["json"][1])["group"] == "g"  # db.empty is none of the group's tables
