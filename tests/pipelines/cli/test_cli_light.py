@@ -6,6 +6,8 @@ the full read names the error."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -141,3 +143,32 @@ def test_errors_the_light_path_meets_are_the_full_reads(sqlite_spec, monkeypatch
     assert tried[cases[0]]["json"][0] != 0 and tried[cases[-1]]["json"][0] == 2
     assert json.loads(tried[cases[-1]]["json"][1])["error"] == "CatalogNotConfigured"
     assert json.loads(tried[cases[3]]["json"][1])["group"] == "g"  # db.empty is none of the group's tables
+
+
+HEAVY = ("pyarrow", "pandas", "sqlalchemy", "requests", "botocore", "pyiceberg.catalog", "pyiceberg.table", "pyiceberg.io")
+CHECK_IMPORTS = f"""
+import json, sys
+from icelog.pipelines.cli import main
+sys.argv = ["icelog"] + sys.argv[1:]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]), file=sys.stderr)
+"""
+
+
+def test_the_light_commands_import_no_catalog_client_table_layer_or_arrow(spec):
+    tables(spec)
+    cli = Cli(spec)
+    for args in [("offsets", "db.events"), ("topics", "describe", "db.events"), ("groups", "describe", "--group", "g")]:
+        for mode in ("text", "json"):
+            out = subprocess.run(
+                [sys.executable, "-c", CHECK_IMPORTS, "--output", mode, *args],
+                env=cli.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, (args, out.stderr)
+            assert json.loads(out.stderr.strip().splitlines()[-1]) == [], (args, mode)
