@@ -98,6 +98,11 @@ def sqlite_spec(request, tmp_path) -> CatalogSpec:
     return _spec("sqlite", tmp_path, request)
 
 
+@pytest.fixture
+def postgres_spec(request, tmp_path) -> CatalogSpec:
+    return _spec("postgres", tmp_path, request)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One ``local[2]`` SparkSession for the whole run (Spark keeps one per process), stopped at the end."""

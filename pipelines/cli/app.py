@@ -141,6 +141,31 @@ class Context:
         """Whether the catalog is open already (a command that reads it lightly then uses it)."""
         return self._catalog is not None
 
+    def light_metadata(self, table: str, *, log_table: bool = True) -> tuple[str, dict[str, Any]] | None:
+        """``table``'s qualified name and current metadata (parsed JSON), read without opening the
+        catalog (:mod:`icelog.storage.core.pointer`) while it is not open yet; None when that read
+        does not apply or finds no table (no log table, unless ``log_table`` is False): the command
+        then reads through the catalog, which also names any error."""
+        from icelog.storage.core.pointer import current_metadata
+        from icelog.storage.log.names import parse_identifier, qualified
+        from icelog.storage.properties import FORMAT
+
+        if self.opened:
+            return None
+        choice = self.light_catalog()
+        identifier = qualified(table)
+        metadata = current_metadata(choice.name, choice.properties, *parse_identifier(identifier))
+        if metadata is None or (log_table and FORMAT not in (metadata.get("properties") or {})):
+            return None
+        return identifier, metadata
+
+    def light_catalog(self) -> Any:
+        """The catalog the options chose, decided without opening it (its errors are
+        ``open_catalog``'s: a read's home must exist)."""
+        from icelog.storage.core.catalog_config import choose_catalog
+
+        return choose_catalog(self.catalog_name, self.settings, must_exist=self.command not in CREATES_HOME)
+
     @property
     def command(self) -> str:
         """The running command's name below ``icelog`` (``"topics create"``), or ``""``."""

@@ -282,13 +282,15 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
 
     The group is named by --group, as in every groups command (and kafka-consumer-groups);
     the older positional GROUP still works."""
-    from icelog.storage.groups.offsets import describe_group
-
     if group is not None and old_group is not None and group != old_group:
         raise click.UsageError(f"two groups named ({group!r}, {old_group!r}): give one, as --group GROUP")
     if group is None and old_group is None:
         raise click.UsageError("Missing option '--group'.")
-    doc = describe_group(ctx.catalog, group or old_group)
+    doc = _light_describe(ctx, group or old_group)
+    if doc is None:
+        from icelog.storage.groups.offsets import describe_group
+
+        doc = describe_group(ctx.catalog, group or old_group)
 
     def text(d: dict) -> None:
         rows = [
@@ -321,6 +323,42 @@ def groups_describe(ctx: Context, group: str | None, old_group: str | None) -> N
             )
 
     ctx.emit(doc, text)
+
+
+class _NotLight(Exception):
+    """A source table the light read cannot answer for: the full read decides."""
+
+
+def _light_describe(ctx: Context, group: str) -> dict[str, Any] | None:
+    """``groups describe`` from the metadata of the group offsets table and of the groups' source
+    tables, read without opening the catalog (:meth:`Context.light_metadata`); None: read it
+    through the catalog."""
+    from icelog.storage.errors import IcelogError
+    from icelog.storage.groups.group_state import GROUPS_TABLE, GroupOffsetsState, describe
+    from icelog.storage.log.plain_metadata import current_snapshot_id
+    from icelog.storage.log.state import LogState
+
+    stored = ctx.light_metadata(GROUPS_TABLE, log_table=False)
+    if stored is None:
+        return None
+    metadata = stored[1]
+    state = GroupOffsetsState.from_properties(metadata.get("properties") or {}, current_snapshot_id(metadata))
+
+    def bounds(source: str) -> dict[int, tuple[int, int]]:
+        try:
+            light = ctx.light_metadata(source, log_table=False)
+            if light is None:
+                raise _NotLight(source)
+            table_metadata = light[1]
+            marks = LogState.from_properties(table_metadata.get("properties") or {}, table_metadata["location"], None).watermarks
+        except IcelogError:  # not a log table, an unknown format, a malformed name: as LogTable.open's errors
+            return {}
+        return {p: (w.start, w.end) for p, w in marks.items()}
+
+    try:
+        return describe(state, group, bounds, int(time.time() * 1000))
+    except _NotLight:
+        return None
 
 
 @groups.command("commit")

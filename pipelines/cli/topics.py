@@ -63,6 +63,10 @@ def topics_create(ctx: Context, table: str, partitions: int, schema_file: str | 
 @click.pass_obj
 def topics_list(ctx: Context, system: bool) -> None:
     """List the log tables of the catalog (and icelog's own system tables with --system)."""
+    names = None if system else _light_log_tables(ctx)
+    if names is not None:
+        ctx.emit({"tables": names}, lambda d: echo_list(d["tables"], "log tables"))
+        return
     from icelog.storage.core.commit import is_system_table, system_tables
     from icelog.storage.log.table import list_log_tables
 
@@ -70,6 +74,31 @@ def topics_list(ctx: Context, system: bool) -> None:
     if system:  # every table icelog keeps its state in, log tables or not (the ingest ledger)
         names = sorted(names + system_tables(ctx.catalog))
     ctx.emit({"tables": names}, lambda d: echo_list(d["tables"], "log tables"))
+
+
+def _light_log_tables(ctx: Context) -> list[str] | None:
+    """``topics list`` from the catalog's pointers and the metadata alone, as ``list_log_tables``
+    answers it (system tables left out); None: read it through the catalog."""
+    from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
+    from icelog.storage.core.pointer import current_metadata, table_names
+    from icelog.storage.properties import FORMAT
+
+    if ctx.opened:
+        return None
+    choice = ctx.light_catalog()
+    found = table_names(choice.name, choice.properties)
+    if found is None:
+        return None
+    names = []
+    for namespace, name in found:
+        if namespace.lower() == SYSTEM_NAMESPACE:
+            continue
+        metadata = current_metadata(choice.name, choice.properties, namespace, name)
+        if metadata is None:
+            return None  # unreadable, or dropped meanwhile: the full read decides
+        if FORMAT in (metadata.get("properties") or {}):
+            names.append(f"{namespace}.{name}")
+    return sorted(names)
 
 
 @topics.command("describe")
@@ -83,13 +112,20 @@ def topics_describe(ctx: Context, table: str, all_properties: bool) -> None:
     (branches and tags with their snapshots), current snapshot, offsets per partition and
     icelog's table properties (value, default, whether set; change them with 'topics alter')."""
     from icelog.storage import properties
-    from icelog.storage.log.table import LogTable
+    from icelog.storage.log import plain_metadata
 
-    log_table = LogTable.open(ctx.catalog, table)
-    doc = log_table.describe()
-    iceberg = log_table.table()
-    doc.update(_iceberg_identity(iceberg))
-    stored = iceberg.metadata.properties
+    light = ctx.light_metadata(table)
+    doc = plain_metadata.describe(*light) if light is not None else None
+    if doc is not None:
+        stored = light[1]["properties"]  # type: ignore[index]
+    else:
+        from icelog.storage.log.table import LogTable
+
+        log_table = LogTable.open(ctx.catalog, table)
+        doc = log_table.describe()
+        iceberg = log_table.table()
+        doc.update(_iceberg_identity(iceberg))
+        stored = iceberg.metadata.properties
     doc["properties"] = properties.effective(stored)
     if all_properties:
         doc["all_properties"] = dict(sorted(stored.items()))
@@ -266,23 +302,17 @@ def _print_offsets(doc: dict[str, Any]) -> None:
 
 
 def _light_offsets(ctx: Context, table: str) -> dict[str, Any] | None:
-    """``offsets`` from the catalog row and the metadata file alone, on a SQLite catalog not opened
-    yet (:mod:`icelog.storage.core.pointer`); None: read it through the catalog."""
-    from icelog.storage.core.catalog_config import choose_catalog
-    from icelog.storage.core.pointer import current_metadata
-    from icelog.storage.log.names import parse_identifier, qualified
+    """``offsets`` from the catalog's pointer and the metadata alone (:meth:`Context.light_metadata`);
+    None: read it through the catalog."""
     from icelog.storage.log.state import LogState
-    from icelog.storage.properties import FORMAT
 
-    if ctx.opened:
+    light = ctx.light_metadata(table)
+    if light is None:
         return None
-    choice = choose_catalog(ctx.catalog_name, ctx.settings, must_exist=True)  # its errors are open_catalog's
-    identifier = qualified(table)
-    metadata = current_metadata(choice.name, choice.properties, *parse_identifier(identifier))
-    properties = (metadata or {}).get("properties") or {}
-    if FORMAT not in properties:  # not found, or not a log table: the full read names it
-        return None
-    return _offsets_doc(identifier, LogState.from_properties(properties, metadata.get("location", ""), None).watermarks)
+    identifier, metadata = light
+    return _offsets_doc(
+        identifier, LogState.from_properties(metadata["properties"], metadata.get("location", ""), None).watermarks
+    )
 
 
 def _interactive() -> bool:

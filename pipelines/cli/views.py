@@ -26,16 +26,17 @@ def _committed_at(timestamp_ms: int) -> str:
     return dt.datetime.fromtimestamp(timestamp_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
-def _snapshot_row(snapshot: Any) -> dict[str, Any]:
+def _snapshot_row(snapshot_id: int, parent_id: int | None, timestamp_ms: int, summary: Any) -> dict[str, Any]:
+    """One snapshot's row; ``summary`` a mapping of its summary (``operation`` among its keys), or None."""
     from icelog.storage.properties import COMMIT_ID
 
-    summary = snapshot.summary
     added = summary.get("added-records") if summary is not None else None
+    operation = summary.get("operation") if summary is not None else None
     return {
-        "snapshot_id": snapshot.snapshot_id,
-        "parent_id": snapshot.parent_snapshot_id,
-        "committed_at": _committed_at(snapshot.timestamp_ms),
-        "operation": summary.operation.value if summary is not None else None,
+        "snapshot_id": snapshot_id,
+        "parent_id": parent_id,
+        "committed_at": _committed_at(timestamp_ms),
+        "operation": getattr(operation, "value", operation),  # pyiceberg's Operation, or the file's string
         "commit_id": summary.get(COMMIT_ID) if summary is not None else None,  # None: not an icelog commit
         "records_added": int(added) if added is not None else 0,
     }
@@ -47,11 +48,22 @@ def _snapshot_row(snapshot: Any) -> dict[str, Any]:
 @click.pass_obj
 def snapshots(ctx: Context, table: str, limit: int | None) -> None:
     """TABLE's retained snapshots, newest last: id, parent, time (UTC), operation, icelog commit id, records added."""
-    from icelog.storage.log.table import LogTable
+    from icelog.storage.log import plain_metadata
 
-    log_table = LogTable.open(ctx.catalog, table)
-    history = sorted(log_table.table().metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
-    rows = [_snapshot_row(s) for s in history[-limit if limit else None :]]
+    light = ctx.light_metadata(table)
+    if light is not None:
+        identifier, metadata = light
+        history = [
+            (s["snapshot_id"], s["parent_id"], s["timestamp_ms"], s["summary"]) for s in plain_metadata.snapshots(metadata)
+        ]
+    else:
+        from icelog.storage.log.table import LogTable
+
+        log_table = LogTable.open(ctx.catalog, table)
+        identifier = log_table.identifier
+        ordered = sorted(log_table.table().metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+        history = [(s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms, s.summary) for s in ordered]
+    rows = [_snapshot_row(*s) for s in history[-limit if limit else None :]]
     ctx.emit(
         rows,
         lambda d: print_table(
@@ -67,7 +79,7 @@ def snapshots(ctx: Context, table: str, limit: int | None) -> None:
                 for r in d
             ],
             ["snapshot", "parent", "committed at", "operation", "commit id", "records added"],
-            log_table.identifier,
+            identifier,
             empty="snapshots yet",
         ),
     )

@@ -21,6 +21,7 @@ from icelog.storage.settings import Settings
 
 EMBEDDED_NAME = "icelog"
 EMBEDDED_DATABASE = "catalog.db"  # the embedded catalog's SQLite file, in $ICELOG_HOME
+SYSTEM_NAMESPACE = "icelog_system"  # icelog's own tables in any catalog (storage.core.commit)
 
 
 class CatalogNotConfigured(InvalidInput):

@@ -77,6 +77,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from icelog.storage import properties as props
 from icelog.storage.core import faults, metadata_files
+from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
 from icelog.storage.core.state import TableState
 from icelog.storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from icelog.storage.errors import (
@@ -106,7 +107,6 @@ TRIM_EVERY = 64
 CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE_TTL_S = 10.0
 # Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
-SYSTEM_NAMESPACE = "icelog_system"
 EXCLUSIVE_AFTER = 3
 _NOT_FOUND = object()
 

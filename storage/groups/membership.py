@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from icelog.storage.log.keys import HASH_SPACE
+from icelog.storage.log.names import HASH_SPACE
 
 HashRange = tuple[int, int]  # (lo, hi) key hashes within 0..HASH_SPACE - 1, inclusive
 

@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-HASH_SPACE = 65536
+from icelog.storage.log.names import HASH_SPACE  # noqa: F401 (re-exported)
+
 SPARK_SQL_KEY_HASH = "conv(substr(md5(coalesce({key}, '')), 29, 4), 16, 10)"
 DUCKDB_KEY_HASH = "('0x' || right(md5(coalesce({key}, '')), 4))::INTEGER"
 # Distinct keys hashed in Python; more go through DuckDB's multi-threaded md5. A fresh DuckDB

@@ -31,19 +31,22 @@ from pyiceberg.types import (
 )
 
 from icelog.storage.errors import ForeignPartitionSpec, InvalidIdentifier, InvalidInput, SchemaMismatch
-from icelog.storage.log.names import _NAME, DEFAULT_NAMESPACE, parse_identifier, qualified  # noqa: F401 (re-exported)
+from icelog.storage.log.names import (  # noqa: F401 (re-exported)
+    _NAME,
+    DEFAULT_NAMESPACE,
+    KEY_HASH,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    PRODUCER_SEQ,
+    SYSTEM_COLUMNS,
+    TIMESTAMP,
+    parse_identifier,
+    qualified,
+)
 from icelog.storage.properties import KEY_COLUMN
 
-PARTITION = "log_partition"
-OFFSET = "log_offset"
-TIMESTAMP = "log_timestamp"
-PRODUCER_ID = "producer_id"
-PRODUCER_EPOCH = "producer_epoch"
-PRODUCER_SEQ = "producer_seq"
-# The key hash of the table's key column (storage.log.keys.key_hash), filled by every writer; files
-# of many rows are written clustered by it so key-range reads skip row groups (storage.log.files).
-KEY_HASH = "log_key_hash"
-SYSTEM_COLUMNS = (PARTITION, OFFSET, TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, PRODUCER_SEQ, KEY_HASH)
 DEFAULT_KEY_COLUMN = "key"
 
 

@@ -870,47 +870,10 @@ def bench_compaction_contention(root: Path, files: int, runs: int) -> None:
 
 
 def bench_cli(root: Path, runs: int) -> None:
-    """Start-up of the command line: ``icelog offsets T`` beside ``pyiceberg describe T``
-    on the same SQLite catalog, each the whole process, after one warm run each. Beside them,
-    what reading the catalog's row costs at least: an interpreter importing click and pyiceberg's
-    configuration reader (which resolves the catalog name), as ``icelog offsets`` does on SQLite
-    (storage.core.pointer); pyiceberg's SQL catalog is what ``describe`` adds to that."""
-    LogTable.create(catalog(root), "bench.cli", partitions=4).append({0: batch(100)})
-    scripts = Path(sys.executable).parent
-    env = {
-        **os.environ,
-        "PYICEBERG_CATALOG__BENCH__URI": f"sqlite:///{root / 'catalog.db'}",
-        "PYICEBERG_CATALOG__BENCH__WAREHOUSE": f"file://{root / 'warehouse'}",
-    }
-    commands = {
-        "icelog": [str(scripts / "icelog"), "--catalog", "bench", "offsets", "bench.cli"],
-        "pyiceberg": [str(scripts / "pyiceberg"), "--catalog", "bench", "describe", "bench.cli"],
-        "floor": [sys.executable, "-c", "import click, pyiceberg.utils.config"],
-    }
-    walls: dict[str, list[float]] = {name: [] for name in commands}
-    for run in range(runs + 1):  # run 0 warms the page cache and the .pyc files
-        for name, argv in commands.items():  # interleaved: a burst of load hits all three alike
-            wall = timed(lambda argv=argv: subprocess.run(argv, env=env, cwd=root, capture_output=True, check=True))
-            if run:
-                walls[name].append(wall)
-    medians = {name: 1000 * statistics.median(w) for name, w in walls.items()}
-    reference = f"pyiceberg describe T, same catalog (median of {runs})"
-    record(
-        f"icelog offsets T: whole process, wall (median of {runs}; load {os.getloadavg()[0]:.1f})",
-        medians["icelog"],
-        "ms",
-        reference,
-        medians["pyiceberg"],
-        Target("ratio", "<=", 0.5),
-    )
-    record(
-        f"floor: python -c 'import click, pyiceberg.utils.config' (median of {runs})",
-        medians["floor"],
-        "ms",
-        reference,
-        medians["pyiceberg"],
-        "not checked: what resolving the catalog name costs any command",
-    )
+    """The read-only commands' start-up on SQLite, PostgreSQL and REST: ``tests/bench/cli.py``."""
+    from tests.bench.cli import bench_cli as bench
+
+    bench(root, runs, record)
 
 
 def bench_state_scale_when_present(root: Path, quick: bool) -> None:

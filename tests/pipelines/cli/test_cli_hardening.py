@@ -307,14 +307,20 @@ def _boom(*args, **kwargs):
     raise RuntimeError("boom\nsecond line")
 
 
-def test_unexpected_error_exit_4_json_document(events, monkeypatch):
+def _describe_fails(monkeypatch) -> None:
+    """``topics describe`` fails inside, on the light read and on the full one."""
     monkeypatch.setattr(LogTable, "describe", _boom)
+    monkeypatch.setattr("icelog.storage.log.plain_metadata.describe", _boom)
+
+
+def test_unexpected_error_exit_4_json_document(events, monkeypatch):
+    _describe_fails(monkeypatch)
     out = events("topics", "describe", "db.events", code=4)
     assert out == {"error": "RuntimeError", "message": "boom\nsecond line"}
 
 
 def test_unexpected_error_text_one_line_traceback_only_in_debug(events, monkeypatch):
-    monkeypatch.setattr(LogTable, "describe", _boom)
+    _describe_fails(monkeypatch)
     result = events.raw("topics", "describe", "db.events", json_output=False)
     assert result.exit_code == 4 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "RuntimeError: boom second line" in result.stderr
