@@ -7,21 +7,14 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from confluent_kafka import Producer
 
 from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.log.table import LogTable
 from icelog.validations.checks import run_checks
-from tests.conftest import _spec
 from tests.gateway.conftest import TOPIC, Served, quiet_logs
 
 PARTITIONS = 2
-
-
-@pytest.fixture
-def postgres_spec(request, tmp_path):
-    return _spec("postgres", tmp_path, request)
 
 
 def _produce(served: Served, tag: str, count: int, reports: list, started: threading.Event) -> None:
