@@ -116,7 +116,17 @@ def served() -> list[dict[str, int]]:
 
 # --- sizes before kio reads them ---------------------------------------------------------------
 
-FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "uuid": 16, "timedelta_i32": 4, "float64": 8}
+FIXED = {
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+    "uuid": 16,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "float64": 8,
+}
 
 
 def check_sizes(schema: type, frame: bytes) -> bytes:
