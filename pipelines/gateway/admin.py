@@ -13,9 +13,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from pyiceberg.catalog import Catalog
 
+from icelog.pipelines.cli.topics import transactions_on
 from icelog.pipelines.gateway.metadata import NODE_ID, cluster_id
 from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name
 from icelog.storage import errors
+from icelog.storage.groups.offsets import forget_table
 from icelog.storage.log.table import LogTable
 
 TOPIC, BROKER = 2, 4  # Kafka's config resource types
@@ -25,9 +27,6 @@ STRING = 2  # config type
 
 def delete_topics(catalog: Catalog, request: Any) -> tuple[dict[str, Any], list[str]]:
     """Drop each topic's log table (in a thread); the response and the tables dropped."""
-    from icelog.pipelines.cli.topics import transactions_on
-    from icelog.storage.groups.offsets import forget_table
-
     results, dropped = [], []
     for topic in request.topic_names:
         code, message = ErrorCode.none, None
