@@ -320,7 +320,7 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def _transactions_on(catalog: Any, table: str) -> tuple[list[str], list[str]]:
+def transactions_on(catalog: Any, table: str) -> tuple[list[str], list[str]]:
     """The transactional ids whose open transaction writes ``table`` (or commits offsets of it):
     (prepared ones, still ongoing ones)."""
     from icelog.storage.producers.journal import transactional_ids
@@ -375,7 +375,7 @@ def topics_delete(ctx: Context, table: str, confirmed: bool, force: bool, purge:
     if is_system_table(name):
         raise InvalidIdentifier(identifier=name, reason="icelog_system.* holds icelog's own state and is never deleted")
     log_table.table()  # UnknownTable, NotALogTable
-    prepared, ongoing = _transactions_on(ctx.catalog, name)
+    prepared, ongoing = transactions_on(ctx.catalog, name)
     if prepared:
         raise TableInUse(
             table=name,

@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, InitProducerId and CreateTopics: what a client asks before it produces or fetches.
+"""ApiVersions, Metadata, FindCoordinator, InitProducerId and CreateTopics: what a client asks before it produces or fetches.
 
 The gateway is one broker (node 0) that leads every partition of every topic: any number of
 gateway processes may serve one catalog, each telling its clients it is the whole cluster.
@@ -17,6 +17,7 @@ from icelog.storage.log.table import LogTable, list_log_tables
 from icelog.storage.producers.idempotent import lease_producer_ids
 
 NODE_ID = 0
+GROUP_KEY = 0  # FindCoordinator's key type of a consumer group (1 is a transactional id)
 
 
 def api_versions(request: Any) -> dict[str, Any]:
@@ -54,10 +55,27 @@ def metadata(catalog, request: Any, host: str, port: int) -> dict[str, Any]:
         topics.append(entry)
     return {
         "brokers": [{"node_id": NODE_ID, "host": host, "port": port}],
-        "cluster_id": f"icelog-{catalog.name}",
+        "cluster_id": cluster_id(catalog),
         "controller_id": NODE_ID,
         "topics": topics,
     }
+
+
+def cluster_id(catalog) -> str:
+    return f"icelog-{catalog.name}"
+
+
+def find_coordinator(request: Any, version: int, host: str, port: int) -> dict[str, Any]:
+    """This gateway coordinates every group; transactions are not served, so no transaction coordinator."""
+    keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    found = []
+    for key in keys:
+        if getattr(request, "key_type", 0) != GROUP_KEY:
+            found.append({"key": key, "error_code": ErrorCode.coordinator_not_available, "error_message": "transactions are not served",
+                          "node_id": -1, "host": "", "port": -1})  # fmt: skip
+        else:
+            found.append({"key": key, "error_code": ErrorCode.none, "node_id": NODE_ID, "host": host, "port": port})
+    return {"coordinators": found} if version >= 4 else found[0]
 
 
 def init_producer_id(catalog, request: Any) -> dict[str, Any]:

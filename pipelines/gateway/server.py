@@ -19,12 +19,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from pyiceberg.catalog import Catalog
 
-from icelog.pipelines.gateway import fetch, metadata, wire
+from icelog.pipelines.gateway import admin, fetch, metadata, wire
+from icelog.pipelines.gateway.groups import Coordinator
 from icelog.pipelines.gateway.produce import Acked, Appender
 from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
 from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name, valid_timestamp
 from icelog.storage import errors
 from icelog.storage.core.system import ensure_system_table
+from icelog.storage.groups.offsets import list_groups
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers.idempotent import SYSTEM_TABLE
 from icelog.storage.properties import NEXT_PRODUCER_ID
@@ -32,6 +34,10 @@ from icelog.storage.properties import NEXT_PRODUCER_ID
 log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 15, 16, 20, 32, 60
+GROUP_APIS = {OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP}
+GROUP_APIS |= {DESCRIBE_GROUPS, LIST_GROUPS}
 
 
 class Gateway:
@@ -47,6 +53,8 @@ class Gateway:
         self._stop: asyncio.Event | None = None
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
+        self.coordinator = Coordinator(catalog)
+        self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
         # The producer-id allocator exists before the first InitProducerId (creating it takes a
@@ -55,6 +63,7 @@ class Gateway:
         self._stop = asyncio.Event()
         self.server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
+        self._reaper = asyncio.create_task(self.coordinator.run())
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, commit every queued batch and send its answer, then close the connections."""
@@ -63,6 +72,9 @@ class Gateway:
             self._stop.set()
         if self.server is not None:
             self.server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+        self.coordinator.close()
         await self.appender.close()
         if self.connections:
             await asyncio.wait(self.connections, timeout=grace)
@@ -164,9 +176,42 @@ class Gateway:
             data = await asyncio.to_thread(metadata.create_topics, self.catalog, body)
         elif request.api_key == INIT_PRODUCER_ID:
             data = await asyncio.to_thread(metadata.init_producer_id, self.catalog, body)
+        elif request.api_key in GROUP_APIS:
+            data = await self._group(request)
+        elif request.api_key == DELETE_TOPICS:
+            data, dropped = await asyncio.to_thread(admin.delete_topics, self.catalog, body)
+            for name in dropped:
+                self.partitions.pop(name, None)  # a table created again under the name may have fewer
+        elif request.api_key == DESCRIBE_CONFIGS:
+            data = await asyncio.to_thread(admin.describe_configs, self.catalog, body)
+        elif request.api_key == DESCRIBE_CLUSTER:
+            data = admin.describe_cluster(self.catalog, self.host, self.port)
         else:
             data = metadata.api_versions(body)
         return wire.encode_response(request.api_key, request.api_version, request.correlation_id, data)
+
+    # --- consumer groups ---------------------------------------------------------------------------
+
+    async def _group(self, request: wire.Request) -> dict[str, Any]:
+        body, version, groups = request.body, request.api_version, self.coordinator
+        if request.api_key == FIND_COORDINATOR:
+            return metadata.find_coordinator(body, version, self.host, self.port)
+        if request.api_key == JOIN_GROUP:
+            return await groups.join(body, version, request.client_id)
+        if request.api_key == SYNC_GROUP:
+            return await groups.sync(body)
+        if request.api_key == HEARTBEAT:
+            return await groups.heartbeat(body)
+        if request.api_key == LEAVE_GROUP:
+            return await groups.leave(body, version)
+        if request.api_key == OFFSET_COMMIT:
+            return await groups.commit(body)
+        if request.api_key == OFFSET_FETCH:
+            return await asyncio.to_thread(groups.fetch_offsets, body, version)
+        recorded = await asyncio.to_thread(list_groups, self.catalog)
+        if request.api_key == LIST_GROUPS:
+            return groups.list(body, recorded)
+        return groups.describe(body, recorded)
 
     # --- produce -------------------------------------------------------------------------------
 

@@ -27,9 +27,21 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 12),  # Fetch: isolation level from v4; v13+ names topics by id
     2: (1, 7),  # ListOffsets
     3: (1, 9),  # Metadata
+    8: (2, 8),  # OffsetCommit: v9+ is the new (KIP-848) consumer protocol's
+    9: (1, 8),  # OffsetFetch: v8 asks for several groups at once
+    10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups: v6 answers an unknown group with an error, not Dead
+    16: (0, 4),  # ListGroups: v5 filters by group type
     18: (0, 3),  # ApiVersions
     19: (2, 5),  # CreateTopics
+    20: (1, 5),  # DeleteTopics: v6 names topics by id
     22: (0, 4),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs
+    60: (0, 1),  # DescribeCluster
 }
 API_VERSIONS = 18
 
@@ -104,7 +116,17 @@ def served() -> list[dict[str, int]]:
 
 # --- sizes before kio reads them ---------------------------------------------------------------
 
-FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "uuid": 16, "timedelta_i32": 4, "float64": 8}
+FIXED = {
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+    "uuid": 16,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "float64": 8,
+}
 
 
 def check_sizes(schema: type, frame: bytes) -> bytes:
@@ -236,7 +258,8 @@ def build(cls: type, data: dict[str, Any]) -> Any:
             value = data[f.name]
             nested = _entity_of(f.type)
             if value is None:
-                pass
+                if not _optional(f.type):
+                    value = _zero(f)  # null where this version has no null (a newer version's nullable field)
             elif nested is not None:
                 value = tuple(build(nested, v) for v in value) if _is_tuple(f.type) else build(nested, value)
             elif _is_tuple(f.type):
@@ -258,6 +281,10 @@ def _required(tp: Any) -> Any:
     return tp
 
 
+def _optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (UnionType, typing.Union) and NoneType in typing.get_args(tp)
+
+
 def _is_tuple(tp: Any) -> bool:
     return typing.get_origin(_required(tp)) is tuple
 
@@ -273,10 +300,9 @@ def _zero(f: Any) -> Any:
     if _entity_of(f.type) is not None:
         return build(_entity_of(f.type), {})
     kind = f.metadata.get("kafka_type")
-    optional = typing.get_origin(f.type) in (UnionType, typing.Union) and NoneType in typing.get_args(f.type)
     if kind == "records":
         return b""  # an empty record set: clients reject a null one (size -1)
-    if optional:
+    if _optional(f.type):
         return None
     return {
         "error_code": ErrorCode.none,

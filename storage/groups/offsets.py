@@ -76,16 +76,29 @@ def validate_offsets(group: str, offsets: Mapping[tuple[str, int], int]) -> None
 
 @dataclass
 class CommitGroupOffsets(Request):
-    """Set a group's positions. Offsets never pass the source's log end (I10)."""
+    """Set a group's positions. Offsets never pass the source's log end (I10).
+
+    With ``fenced``, the commit is a group member's (``member``/``generation``, as
+    :class:`CommitRanges` fences them: :class:`StaleGeneration`), or with ``member`` None one
+    allowed only while the group has no live member. Without it, nothing is fenced (a
+    transaction's offsets, a manual commit).
+    """
 
     group: str
     offsets: Mapping[tuple[str, int], int]
     log_ends: Mapping[tuple[str, int], int]
     commit_id: str = ""
+    member: str | None = None
+    generation: int | None = None
+    fenced: bool = False
     state_type = GroupOffsetsState
     writes_system = True
 
     def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+        if self.fenced:
+            record = _group_copy(state, self.group)
+            _fence(self.group, record, self.member, self.generation, _now_ms())
+            state = _with_group(state, self.group, record)
         updates: dict[tuple[str, int], RangeState] = {}
         for (source, p), offset in sorted(self.offsets.items()):
             end = self.log_ends[(source, p)]
@@ -117,18 +130,33 @@ def log_ends(catalog: Catalog, offsets: Mapping[tuple[str, int], int]) -> dict[t
     return {key: end for key, (_, end) in log_bounds(catalog, offsets).items()}
 
 
-def commit_request(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int], int]) -> CommitGroupOffsets:
-    """A validated group-offset commit, ready to run alone or inside a transaction."""
+def commit_request(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int], int], **fence: Any) -> CommitGroupOffsets:
+    """A validated group-offset commit, ready to run alone or inside a transaction
+    (``fence``: ``member``, ``generation``, ``fenced``, as :class:`CommitGroupOffsets` takes them)."""
 
     offsets = {(qualified(t), p): o for (t, p), o in offsets.items()} if offsets else {}
     validate_offsets(group, offsets)
     ensure_system_table(catalog, GROUPS_TABLE)
-    return CommitGroupOffsets(group, offsets, log_ends(catalog, offsets))
+    return CommitGroupOffsets(group, offsets, log_ends(catalog, offsets), **fence)
 
 
-def commit_offsets(catalog: Catalog, group: str, offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
-    """Commit a group's positions on its own (outside any transaction)."""
-    return commit(catalog, GROUPS_TABLE, commit_request(catalog, group, offsets)).result
+def commit_offsets(
+    catalog: Catalog,
+    group: str,
+    offsets: Mapping[tuple[str, int], int],
+    *,
+    member: str | None = None,
+    generation: int | None = None,
+    fenced: bool = False,
+) -> dict[str, Any]:
+    """Commit a group's positions on its own (outside any transaction).
+
+    Raises:
+        InvalidOffset: an offset past its partition's log end.
+        StaleGeneration: ``fenced``, and the member was removed or acted at an old generation.
+    """
+    request = commit_request(catalog, group, offsets, member=member, generation=generation, fenced=fenced)
+    return commit(catalog, GROUPS_TABLE, request).result
 
 
 def committed_offsets(catalog: Catalog, group: str, table: str) -> dict[int, int]:

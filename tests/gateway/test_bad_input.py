@@ -124,6 +124,38 @@ def _seeds(topic: str) -> list[bytes]:
         frame(2, 7, list_offsets),
         frame(22, 4, {"transactional_id": None, "transaction_timeout": 1000}),
         produce_frame(topic, 0, [b"seed"]),
+        *_group_seeds(topic),
+    ]
+
+
+def _group_seeds(topic: str) -> list[bytes]:
+    """One frame of each group and admin API (DeleteTopics left out: a mutated name could be a real topic)."""
+    member = {"group_id": "fuzz", "generation_id": 1, "member_id": "m", "group_instance_id": None}
+    commit = {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0, "committed_metadata": None}]}
+    join = {"group_id": "fuzz", "session_timeout": 1000, "rebalance_timeout": 1000, "member_id": "", "group_instance_id": None,
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"\x00\x00"}]}  # fmt: skip
+    return [
+        frame(10, 4, {"key_type": 0, "coordinator_keys": ["fuzz"]}),
+        frame(11, 5, join),
+        frame(14, 3, {**member, "assignments": [{"member_id": "m", "assignment": b"\x00\x00\x00\x00\x00\x01"}]}),
+        frame(12, 4, member),
+        frame(13, 5, {"group_id": "fuzz", "members": [{"member_id": "m", "group_instance_id": None, "reason": None}]}),
+        frame(
+            8,
+            8,
+            {
+                "group_id": "fuzz",
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [commit],
+            },
+        ),  # fmt: skip
+        frame(9, 8, {"groups": [{"group_id": "fuzz", "topics": None}], "require_stable": False}),
+        frame(15, 5, {"groups": ["fuzz"], "include_authorized_operations": False}),
+        frame(16, 4, {"states_filter": []}),
+        frame(32, 4, {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}]}),
+        frame(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}),
     ]
 
 
