@@ -15,11 +15,13 @@ Modes:
   second send to let a newer instance take over), then commit and abort; emits each outcome.
 * ``late``: one transaction of ``+1`` to ``a`` and ``-1`` to ``b`` in ``producer.transaction()``
   (hold it inside its first send, after the partition is registered and before the file is
-  staged); emits ``committed`` or the refusal.
+  staged; every partition registered in the journal, see :func:`registering`); emits
+  ``committed`` or the refusal.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -75,8 +77,15 @@ def zombie(catalog, args: dict) -> None:
             emit(event=step, error=type(e).__name__, message=str(e))
 
 
+def registering(producer: tx.TransactionalProducer) -> tx.TransactionalProducer:
+    """The producer registers every partition in the journal before staging to it, as a send of
+    pre-written files does on SQL (plain sends there register nothing before the commit)."""
+    producer._register = functools.partial(tx.TransactionalProducer._register, producer, record=True)  # type: ignore[method-assign]
+    return producer
+
+
 def late(catalog, args: dict) -> None:
-    producer = tx.TransactionalProducer(catalog, args["tid"])
+    producer = registering(tx.TransactionalProducer(catalog, args["tid"]))
     producer.init_transactions()
     try:
         with producer.transaction():

@@ -51,6 +51,7 @@ from icelog.storage.producers.journal import InvalidTxnState
 from icelog.storage.producers.journal_state import Prepared, StagedSend, encode_transactions
 from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.storage.properties import TRANSACTIONS
+from tests.chaos.scenario_worker import registering
 from tests.support.faults import kill_9
 from tests.support.faults import run_to_end as run_append_worker
 from tests.support.transactions import (
@@ -129,11 +130,11 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     same producer id and epoch, completed transaction N+1. icelog: every journal step names its
     transaction id, and the commit id of a transaction is its id.
 
-    Three delayed processes decide while N is open and act once N committed and N+1 is open:
-    an operator's abort of N; a recoverer that resumes while N's commit id is remembered (it
-    finds N committed); one that resumes after other writers pushed N's id out of every
-    registry (its decision is refused: N is no longer the prepared transaction). N+1 is left
-    exactly as it was, then commits with the offsets it would have had anyway.
+    On SQL a transaction commits in its producer's one swap (no coordinator rolls it forward):
+    an operator's abort of N decides while N is open and acts once N committed, other writers
+    pushed N's id out of every registry, and N+1 is open; a recovery runs then too. N+1 is left
+    exactly as it was, then commits with the offsets it would have had anyway. (Recoverers that
+    roll a decided N forward late: tests/storage/producers/test_transactions.py, section 7.)
     """
     catalog = heavy_spec.open()
     forgetful = {
@@ -146,29 +147,15 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     journal.ensure_journal(catalog)
     for name in (journal.JOURNAL, GROUPS_TABLE):
         set_properties(catalog, name, forgetful)
-    producer = TransactionalProducer(catalog, "seq")
+    # Registered in the journal (as pre-written sends do on SQL), so an operator's abort can read
+    # N open. On SQL only the producer's own swap can commit N: no recoverer ever decides on it.
+    producer = registering(TransactionalProducer(catalog, "seq"))
     producer.init_transactions()
     first = begin_one(producer, "n", 1, 4)
 
     with contextlib.ExitStack() as stack:
         late_abort = stack.enter_context(held(heavy_spec, "abort", {"tid": "seq"}, tmp_path, "abort", faults.AFTER_DATA_FILES))
-        recoverers: list[Held] = []
-        checkpoint = faults.checkpoint
-
-        def start_recoverers(point: str) -> None:  # they read N as prepared, decide, and wait
-            if point == faults.AFTER_TXN_PREPARE and not recoverers:
-                recoverers.extend(
-                    stack.enter_context(held(heavy_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES))
-                    for i in range(2)
-                )
-            checkpoint(point)
-
-        monkeypatch.setattr(faults, "checkpoint", start_recoverers)
         assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-        monkeypatch.setattr(faults, "checkpoint", checkpoint)
-        assert len(recoverers) == 2
-        # Resumed while N's commit id is remembered: it finds N committed, and writes nothing.
-        assert recoverers[0].release()[-1] == {"event": "report", "rolled_forward": [first], "aborted": []}
 
         second = begin_one(producer, "n+1", 2, 7)
         for t in (a, b):  # other writers: N's commit id leaves every table's registry
@@ -181,7 +168,7 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
         data, staged = metadata_locations(catalog, "db.a", "db.b"), staged_files(a) + staged_files(b)
 
         assert late_abort.release()[-1] == {"event": "report", "transactional_id": "seq", "aborted": None}
-        assert recoverers[1].release()[-1] == {"event": "report", "rolled_forward": [], "aborted": []}
+        assert tx.recover(catalog) == {"rolled_forward": [], "aborted": []}
 
     assert journal.transactional_ids(catalog)["seq"].txn == ongoing, "transaction N+1 was touched"
     assert metadata_locations(catalog, "db.a", "db.b") == data, "a delayed step of N committed"
@@ -224,8 +211,9 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     assert staged_files(a) == staged_files(b) == [], "a late send's staged file was left behind"
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
 
-    # A client that never registered (b, 0) asks to prepare it.
-    producer = TransactionalProducer(catalog, "skips")
+    # A client that never registered (b, 0) asks to prepare it (its partitions registered in the
+    # journal as pre-written sends do on SQL: plain sends there register nothing before the commit).
+    producer = registering(TransactionalProducer(catalog, "skips"))
     producer.init_transactions()
     skipped = producer.begin_transaction()
     producer.send("db.a", 0, [{"key": "registered", "value": "1"}])
@@ -280,9 +268,11 @@ def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(heavy_spec, tm
             assert taken == {"producer_id": first.producer_id, "epoch": zombie_epoch + 1}
         seen = zombie.release()
     outcomes = {e["event"]: e.get("error") for e in seen if e["event"].endswith("_transaction")}
-    assert outcomes == {"commit_transaction": "ProducerFenced", "abort_transaction": "ProducerFenced"}, seen
+    # On SQL the one swap's epoch check fences the commit; the transaction ends with it, so the
+    # abort after it has nothing left to abort. The journal never heard of the transaction.
+    assert outcomes == {"commit_transaction": "ProducerFenced", "abort_transaction": None}, seen
     txn_id = started[1]["txn_id"]
-    assert journal_states(catalog, txn_id).count("ABORTED") == 1 and "PREPARE_COMMIT" not in journal_states(catalog, txn_id)
+    assert journal_states(catalog, txn_id) == []
     assert rows(a) == rows(b) == []
     assert staged_files(a) == staged_files(b) == [], "the fenced zombie's staged files were left behind"
     with successor.transaction():
@@ -366,7 +356,11 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     killed between the two tables' swaps of its roll-forward; then two coordinators race a new
     producer instance and a recovery past the timeout. All finish it once; none aborts it.
     """
-    catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE)
+    # SQL commits without PREPARE_COMMIT: the transaction is prepared as versions before that did
+    # (a journal may hold one at an upgrade), the state this scenario is about.
+    catalog, a, b, before, txn_id, epoch = kill_one_transaction(
+        heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE, legacy_prepare=True
+    )
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
     assert journal.transactional_ids(catalog)["copier-1"].txn.state == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
