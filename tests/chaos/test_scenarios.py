@@ -197,6 +197,8 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     recovery aborts the transaction past its timeout; released, it stages its file late and
     sends to a new partition: refused, nothing visible, nothing left. Then a client that skips
     registration (a lost AddPartitionsToTxn) tries to prepare: refused, the journal unchanged.
+    Both producers register their partitions in the journal, as sends of pre-written files do on
+    SQL (plain sends there register nothing: the commit's one swap is the journal's only record).
     """
     catalog = heavy_spec.open()
     a, b = two_tables(catalog)
@@ -278,9 +280,11 @@ def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(heavy_spec, tm
     with successor.transaction():
         successor.send("db.a", 0, [{"key": "successor", "value": "1"}])
     assert [r[1] for r in rows(a)] == ["successor"]
-    with pytest.raises(ProducerFenced):  # the old instance, in process, is fenced too
+    with pytest.raises(ProducerFenced):  # the old instance, in process, is fenced too (on SQL at its commit's swap)
         first.begin_transaction()
         first.send("db.b", 0, [{"key": "first", "value": "-1"}])
+        first.commit_transaction()
+    assert rows(b) == [] and staged_files(b) == []
 
 
 # --- 4. Jepsen: indeterminate commits ----------------------------------------------------------------
@@ -375,7 +379,7 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     reports = [report] + [events(o)[-1] for o in outs]
     assert all(r["aborted"] == [] and r["rolled_forward"] in ([], [txn_id]) for r in reports), reports
     assert "ABORTED" not in journal_states(catalog, txn_id)
-    check_all_or_nothing(catalog, a, b, before, txn_id, faults.BETWEEN_TABLE_SWAPS)  # rolled forward once
+    check_all_or_nothing(catalog, a, b, before, txn_id, faults.BETWEEN_TABLE_SWAPS, prepared=True)  # rolled forward once
 
 
 # --- 6. Jepsen: aborted and intermediate reads ------------------------------------------------------
@@ -406,8 +410,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
     metadata pointer; a reader loads all tables at one catalog instant.
 
     A reader process polls both tables while committed transactions (+k, -k), aborted ones
-    (+POISON on both, by abort and by an expected offset failing after PREPARE_COMMIT), one
-    killed before PREPARE_COMMIT and one killed between its two tables' swaps interleave.
+    (+POISON on both, by abort and by an expected offset failing at the commit), one killed
+    before its commit and one killed between its two tables' swaps (inside the one database
+    transaction, so nothing of it lands) interleave.
     Every read sums to zero with equal log ends; the final read holds exactly what committed.
     """
     catalog = heavy_spec.open()
@@ -428,10 +433,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
             seen = kill_at(
                 heavy_spec, "one", {"tid": "killed", "a": "db.a", "b": "db.b", "k": 500, "pause": point}, tmp_path, f"killed{n}"
             )
-            if point == faults.AFTER_TXN_STAGE:  # aborted by the next instance; the other is rolled forward
-                aborted.append(next(e["txn_id"] for e in seen if e.get("event") == "begin"))
-        TransactionalProducer(catalog, "killed").init_transactions()  # rolls the second forward
-        total, committed = total + 500, committed + 1
+            # On SQL neither landed: the second died inside its one swap, which rolled back.
+            aborted.append(next(e["txn_id"] for e in seen if e.get("event") == "begin"))
+        TransactionalProducer(catalog, "killed").init_transactions()
         commit_balanced(producer, 1)
         total, committed = total + 1, committed + 1
         stop.touch()
@@ -471,7 +475,7 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path
 
     Both tables are emptied by retention (offsets 0..2 gone, no file left); a writer is killed
     at each named point of an append (then re-sent), or a transaction is killed between its
-    two tables' swaps (then rolled forward). The next offsets are 3, 4, never 0.
+    two tables' swaps (on SQL its database transaction rolls back). The next offsets are 3, 4, never 0.
     """
     catalog = heavy_spec.open()
     a, b = emptied_by_retention(catalog)
@@ -484,10 +488,11 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path
             "crash",
         )
         producer = TransactionalProducer(catalog, "crash")
-        producer.init_transactions()  # rolls the killed transaction forward
-        with producer.transaction():
-            producer.send("db.a", 0, [{"key": "next", "value": "1"}])
-            producer.send("db.b", 0, [{"key": "next", "value": "-1"}])
+        producer.init_transactions()  # on SQL the killed swap rolled back: nothing of it landed
+        for key in ("next", "then"):
+            with producer.transaction():
+                producer.send("db.a", 0, [{"key": key, "value": "1"}])
+                producer.send("db.b", 0, [{"key": key, "value": "-1"}])
         assert [r[0] for r in rows(a)] == [r[0] for r in rows(b)] == [3, 4]
     else:
         args = ("db.a", 0, 1, "victim", "crash-1")
