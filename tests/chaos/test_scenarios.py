@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import random
 import subprocess
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -422,6 +423,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
     rng, total, committed, aborted = random.Random(7), 0, 0, []
     stop, out = tmp_path / "stop", tmp_path / "reader.out"
     with worker("reader", heavy_spec, {"a": "db.a", "b": "db.b", "stop": str(stop), "interval_s": 0.05}, out) as reader:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().strip()) and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a loaded machine starts the reader slowly: commit once it reads
         for i in range(12):
             if i % 3 == 2:
                 aborted.append(abort_poisoned(producer, "abort" if i % 2 else "offset"))

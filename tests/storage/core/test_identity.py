@@ -86,8 +86,7 @@ def test_i5_commit_into_a_table_recreated_since_its_sends_aborts_and_leaves_it_u
     assert (caught.value.table, caught.value.txn_id) == ("db.b", txn_id)
     assert b.table().metadata_location == before, "the re-created table was written"
     assert rows(a) == []
-    states = journal_states(catalog, txn_id)
-    assert states.count("ABORTED") == 1 and "COMMITTED" not in states, states
+    assert journal_states(catalog, txn_id) == []  # on SQL the refused swap was its only journal write
     assert staged_files(a) == [] and staged_files(b) == []
     # The transactional id goes on: its next transaction commits into the table as it is.
     with producer.transaction():
