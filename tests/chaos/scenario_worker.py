@@ -21,7 +21,6 @@ Modes:
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ from icelog.storage.core import faults
 from icelog.storage.errors import IcelogError
 from icelog.storage.producers import transactional as tx
 from tests.support.catalogs import CatalogSpec
-from tests.support.workers.transactions import arm, emit
+from tests.support.workers.transactions import arm, emit, registering
 
 
 def _hold(point: str, hit: int, held: str, release: str) -> None:
@@ -75,13 +74,6 @@ def zombie(catalog, args: dict) -> None:
             emit(event=step, ok=True)
         except IcelogError as e:
             emit(event=step, error=type(e).__name__, message=str(e))
-
-
-def registering(producer: tx.TransactionalProducer) -> tx.TransactionalProducer:
-    """The producer registers every partition in the journal before staging to it, as a send of
-    pre-written files does on SQL (plain sends there register nothing before the commit)."""
-    producer._register = functools.partial(tx.TransactionalProducer._register, producer, record=True)  # type: ignore[method-assign]
-    return producer
 
 
 def late(catalog, args: dict) -> None:

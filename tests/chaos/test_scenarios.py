@@ -52,7 +52,6 @@ from icelog.storage.producers.journal import InvalidTxnState
 from icelog.storage.producers.journal_state import Prepared, StagedSend, encode_transactions
 from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.storage.properties import TRANSACTIONS
-from tests.chaos.scenario_worker import registering
 from tests.support.faults import kill_9
 from tests.support.faults import run_to_end as run_append_worker
 from tests.support.transactions import (
@@ -73,6 +72,7 @@ from tests.support.transactions import (
     whole_transaction_reads,
     worker,
 )
+from tests.support.workers.transactions import registering
 
 SCENARIOS = "tests.chaos.scenario_worker"
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(600)]

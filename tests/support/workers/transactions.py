@@ -22,6 +22,7 @@ that happened before the kill. Modes:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -89,6 +90,13 @@ def one(catalog, args: dict) -> None:
         prepare_as_before_the_fast_path(producer)
     ranges = producer.commit_transaction()
     emit(event="committed", txn_id=txn_id, ranges=ranges)
+
+
+def registering(producer: TransactionalProducer) -> TransactionalProducer:
+    """The producer registers every partition in the journal before staging to it, as a send of
+    pre-written files does on SQL (plain sends there register nothing before the commit)."""
+    producer._register = functools.partial(TransactionalProducer._register, producer, record=True)  # type: ignore[method-assign]
+    return producer
 
 
 def prepare_as_before_the_fast_path(producer: TransactionalProducer) -> None:
