@@ -29,7 +29,9 @@ AFTER_CATALOG_SWAP = "after_catalog_swap"
 POINTS = (AFTER_DATA_FILES, AFTER_METADATA_WRITE, AFTER_CATALOG_SWAP)
 # A multi-table commit only: inside the database transaction, between two tables' pointer swaps.
 BETWEEN_TABLE_SWAPS = "between_table_swaps"
-# Transactions: a partition registered in the journal (BEGIN), a send staged, PREPARE_COMMIT recorded.
+# Transactions: a new partition sent to (registered in the journal without atomic multi-table
+# commits), a send staged, the commit begun: PREPARE_COMMIT recorded without atomic commits; with
+# them (no PREPARE_COMMIT), nothing written yet: the one swap is still to come.
 AFTER_TXN_BEGIN = "after_txn_begin"
 AFTER_TXN_STAGE = "after_txn_stage"
 AFTER_TXN_PREPARE = "after_txn_prepare"

@@ -274,6 +274,24 @@ def adopt(catalog: Catalog, table: Table) -> None:
         pass
 
 
+def still_current(catalog: Catalog, table: Table) -> bool:
+    """Whether ``table`` (as read before) is still the catalog's table: its metadata pointer
+    unchanged, read in one small query, without loading metadata. Metadata files are never
+    rewritten, so the same pointer is the same table. Other catalogs: False (load it)."""
+    if not isinstance(catalog, SqlCatalog):
+        return False
+    namespace, name = _key(table)
+    with Session(catalog.engine) as session:
+        location = session.scalar(
+            select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == name,
+            )
+        )
+    return location is not None and location == table.metadata_location
+
+
 def load_tables(catalog: Catalog, identifiers: Sequence[str]) -> dict[str, Table]:
     """Load several tables as of one catalog instant (one database read on a SQL catalog).
 

@@ -235,6 +235,7 @@ class _ProducerStep(JournalStep):
     """A step of the producer that holds the epoch: fenced if another instance took it since."""
 
     ends_itself: ClassVar[bool] = False  # an abort of its own transaction that timed out is no error
+    commits_data: ClassVar[bool] = False  # in the atomic swap of the data tables: a timeout raises
     applied: Applied | None = None  # the producer's last transaction, rolled forward: recorded first
 
     def apply(self, step: _Step) -> bool:
@@ -245,6 +246,8 @@ class _ProducerStep(JournalStep):
             entry, txn = step.commit(self.transactional_id, entry, txn, done.ranges, done.lost), None
             step.result.pop("ranges")  # this step's own result
         if txn is not None and step.timed_out(entry, txn):
+            if self.commits_data:  # nothing of an aborted transaction goes into a swap with its data
+                raise TransactionAborted(transactional_id=self.transactional_id, txn_id=txn.id, reason="timed out")
             entry = step.abort(self.transactional_id, entry, txn, "timeout")
             if not self.ends_itself:  # record the abort; the caller raises TransactionAborted
                 step.result["timed_out"] = self.txn_id
@@ -335,24 +338,65 @@ class CommitTransaction(_ProducerStep):
 
     Decided after the data tables' appends (``reads_decisions``): the record names the offsets
     their decisions gave, ``{table: {partition: [first, next]}}``.
+
+    ``unprepared``: the transaction as its producer holds it, committed without a PREPARE_COMMIT
+    record (the fast path of atomic catalogs). The journal then holds nothing of it, or (``recorded``)
+    an ONGOING entry; either way this swap is its first and only decision: the epoch check here
+    fences zombies, and the timeout is judged here, by the journal's clock, on the producer's
+    last activity (read from the same clock). Without it, the journal must hold the transaction
+    prepared (a transaction recovery rolls forward).
     """
 
     tables: tuple[str, ...] = ()  # the data tables of the commit
     ranges: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)  # their decided offsets
     lost: Mapping[str, str] = field(default_factory=dict)  # tables that could not take their part, and why
+    unprepared: OpenTxn | None = None
+    recorded: bool = False  # the producer registered the transaction in the journal (ONGOING)
     reads_decisions = True
+    commits_data = True
 
     def decide_after(self, state: JournalState, table: Table, decided: Mapping[str, Decision]) -> Decision:
         ranges = {t: {str(p): list(r) for p, r in decided[t].ranges.items()} for t in self.tables}
         return replace(self, ranges=ranges).decide(state, table)
 
     def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
+        if self.unprepared is not None:
+            entry, txn = self._unprepared(step, entry, txn, self.unprepared)
         txn = self._ongoing(txn, step)
-        if txn.state != PREPARE_COMMIT:
+        if txn.state != (ONGOING if self.unprepared is not None else PREPARE_COMMIT):
             raise InvalidTxnState(
                 transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}, not prepared"
             )
         step.commit(self.transactional_id, entry, txn, self.ranges, self.lost)
+
+    def _unprepared(
+        self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None, held: OpenTxn
+    ) -> tuple[TransactionalIdState, OpenTxn | None]:
+        """The journal's entry and the transaction this swap commits (not yet in the journal, or ONGOING there)."""
+        tid = self.transactional_id
+        if self.recorded:  # the journal's entry speaks (its timeout was judged in apply); add what it lacks
+            if txn is None or txn.id != held.id:
+                return entry, txn  # aborted meanwhile: _ongoing raises
+            partitions = {
+                t: tuple(sorted({*txn.partitions.get(t, ()), *held.partitions.get(t, ())}))
+                for t in {*txn.partitions, *held.partitions}
+            }
+            return entry, replace(txn, partitions=partitions)
+        if txn is not None and txn.id != held.id:
+            # An ONGOING leftover of this producer's own (same epoch) earlier transaction that never
+            # reached the journal's end: it can no longer commit. A prepared one is never aborted here.
+            if txn.state != ONGOING:
+                raise InvalidTxnState(transactional_id=tid, reason=f"transaction {txn.id} is {txn.state}")
+            entry = step.abort(tid, entry, txn, "superseded by a later transaction of its producer")
+            txn = None
+        if txn is None:
+            if entry.last_committed is not None and entry.last_committed.id == held.id:
+                raise InvalidTxnState(transactional_id=tid, reason=f"transaction {held.id} is already committed")
+            timeout = step.default_timeout if entry.timeout_ms is None else entry.timeout_ms
+            if held.last_ms < step.now - timeout:
+                raise TransactionAborted(transactional_id=tid, txn_id=held.id, reason="timed out")
+            txn = held
+        return entry, txn
 
 
 @dataclass

@@ -16,27 +16,32 @@ Design (docs/transactions.md):
   PREPARE_COMMIT, COMMITTED, ABORTED). Its table properties hold the coordinator state:
   per transactional id the producer id, the epoch, and the open transaction.
 * **Sends stage Parquet files** of payload rows under ``<table>/data/staging/<txn id>/``:
-  invisible to readers, and never held in memory. The first send to a partition registers
-  it in the journal (Kafka's AddPartitionsToTxn).
-* **The commit point is one atomic multi-table commit** (``storage.core.commit.commit_tables``):
-  every data table's append (offsets decided at commit time, so sends without an expected
-  offset are renumbered after other writers), the group offsets, and the journal's
-  COMMITTED record with the epoch check that fences zombies. Journal and data therefore
-  never disagree. Before it, PREPARE_COMMIT records the staged files: from then on,
-  recovery rolls the transaction forward instead of aborting it.
-* **Without atomic multi-table commits** (a REST catalog) PREPARE_COMMIT is the decision itself
+  invisible to readers, and never held in memory.
+* **With atomic multi-table commits (SQL: SQLite, PostgreSQL) the commit is one swap and the
+  journal's only record of the transaction** (``storage.core.commit.commit_tables``): every data
+  table's append (offsets decided at commit time, so sends without an expected offset are
+  renumbered after other writers), the group offsets, and the journal's COMMITTED record with the
+  epoch check that fences zombies and the timeout judged by the journal's clock. Journal and data
+  therefore never disagree, and nothing needs recording before: a crash before the swap leaves
+  only staged files no reader sees (orphan cleanup deletes them), a crash after it a committed
+  transaction. Only a transaction with pre-written files (:meth:`TransactionalProducer.send_files`,
+  committed as they are) registers in the journal first (BEGIN), so that orphan cleanup keeps them.
+* **Without atomic multi-table commits** (a REST catalog) the first send to a partition registers
+  it in the journal (Kafka's AddPartitionsToTxn), and PREPARE_COMMIT is the decision itself
   (``Prepared.decided``), recorded only after every table's part was decided on the table as it
   is; each table then rolls forward in its own commit whose commit id is the transaction id (a
   second run finds it done), the group offsets likewise, and COMMITTED is recorded last. Sends
   there take no expected offset: each table places them at its log end when it rolls forward.
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
-  what reached PREPARE_COMMIT, aborts the rest, and deletes aborted staged files. A
-  transaction idle past its timeout (default 60 s) is aborted by the next coordinator action.
-  Timeouts are judged by one clock, the catalog database's (``storage.core.catalog.database_clock``):
-  judged by each client's own, a fast host would abort everyone's transactions, a slow one its own.
+  what reached PREPARE_COMMIT (a REST catalog's decided transactions, and an SQL journal's
+  prepared ones from versions before the one-swap commit), aborts the rest the journal holds, and
+  deletes aborted staged files. A transaction idle past its timeout (default 60 s) is aborted by
+  the next coordinator action, or refused by its own commit. Timeouts are judged by one clock, the
+  catalog database's (``storage.core.catalog.database_clock``): judged by each client's own, a
+  fast host would abort everyone's transactions, a slow one its own.
 
-Every transaction therefore commits to the journal table three times (BEGIN, PREPARE, the
-atomic commit): all transactions of a catalog take turns on the journal's compare-and-swap.
+On an SQL catalog a transaction therefore commits to the journal table once (its swap); without
+atomic commits, once per new partition, PREPARE, and COMMITTED.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ from icelog.storage.core.commit import (
     refuse_read_only,
     refuse_system_table,
 )
-from icelog.storage.core.swap import is_atomic
+from icelog.storage.core.swap import is_atomic, still_current
 from icelog.storage.errors import (
     AbortableError,
     ExpectedOffsetNeedsAtomicCatalog,
@@ -92,6 +97,7 @@ from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable, checked_on, with_system_columns
 from icelog.storage.producers.idempotent import lease_producer_ids
 from icelog.storage.producers.journal import (
+    ONGOING,
     PREPARE_COMMIT,
     AbortTransaction,
     Applied,
@@ -272,9 +278,13 @@ class TransactionalProducer:
         self.epoch: int | None = None
         self.txn_id: str | None = None
         self._sends: dict[str, list[StagedSend]] = {}
-        self._registered: dict[str, set[int]] = {}
+        self._registered: dict[str, set[int]] = {}  # the partitions sent to
+        self._recorded = False  # the journal holds the open transaction (always, without atomic commits)
+        self._last_ms: int | None = None  # the last new partition's send, by ``clock`` (atomic catalogs)
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
-        self._prepared: Prepared | None = None  # recorded in the journal (PREPARE_COMMIT)
+        # The commit under way: recorded in the journal (PREPARE_COMMIT) without atomic multi-table
+        # commits; with them, the commit once tried, whose outcome may be unknown.
+        self._prepared: Prepared | None = None
         self._tables: dict[str, LogTable] = {}
         # The journal and each table as this producer last read or committed them: the first
         # bases of its commits (storage.core.bases), as a single append has.
@@ -320,6 +330,7 @@ class TransactionalProducer:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {self.txn_id} is still open")
         self.txn_id = new_commit_id()  # the commit id of its atomic commit
         self._sends, self._registered, self._offsets, self._prepared = {}, {}, None, None
+        self._recorded, self._last_ms = False, None
         return self.txn_id
 
     def send(self, table: str, partition: int, rows: pa.Table | list[dict], expected_offset: int | None = None) -> int:
@@ -334,7 +345,7 @@ class TransactionalProducer:
         """
         txn_id = self._require_open(sending=True)
         log_table = self._table(table)
-        current = log_table.table()
+        current = self._current(log_table)
         self._seen.put(log_table.identifier, current)
         payload = log_table.conform({partition: rows}, current)[partition]
         if expected_offset is not None and (
@@ -345,8 +356,7 @@ class TransactionalProducer:
         if expected_offset is not None:
             self._refuse_fixed_offsets(name)
         if partition not in self._registered.get(name, set()):
-            self._journal(RegisterPartitions, partitions={name: [partition]})
-            self._registered.setdefault(name, set()).add(partition)
+            self._register(name, [partition])
             faults.checkpoint(faults.AFTER_TXN_BEGIN)
         sends = self._sends.setdefault(name, [])
         path = f"{staging_dir(current.metadata.location, txn_id)}/{partition}-{len(sends)}.parquet"
@@ -391,9 +401,11 @@ class TransactionalProducer:
                 staged.append(StagedSend(p, cursor, f.file_path, f.record_count, True, *checked_on(current)))
                 cursor += f.record_count
         new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
-        if new:
-            self._journal(RegisterPartitions, partitions={name: new})
-            self._registered.setdefault(name, set()).update(new)
+        if new or not self._recorded:
+            # Files committed as they are: the journal must know the open transaction, or orphan
+            # cleanup (which keeps the files of open transactions at any age) could delete one
+            # between the commit's read of it and the swap.
+            self._register(name, new, record=True)
         self._sends.setdefault(name, []).extend(staged)
         return sum(s.rows for s in staged)
 
@@ -425,6 +437,8 @@ class TransactionalProducer:
             TransientError: the outcome is unknown; the transaction stays open for a retry.
         """
         txn_id = self._require_open()
+        if is_atomic(self.catalog):
+            return self._commit_atomic(txn_id)
         if self._prepared is None:
             if not self._sends and self._offsets is None:
                 self.txn_id = None  # nothing was sent: nothing to commit
@@ -479,6 +493,59 @@ class TransactionalProducer:
         self.last_commit = ranges
         return ranges
 
+    def _commit_atomic(self, txn_id: str) -> dict[str, dict[str, list[int]]]:
+        """The fast path of an atomic catalog: one swap of the data tables, the group offsets and
+        the journal's COMMITTED record, with no PREPARE_COMMIT before it (nothing to roll forward:
+        the swap lands whole or not at all). The journal's part checks the epoch and the timeout."""
+        if self._prepared is None:
+            if not self._sends and self._offsets is None:
+                self.txn_id = None  # nothing was sent: nothing to commit
+                return {}
+            offsets = (
+                None
+                if self._offsets is None
+                else TxnOffsets(self._offsets[0], tuple((t, p, o) for (t, p), o in self._offsets[1].items()))
+            )
+            self._prepared = Prepared(sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets)
+            resent = False
+        else:
+            resent = True  # an earlier attempt's outcome was unknown: found by its id, or judged by the registry
+        faults.checkpoint(faults.AFTER_TXN_PREPARE)  # nothing written yet: a crash here leaves nothing visible
+        now = self._last_ms if self._last_ms is not None else self.clock()
+        held = OpenTxn(
+            id=txn_id,
+            state=ONGOING,
+            started_ms=now,
+            last_ms=now,
+            partitions={t: tuple(sorted(ps)) for t, ps in self._registered.items()},
+        )
+        try:
+            ranges = _commit_prepared(
+                self.catalog,
+                self.transactional_id,
+                self.producer_id,
+                self.epoch,
+                txn_id,
+                self._prepared,
+                self.clock,
+                self._seen,
+                unprepared=(held, self._recorded),
+                resent=resent,
+            )
+        except TransientError:
+            raise  # it may have landed: a retry looks it up (the commit id is txn_id), never commits blind
+        except (AbortableError, TerminalError, FileNotFoundError) as e:
+            self._prepared = None  # the swap did not land: the transaction ends here
+            if self._recorded and not isinstance(e, ProducerFenced):
+                with contextlib.suppress(TransactionAborted, InvalidTxnState):  # ended meanwhile
+                    self._journal(ForceAbort, reason=f"its commit failed: {e}")
+            self._discard_staged()
+            self.txn_id = None
+            raise
+        self.txn_id = self._prepared = None
+        self.last_commit = ranges
+        return ranges
+
     def abort_transaction(self) -> None:
         """Discard the open transaction: nothing of it ever becomes visible."""
         if self.txn_id is None:
@@ -488,6 +555,10 @@ class TransactionalProducer:
                 transactional_id=self.transactional_id,
                 reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again",
             )
+        if not self._recorded and is_atomic(self.catalog):  # the journal never heard of it: nothing to record
+            self._discard_staged()
+            self.txn_id = None
+            return
         try:
             self._journal(AbortTransaction)
         except ProducerFenced:
@@ -538,6 +609,14 @@ class TransactionalProducer:
                     with contextlib.suppress(OSError, IcelogError):  # a dropped table took its files along
                         self._table(name).table().io.delete(send.path)
 
+    def _current(self, log_table: LogTable) -> Table:
+        """The table as it is now: as this producer last saw it if its metadata pointer has not
+        moved since (one small query on SQL, no metadata read), else freshly loaded."""
+        seen = self._seen.get(log_table.identifier)
+        if seen is not None and still_current(self.catalog, seen):
+            return seen
+        return log_table.table()
+
     def _refuse_fixed_offsets(self, table: str) -> None:
         if not is_atomic(self.catalog):
             raise ExpectedOffsetNeedsAtomicCatalog(table=table, catalog=self.catalog.name)
@@ -560,9 +639,28 @@ class TransactionalProducer:
             self._tables[table] = log_table
         return self._tables[table]
 
+    def _register(self, table: str, partitions: list[int], record: bool = False) -> None:
+        """Note partitions the transaction sends to (Kafka's AddPartitionsToTxn).
+
+        Without atomic multi-table commits the journal registers each new partition: the journal
+        decides there, and recovery needs to know every open transaction. With them, nothing is
+        written: the commit's one swap fences zombies and judges the timeout (on ``_last_ms``, the
+        database clock's time of this send), and a crash before it leaves only staged files, which
+        no reader sees and orphan cleanup removes. ``record``: register the transaction anyway
+        (its pre-written files must be known to orphan cleanup); once registered, it stays so.
+        """
+        if record or self._recorded or not is_atomic(self.catalog):
+            every = {t: sorted(ps) for t, ps in self._registered.items()} if not self._recorded else {}
+            new = sorted({*every.get(table, ()), *partitions})
+            self._journal(RegisterPartitions, partitions={**every, table: new})
+            self._recorded = True
+        else:
+            self._last_ms = self.clock()
+        self._registered.setdefault(table, set()).update(partitions)
+
     def _journal(self, step: type[JournalStep], **fields: Any) -> dict[str, Any]:
         if step is RegisterPartitions:
-            fields["begins"] = not any(self._registered.values())
+            fields["begins"] = not self._recorded
         request = step(
             self.transactional_id,
             self.producer_id,
@@ -613,12 +711,17 @@ def _commit_prepared(
     prepared: Prepared,
     clock: Callable[[], int],
     seen: LastSeen | None = None,
+    *,
+    unprepared: tuple[OpenTxn, bool] | None = None,
+    resent: bool = False,
 ) -> dict[str, dict[str, list[int]]]:
     """The commit point: data tables, group offsets and the COMMITTED record, all or nothing.
 
     ``seen``: the producer's tables as it last saw them, the first bases if it has them all;
     updated with the tables the commit leaves. A transaction the journal decided
-    (``prepared.decided``) rolls forward table by table instead (:func:`_roll_forward_tables`)."""
+    (``prepared.decided``) rolls forward table by table instead (:func:`_roll_forward_tables`).
+    ``unprepared``: ``(the transaction as its producer holds it, whether the journal holds it
+    ONGOING)`` for a commit with no PREPARE_COMMIT before it (:class:`CommitTransaction`)."""
 
     if prepared.decided:
         ranges, lost = _roll_forward_tables(catalog, tid, txn_id, prepared, seen)
@@ -630,12 +733,17 @@ def _commit_prepared(
         spec = prepared.offsets
         parts.append((GROUPS_TABLE, commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})))
     # The COMMITTED record names the offsets the appends' decisions give (it decides after them).
-    parts.append((JOURNAL, CommitTransaction(tid, producer_id, epoch, txn_id, tables=tuple(appends), clock=clock)))
+    held, recorded = unprepared if unprepared is not None else (None, False)
+    step = CommitTransaction(
+        tid, producer_id, epoch, txn_id, tables=tuple(appends), clock=clock, unprepared=held, recorded=recorded
+    )
+    parts.append((JOURNAL, step))
     try:
         loaded = seen.all([ident for ident, _ in parts]) if seen is not None else None
-        # Not judged by the registry's window (the id was made at begin, maybe long ago): the journal's
-        # state says whether the transaction is still prepared, and refuses it otherwise.
-        outcomes = commit_tables(catalog, parts, commit_id=txn_id, loaded=loaded, resent=False)
+        # A first attempt is not judged by the registry's window (the id was made at begin, maybe
+        # long ago): the journal's state says whether the transaction can still commit. A retry
+        # after an unknown outcome is (``resent``): it may have landed.
+        outcomes = commit_tables(catalog, parts, commit_id=txn_id, loaded=loaded, resent=resent)
     except FileNotFoundError:
         _raise_if_missing(catalog, tid, txn_id, prepared)
         raise

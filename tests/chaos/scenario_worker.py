@@ -15,7 +15,8 @@ Modes:
   second send to let a newer instance take over), then commit and abort; emits each outcome.
 * ``late``: one transaction of ``+1`` to ``a`` and ``-1`` to ``b`` in ``producer.transaction()``
   (hold it inside its first send, after the partition is registered and before the file is
-  staged); emits ``committed`` or the refusal.
+  staged; every partition registered in the journal, see :func:`registering`); emits
+  ``committed`` or the refusal.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from icelog.storage.core import faults
 from icelog.storage.errors import IcelogError
 from icelog.storage.producers import transactional as tx
 from tests.support.catalogs import CatalogSpec
-from tests.support.workers.transactions import arm, emit
+from tests.support.workers.transactions import arm, emit, registering
 
 
 def _hold(point: str, hit: int, held: str, release: str) -> None:
@@ -76,7 +77,7 @@ def zombie(catalog, args: dict) -> None:
 
 
 def late(catalog, args: dict) -> None:
-    producer = tx.TransactionalProducer(catalog, args["tid"])
+    producer = registering(tx.TransactionalProducer(catalog, args["tid"]))
     producer.init_transactions()
     try:
         with producer.transaction():

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import random
 import subprocess
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -71,6 +72,7 @@ from tests.support.transactions import (
     whole_transaction_reads,
     worker,
 )
+from tests.support.workers.transactions import registering
 
 SCENARIOS = "tests.chaos.scenario_worker"
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(600)]
@@ -129,11 +131,11 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     same producer id and epoch, completed transaction N+1. icelog: every journal step names its
     transaction id, and the commit id of a transaction is its id.
 
-    Three delayed processes decide while N is open and act once N committed and N+1 is open:
-    an operator's abort of N; a recoverer that resumes while N's commit id is remembered (it
-    finds N committed); one that resumes after other writers pushed N's id out of every
-    registry (its decision is refused: N is no longer the prepared transaction). N+1 is left
-    exactly as it was, then commits with the offsets it would have had anyway.
+    On SQL a transaction commits in its producer's one swap (no coordinator rolls it forward):
+    an operator's abort of N decides while N is open and acts once N committed, other writers
+    pushed N's id out of every registry, and N+1 is open; a recovery runs then too. N+1 is left
+    exactly as it was, then commits with the offsets it would have had anyway. (Recoverers that
+    roll a decided N forward late: tests/storage/producers/test_transactions.py, section 7.)
     """
     catalog = heavy_spec.open()
     forgetful = {
@@ -146,29 +148,15 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
     journal.ensure_journal(catalog)
     for name in (journal.JOURNAL, GROUPS_TABLE):
         set_properties(catalog, name, forgetful)
-    producer = TransactionalProducer(catalog, "seq")
+    # Registered in the journal (as pre-written sends do on SQL), so an operator's abort can read
+    # N open. On SQL only the producer's own swap can commit N: no recoverer ever decides on it.
+    producer = registering(TransactionalProducer(catalog, "seq"))
     producer.init_transactions()
     first = begin_one(producer, "n", 1, 4)
 
     with contextlib.ExitStack() as stack:
         late_abort = stack.enter_context(held(heavy_spec, "abort", {"tid": "seq"}, tmp_path, "abort", faults.AFTER_DATA_FILES))
-        recoverers: list[Held] = []
-        checkpoint = faults.checkpoint
-
-        def start_recoverers(point: str) -> None:  # they read N as prepared, decide, and wait
-            if point == faults.AFTER_TXN_PREPARE and not recoverers:
-                recoverers.extend(
-                    stack.enter_context(held(heavy_spec, "recover", {}, tmp_path, f"recover{i}", faults.AFTER_DATA_FILES))
-                    for i in range(2)
-                )
-            checkpoint(point)
-
-        monkeypatch.setattr(faults, "checkpoint", start_recoverers)
         assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-        monkeypatch.setattr(faults, "checkpoint", checkpoint)
-        assert len(recoverers) == 2
-        # Resumed while N's commit id is remembered: it finds N committed, and writes nothing.
-        assert recoverers[0].release()[-1] == {"event": "report", "rolled_forward": [first], "aborted": []}
 
         second = begin_one(producer, "n+1", 2, 7)
         for t in (a, b):  # other writers: N's commit id leaves every table's registry
@@ -181,7 +169,7 @@ def test_kafka_17754_delayed_commit_or_abort_of_txn_n_does_not_touch_txn_n_plus_
         data, staged = metadata_locations(catalog, "db.a", "db.b"), staged_files(a) + staged_files(b)
 
         assert late_abort.release()[-1] == {"event": "report", "transactional_id": "seq", "aborted": None}
-        assert recoverers[1].release()[-1] == {"event": "report", "rolled_forward": [], "aborted": []}
+        assert tx.recover(catalog) == {"rolled_forward": [], "aborted": []}
 
     assert journal.transactional_ids(catalog)["seq"].txn == ongoing, "transaction N+1 was touched"
     assert metadata_locations(catalog, "db.a", "db.b") == data, "a delayed step of N committed"
@@ -210,6 +198,8 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     recovery aborts the transaction past its timeout; released, it stages its file late and
     sends to a new partition: refused, nothing visible, nothing left. Then a client that skips
     registration (a lost AddPartitionsToTxn) tries to prepare: refused, the journal unchanged.
+    Both producers register their partitions in the journal, as sends of pre-written files do on
+    SQL (plain sends there register nothing: the commit's one swap is the journal's only record).
     """
     catalog = heavy_spec.open()
     a, b = two_tables(catalog)
@@ -224,8 +214,9 @@ def test_kip_890_late_append_to_a_partition_never_registered_is_refused(heavy_sp
     assert staged_files(a) == staged_files(b) == [], "a late send's staged file was left behind"
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
 
-    # A client that never registered (b, 0) asks to prepare it.
-    producer = TransactionalProducer(catalog, "skips")
+    # A client that never registered (b, 0) asks to prepare it (its partitions registered in the
+    # journal as pre-written sends do on SQL: plain sends there register nothing before the commit).
+    producer = registering(TransactionalProducer(catalog, "skips"))
     producer.init_transactions()
     skipped = producer.begin_transaction()
     producer.send("db.a", 0, [{"key": "registered", "value": "1"}])
@@ -280,17 +271,21 @@ def test_kafka_19367_old_epoch_is_fenced_at_the_epoch_upper_bound(heavy_spec, tm
             assert taken == {"producer_id": first.producer_id, "epoch": zombie_epoch + 1}
         seen = zombie.release()
     outcomes = {e["event"]: e.get("error") for e in seen if e["event"].endswith("_transaction")}
-    assert outcomes == {"commit_transaction": "ProducerFenced", "abort_transaction": "ProducerFenced"}, seen
+    # On SQL the one swap's epoch check fences the commit; the transaction ends with it, so the
+    # abort after it has nothing left to abort. The journal never heard of the transaction.
+    assert outcomes == {"commit_transaction": "ProducerFenced", "abort_transaction": None}, seen
     txn_id = started[1]["txn_id"]
-    assert journal_states(catalog, txn_id).count("ABORTED") == 1 and "PREPARE_COMMIT" not in journal_states(catalog, txn_id)
+    assert journal_states(catalog, txn_id) == []
     assert rows(a) == rows(b) == []
     assert staged_files(a) == staged_files(b) == [], "the fenced zombie's staged files were left behind"
     with successor.transaction():
         successor.send("db.a", 0, [{"key": "successor", "value": "1"}])
     assert [r[1] for r in rows(a)] == ["successor"]
-    with pytest.raises(ProducerFenced):  # the old instance, in process, is fenced too
+    with pytest.raises(ProducerFenced):  # the old instance, in process, is fenced too (on SQL at its commit's swap)
         first.begin_transaction()
         first.send("db.b", 0, [{"key": "first", "value": "-1"}])
+        first.commit_transaction()
+    assert rows(b) == [] and staged_files(b) == []
 
 
 # --- 4. Jepsen: indeterminate commits ----------------------------------------------------------------
@@ -366,7 +361,11 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     killed between the two tables' swaps of its roll-forward; then two coordinators race a new
     producer instance and a recovery past the timeout. All finish it once; none aborts it.
     """
-    catalog, a, b, before, txn_id, epoch = kill_one_transaction(heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE)
+    # SQL commits without PREPARE_COMMIT: the transaction is prepared as versions before that did
+    # (a journal may hold one at an upgrade), the state this scenario is about.
+    catalog, a, b, before, txn_id, epoch = kill_one_transaction(
+        heavy_spec, tmp_path, faults.AFTER_TXN_PREPARE, legacy_prepare=True
+    )
     kill_at(heavy_spec, "recover", {"pause": faults.BETWEEN_TABLE_SWAPS}, tmp_path, "coordinator0", module=SCENARIOS)
     assert journal.transactional_ids(catalog)["copier-1"].txn.state == "PREPARE_COMMIT"
     outs = [tmp_path / f"coordinator{i}.out" for i in (1, 2)]
@@ -381,7 +380,7 @@ def test_kafka_new_coordinator_finishes_a_prepared_transaction_never_aborts_it(h
     reports = [report] + [events(o)[-1] for o in outs]
     assert all(r["aborted"] == [] and r["rolled_forward"] in ([], [txn_id]) for r in reports), reports
     assert "ABORTED" not in journal_states(catalog, txn_id)
-    check_all_or_nothing(catalog, a, b, before, txn_id, faults.BETWEEN_TABLE_SWAPS)  # rolled forward once
+    check_all_or_nothing(catalog, a, b, before, txn_id, faults.BETWEEN_TABLE_SWAPS, prepared=True)  # rolled forward once
 
 
 # --- 6. Jepsen: aborted and intermediate reads ------------------------------------------------------
@@ -412,8 +411,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
     metadata pointer; a reader loads all tables at one catalog instant.
 
     A reader process polls both tables while committed transactions (+k, -k), aborted ones
-    (+POISON on both, by abort and by an expected offset failing after PREPARE_COMMIT), one
-    killed before PREPARE_COMMIT and one killed between its two tables' swaps interleave.
+    (+POISON on both, by abort and by an expected offset failing at the commit), one killed
+    before its commit and one killed between its two tables' swaps (inside the one database
+    transaction, so nothing of it lands) interleave.
     Every read sums to zero with equal log ends; the final read holds exactly what committed.
     """
     catalog = heavy_spec.open()
@@ -423,6 +423,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
     rng, total, committed, aborted = random.Random(7), 0, 0, []
     stop, out = tmp_path / "stop", tmp_path / "reader.out"
     with worker("reader", heavy_spec, {"a": "db.a", "b": "db.b", "stop": str(stop), "interval_s": 0.05}, out) as reader:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().strip()) and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a loaded machine starts the reader slowly: commit once it reads
         for i in range(12):
             if i % 3 == 2:
                 aborted.append(abort_poisoned(producer, "abort" if i % 2 else "offset"))
@@ -434,10 +437,9 @@ def test_jepsen_reader_never_sees_an_aborted_or_half_applied_transaction(heavy_s
             seen = kill_at(
                 heavy_spec, "one", {"tid": "killed", "a": "db.a", "b": "db.b", "k": 500, "pause": point}, tmp_path, f"killed{n}"
             )
-            if point == faults.AFTER_TXN_STAGE:  # aborted by the next instance; the other is rolled forward
-                aborted.append(next(e["txn_id"] for e in seen if e.get("event") == "begin"))
-        TransactionalProducer(catalog, "killed").init_transactions()  # rolls the second forward
-        total, committed = total + 500, committed + 1
+            # On SQL neither landed: the second died inside its one swap, which rolled back.
+            aborted.append(next(e["txn_id"] for e in seen if e.get("event") == "begin"))
+        TransactionalProducer(catalog, "killed").init_transactions()
         commit_balanced(producer, 1)
         total, committed = total + 1, committed + 1
         stop.touch()
@@ -477,7 +479,7 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path
 
     Both tables are emptied by retention (offsets 0..2 gone, no file left); a writer is killed
     at each named point of an append (then re-sent), or a transaction is killed between its
-    two tables' swaps (then rolled forward). The next offsets are 3, 4, never 0.
+    two tables' swaps (on SQL its database transaction rolls back). The next offsets are 3, 4, never 0.
     """
     catalog = heavy_spec.open()
     a, b = emptied_by_retention(catalog)
@@ -490,10 +492,11 @@ def test_jepsen_offsets_never_restart_at_zero_after_a_crash(heavy_spec, tmp_path
             "crash",
         )
         producer = TransactionalProducer(catalog, "crash")
-        producer.init_transactions()  # rolls the killed transaction forward
-        with producer.transaction():
-            producer.send("db.a", 0, [{"key": "next", "value": "1"}])
-            producer.send("db.b", 0, [{"key": "next", "value": "-1"}])
+        producer.init_transactions()  # on SQL the killed swap rolled back: nothing of it landed
+        for key in ("next", "then"):
+            with producer.transaction():
+                producer.send("db.a", 0, [{"key": key, "value": "1"}])
+                producer.send("db.b", 0, [{"key": key, "value": "-1"}])
         assert [r[0] for r in rows(a)] == [r[0] for r in rows(b)] == [3, 4]
     else:
         args = ("db.a", 0, 1, "victim", "crash-1")

@@ -17,6 +17,7 @@ from icelog.storage.groups.offsets import group_state
 from icelog.storage.log.table import LogTable, OffsetAndTimestamp
 from icelog.storage.producers.transactional import TransactionalProducer
 from tests.support.cli import Cli, one_document
+from tests.support.workers.transactions import prepare_as_before_the_fast_path
 
 
 @pytest.fixture
@@ -199,8 +200,8 @@ def test_i5_a_table_a_prepared_transaction_commits_to_is_refused_even_with_force
             raise _KilledAfterPrepare
 
     monkeypatch.setattr(faults, "checkpoint", die)
-    with pytest.raises(_KilledAfterPrepare):
-        producer.commit_transaction()
+    with pytest.raises(_KilledAfterPrepare):  # SQL commits without PREPARE_COMMIT: one recorded as before it
+        prepare_as_before_the_fast_path(producer)
     monkeypatch.undo()
     with unchanged(events):
         err = icelog("topics", "delete", "db.events", "--yes", "--force", code=2)

@@ -15,6 +15,7 @@ from icelog.storage.producers.journal_state import JOURNAL, JournalState, Prepar
 from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.storage.properties import TRANSACTIONS
 from tests.support.transactions import two_tables
+from tests.support.workers.transactions import registering
 
 
 def round_trip(text: str) -> str:
@@ -136,7 +137,9 @@ def test_journal_state_round_trips_what_the_coordinator_writes(sqlite_catalog):
 
     clock = SimpleNamespace(ms=1_000_000_000)
     tick = lambda: clock.ms  # noqa: E731
-    committer = TransactionalProducer(catalog, "committer", timeout_ms=5_000, clock=tick)
+    # Every partition registered in the journal before the commit, as pre-written sends do on SQL
+    # (plain sends there register nothing): the states of every step are then stored.
+    committer = registering(TransactionalProducer(catalog, "committer", timeout_ms=5_000, clock=tick))
     committer.init_transactions()
     stored()
     committer.begin_transaction()
@@ -146,13 +149,13 @@ def test_journal_state_round_trips_what_the_coordinator_writes(sqlite_catalog):
     stored()
     committer.commit_transaction()
     stored()
-    aborter = TransactionalProducer(catalog, "aborter", clock=tick)
+    aborter = registering(TransactionalProducer(catalog, "aborter", clock=tick))
     aborter.init_transactions()
     aborter.begin_transaction()
     aborter.send("db.a", 0, [{"key": "k", "value": "3"}])
     aborter.abort_transaction()
     stored()
-    preparer = TransactionalProducer(catalog, "preparer", clock=tick)
+    preparer = registering(TransactionalProducer(catalog, "preparer", clock=tick))
     preparer.init_transactions()
     preparer.begin_transaction()
     preparer.send("db.b", 0, [{"key": "k", "value": "4"}])

@@ -22,6 +22,7 @@ import pytest
 
 from icelog.storage.admin.orphans import remove_orphan_files
 from icelog.storage.core import faults
+from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import (
     CatalogUnavailable,
     ExpectedOffsetRequired,
@@ -93,10 +94,12 @@ def test_i5_kill_at_every_transaction_point_then_init_transactions_finishes_all_
 @pytest.mark.parametrize("point", faults.TXN_POINTS)
 def test_i5_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing(sqlite_spec, tmp_path, point):
     catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
-    # The killed producer never comes back: recovery aborts its open transaction once it is
-    # idle past its timeout (the clock is injected), and rolls a prepared one forward.
+    # The killed producer never comes back. On SQL the journal never heard of a transaction
+    # killed before its one swap (nothing to abort), and one killed after it had committed.
     report = tx.recover(catalog, clock=past_timeout())
-    if point in BEFORE_PREPARE:
+    if is_atomic(catalog):
+        assert report == {"rolled_forward": [], "aborted": []}
+    elif point in BEFORE_PREPARE:
         assert report == {"rolled_forward": [], "aborted": [txn_id]}
     elif point == faults.AFTER_CATALOG_SWAP:
         assert report == {"rolled_forward": [], "aborted": []}  # it had committed already
@@ -115,12 +118,13 @@ def age(paths: list[str], seconds: float = 7_200) -> None:
 @pytest.mark.fault
 @pytest.mark.timeout(180)
 def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_spec, tmp_path):
-    """Killed after PREPARE_COMMIT, then an hour passes and `maintain` runs: the staged files
-    are still needed (recovery rolls forward from them), so they are no orphans."""
+    """Killed after PREPARE_COMMIT (as versions before the SQL fast path recorded it), then an
+    hour passes and `maintain` runs: the staged files are still needed (recovery rolls forward
+    from them), so they are no orphans."""
     from icelog.storage.admin.maintenance import maintain
 
     point = faults.AFTER_TXN_PREPARE
-    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
+    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point, legacy_prepare=True)
     staged = staged_files(a) + staged_files(b)
     assert len(staged) == 2
     age(staged)
@@ -128,20 +132,41 @@ def test_i5_i7_orphan_cleanup_keeps_a_prepared_transactions_staged_files(sqlite_
         maintain(catalog, t.identifier)
     assert staged_files(a) + staged_files(b) == staged, "orphan cleanup deleted a prepared transaction's staged files"
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
+    check_all_or_nothing(catalog, a, b, before, txn_id, point, prepared=True)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(180)
+def test_i5_i7_sql_transaction_killed_before_its_swap_leaves_only_orphans_that_cleanup_finds(sqlite_spec, tmp_path):
+    """On SQL the journal hears of a transaction only in its one swap: killed just before it,
+    nothing is visible, the journal holds nothing, and after an hour `maintain` deletes the
+    staged files as the orphans they are (nothing will ever commit them)."""
+    from icelog.storage.admin.maintenance import maintain
+
+    point = faults.AFTER_TXN_PREPARE
+    catalog, a, b, before, txn_id, _ = kill_one_transaction(sqlite_spec, tmp_path, point)
+    assert journal_states(catalog, txn_id) == [] and coordinator.transactional_ids(catalog)["copier-1"].txn is None
+    staged = staged_files(a) + staged_files(b)
+    assert len(staged) == 2
+    age(staged)
+    for t in (a, b):
+        maintain(catalog, t.identifier)
+    assert staged_files(a) + staged_files(b) == [], "orphan cleanup missed a dead transaction's staged files"
+    assert (rows(a), rows(b)) == before
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
 
 
 @pytest.mark.fault
 @pytest.mark.timeout(180)
 def test_i5_prepared_transaction_without_its_files_never_blocks_the_others(sqlite_spec, tmp_path):
-    """Two producers killed after PREPARE_COMMIT; one's staged files are deleted by hand.
+    """Two producers killed after PREPARE_COMMIT (recorded as before the SQL fast path); one's staged files are deleted by hand.
     Recovery finishes the other and names the stuck one with a typed error; an operator's
     abort resolves it, and its transactional id works again."""
     catalog = sqlite_spec.open()
     a, b = two_tables(catalog)
     killed = {}
     for tid in ("lost", "intact"):
-        args = {"tid": tid, "a": "db.a", "b": "db.b", "k": 5, "pause": faults.AFTER_TXN_PREPARE}
+        args = {"tid": tid, "a": "db.a", "b": "db.b", "k": 5, "pause": faults.AFTER_TXN_PREPARE, "legacy_prepare": True}
         seen = kill_at(sqlite_spec, "one", args, tmp_path, tid)
         killed[tid] = next(e["txn_id"] for e in seen if e.get("event") == "begin")
     lost = [p for p in staged_files(a) + staged_files(b) if killed["lost"] in p]
@@ -179,10 +204,11 @@ def test_i5_prepared_transaction_without_its_files_never_blocks_the_others(sqlit
 @pytest.mark.parametrize("cleaner", ["init_transactions", "recover"])
 def test_i5_producer_killed_right_after_its_own_abort_leaves_no_staged_file(sqlite_spec, tmp_path, cleaner):
     """The ABORTED record landed, the process died before deleting what it staged: the journal
-    must remember the files, so the next init or recover deletes them."""
+    must remember the files, so the next init or recover deletes them. (On SQL only a transaction
+    the journal registered has an ABORTED record: one with pre-written files.)"""
     catalog = sqlite_spec.open()
     a, b = two_tables(catalog)
-    args = {"tid": "quitter", "a": "db.a", "b": "db.b", "pause": faults.AFTER_CATALOG_SWAP}
+    args = {"tid": "quitter", "a": "db.a", "b": "db.b", "pause": faults.AFTER_CATALOG_SWAP, "record": True}
     seen = kill_at(sqlite_spec, "abort", args, tmp_path, "abort")
     txn_id = next(e["txn_id"] for e in seen if e.get("event") == "begin")
     assert journal_states(catalog, txn_id)[-1] == "ABORTED" and len(staged_files(a) + staged_files(b)) == 2
@@ -263,8 +289,8 @@ def test_i5_racing_transactions_on_the_same_tables_never_mix(heavy_spec, tmp_pat
     records = journal(catalog)
     journal_committed = collections.Counter(r["txn_id"] for r in records if r["txn_state"] == "COMMITTED")
     assert set(journal_committed) == set(committed) and set(journal_committed.values()) == {1}
-    for e in failed:
-        assert journal_states(catalog, e["txn_id"]).count("ABORTED") == 1
+    for e in failed:  # on SQL a refused swap was the transaction's only journal write: none landed
+        assert journal_states(catalog, e["txn_id"]) == []
     # Every committed transaction holds exactly the offsets the journal's COMMITTED record
     # names, in both tables; nothing else is in the tables.
     by_offset = {name: {o: (key, value) for o, key, value in rows(t)} for name, t in (("db.a", a), ("db.b", b))}
@@ -300,14 +326,18 @@ def test_i5_zombie_fenced_mid_transaction_never_becomes_visible(catalog):
     assert staged_files(a)
     successor = TransactionalProducer(catalog, "orders")
     assert successor.init_transactions()["epoch"] == zombie.epoch + 1
-    # The new instance aborted the zombie's transaction and deleted its staged files.
-    assert journal_states(catalog, txn_id).count("ABORTED") == 1 and staged_files(a) == []
-    with pytest.raises(ProducerFenced):
-        zombie.send("db.b", 0, [{"key": "zombie", "value": "-1"}])  # a new partition: the journal fences
+    # On SQL the journal hears of a transaction only in its one swap: there is nothing to abort
+    # yet, and the swap's epoch check is what fences the zombie.
+    assert journal_states(catalog, txn_id) == []
+    zombie.send("db.b", 0, [{"key": "zombie", "value": "-1"}])  # staged, never visible
     with pytest.raises(ProducerFenced):
         zombie.commit_transaction()
-    with pytest.raises(ProducerFenced):
-        zombie.abort_transaction()
+    assert staged_files(a) == staged_files(b) == [], "the fenced zombie left what it staged"
+    assert rows(a) == rows(b) == []
+    zombie.abort_transaction()  # its transaction ended with the fenced commit: nothing to abort
+    with pytest.raises(ProducerFenced):  # and every later transaction of the zombie is fenced too
+        with zombie.transaction():
+            zombie.send("db.a", 0, [{"key": "zombie", "value": "again"}])
     with successor.transaction():
         successor.send("db.a", 0, [{"key": "successor", "value": "2"}])
     assert [r[1] for r in rows(a)] == ["successor"] and rows(b) == []
@@ -358,33 +388,50 @@ def assert_timed_out(catalog, producer, txn_id, a, b) -> None:
         producer.commit_transaction()
     assert caught.value.txn_id == txn_id
     assert rows(a) == [] and rows(b) == [] and committed_offsets(catalog, "g", "db.a") == {}
-    states = journal_states(catalog, txn_id)
-    assert states.count("ABORTED") == 1 and "PREPARE_COMMIT" not in states and "COMMITTED" not in states, states
+    # On SQL (every catalog here) the journal never heard of it: its commit refused it, by the
+    # journal's clock, writing nothing.
+    assert journal_states(catalog, txn_id) == []
     assert staged_files(a) == staged_files(b) == []
 
 
-def test_i5_transaction_past_its_timeout_is_aborted_by_recover(catalog):
+def test_i5_transaction_past_its_timeout_is_refused_by_its_commit_not_before(catalog):
+    """Judged at the one swap, by the journal's clock, on the time of its last new partition's send."""
     a, b = two_tables(catalog)
     clock = Clock()
     producer, txn_id = start_timed(catalog, clock)
     clock.ms += 999
-    assert tx.recover(catalog, clock=clock)["aborted"] == []  # not yet past the timeout
+    assert tx.recover(catalog, clock=clock)["aborted"] == []  # nothing of it in the journal to abort
+    producer.send("db.a", 0, [{"key": "again", "value": "1"}])  # a partition it has: no new activity
     clock.ms += 2
-    assert tx.recover(catalog, clock=clock) == {"rolled_forward": [], "aborted": [txn_id]}
-    assert staged_files(a) == staged_files(b) == []
     assert_timed_out(catalog, producer, txn_id, a, b)
+
+
+def test_i5_transaction_within_its_timeout_commits_counted_from_its_last_new_partition(catalog):
+    a, b = two_tables(catalog, partitions=2)
+    clock = Clock()
+    producer, txn_id = start_timed(catalog, clock)
+    clock.ms += 999
+    producer.send("db.a", 1, [{"key": "x", "value": "1"}])  # a new partition: the transaction is live
+    clock.ms += 1_000  # 1 000 ms since then: not past it (1 999 since the first send)
+    assert producer.commit_transaction() == {"db.a": {"0": [0, 1], "1": [0, 1]}, "db.b": {"0": [0, 1]}}
+    assert journal_states(catalog, txn_id) == ["COMMITTED"]
 
 
 def test_i5_transaction_past_its_timeout_is_aborted_by_the_next_coordinator_action(catalog):
+    """A transaction the journal holds (one that sent pre-written files: on SQL the only kind
+    registered before its commit) is aborted by another transactional id's coordinator action."""
     a, b = two_tables(catalog)
     clock = Clock()
     producer, txn_id = start_timed(catalog, clock)
+    producer._register("db.a", [0], record=True)  # what send_files does
     clock.ms += 5_000
     other = TransactionalProducer(catalog, "other", clock=clock)
     other.init_transactions()  # any coordinator action of another transactional id
-    assert journal_states(catalog, txn_id).count("ABORTED") == 1
+    assert journal_states(catalog, txn_id) == ["BEGIN", "ABORTED"]
     assert staged_files(a) == staged_files(b) == []
-    assert_timed_out(catalog, producer, txn_id, a, b)
+    with pytest.raises(TransactionAborted):
+        producer.commit_transaction()
+    assert rows(a) == [] and rows(b) == [] and committed_offsets(catalog, "g", "db.a") == {}
 
 
 def test_i5_commit_past_its_timeout_aborts_the_transaction_in_the_journal(catalog):
@@ -474,6 +521,9 @@ def test_i9_i10_copier_killed_repeatedly_copies_every_record_exactly_once(heavy_
     contiguous(out)
     assert coordinator.transactional_ids(catalog)["copier"].txn is None
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+    # Killed before their swap, transactions left staged files the journal never heard of:
+    # orphan cleanup finds every one.
+    remove_orphan_files(catalog, out.identifier, older_than_s=0)
     assert staged_files(out) == []
 
 
@@ -496,8 +546,7 @@ def test_i2_i5_stale_expected_offset_aborts_the_whole_transaction(catalog):
     assert (caught.value.table, caught.value.expected, caught.value.actual) == ("db.b", 0, 1)
     assert rows(a) == [] and [r[1] for r in rows(b)] == ["other"]
     assert committed_offsets(catalog, "g", "db.src") == {}
-    states = journal_states(catalog, txn_id)
-    assert states.count("ABORTED") == 1 and "COMMITTED" not in states
+    assert journal_states(catalog, txn_id) == []  # on SQL the refused swap was its only journal write
     for t in (a, b):
         assert staged_files(t) == []
         remove_orphan_files(catalog, t.identifier, older_than_s=0)
@@ -598,45 +647,55 @@ def sent_to_both(catalog) -> tuple[LogTable, LogTable, TransactionalProducer]:
 
 
 @pytest.mark.parametrize("coordinator", ["recover", "a new instance"])
-def test_i5_a_transaction_a_coordinator_finished_after_prepare_is_acknowledged_not_missing(catalog, monkeypatch, coordinator):
-    """Between PREPARE and the atomic commit, a coordinator rolls the transaction forward and
-    deletes its staged files. The producer's commit, starting from the tables as its sends saw
-    them, then finds its staged files gone: it must look at the tables as they are, find its
-    transaction landed, and report its ranges (not PreparedFilesMissing, which invites a resend)."""
+def test_i5_a_coordinator_action_just_before_the_swap_never_finishes_or_half_commits_it(catalog, monkeypatch, coordinator):
+    """On SQL no coordinator can finish a transaction for its producer (the journal hears of it
+    only in its one swap). Between the producer's decision to commit and its swap, ``recover``
+    leaves it alone (it then commits whole), and a new instance fences it (nothing visible,
+    its staged files deleted by the fenced producer itself)."""
     a, b, mine = sent_to_both(catalog)
     real = faults.checkpoint
 
-    def finished_by_a_coordinator(point: str) -> None:
+    def coordinator_action(point: str) -> None:
         if point == faults.AFTER_TXN_PREPARE:
             monkeypatch.setattr(faults, "checkpoint", real)
             if coordinator == "recover":
-                assert tx.recover(catalog)["rolled_forward"]
+                assert tx.recover(catalog) == {"rolled_forward": [], "aborted": []}
             else:
                 TransactionalProducer(catalog, "mine").init_transactions()
 
-    monkeypatch.setattr(faults, "checkpoint", finished_by_a_coordinator)
-    assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-    assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
+    monkeypatch.setattr(faults, "checkpoint", coordinator_action)
+    if coordinator == "recover":
+        assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
+        assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
+    else:
+        with pytest.raises(ProducerFenced):
+            mine.commit_transaction()
+        assert rows(a) == rows(b) == []
+    assert staged_files(a) == staged_files(b) == []
 
 
-def test_i5_staged_files_deleted_while_the_commit_decides_on_a_fresh_read_are_looked_for_once_more(catalog, monkeypatch):
-    """The same race inside the atomic commit, on a base read just before: the coordinator's
-    roll-forward lands and deletes the staged files while the producer's write step rewrites
-    them. One more read finds the transaction landed."""
-    from icelog.storage.core import bases
-
+def test_i5_staged_files_removed_by_orphan_cleanup_before_the_swap_abort_it_with_nothing_visible(catalog, monkeypatch):
+    """The journal does not protect an SQL transaction's staged payload files before its swap:
+    orphan cleanup run with no age limit while the commit writes deletes them. The commit must
+    then fail with a typed error, leave nothing visible (its payload files are rewritten, never
+    committed as they are), and leave the producer free to go on."""
     a, b, mine = sent_to_both(catalog)
-    monkeypatch.setattr(bases, "SEEN_MAX_AGE_S", -1.0)  # nothing cached: every base is a fresh read
     rewrite = tx.TxnAppend.write_rows  # the commit's write step, after the decision
 
-    def finished_by_a_coordinator_meanwhile(self, table, placed):
+    def cleaned_up_meanwhile(self, table, placed):
         monkeypatch.setattr(tx.TxnAppend, "write_rows", rewrite)
-        assert tx.recover(catalog)["rolled_forward"]
+        for t in ("db.a", "db.b"):
+            remove_orphan_files(catalog, t, older_than_s=0)
         return rewrite(self, table, placed)
 
-    monkeypatch.setattr(tx.TxnAppend, "write_rows", finished_by_a_coordinator_meanwhile)
-    assert mine.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"0": [0, 1]}}
-    assert [r[1] for r in rows(a)] == [r[1] for r in rows(b)] == ["m"]
+    monkeypatch.setattr(tx.TxnAppend, "write_rows", cleaned_up_meanwhile)
+    txn_id = mine.txn_id
+    with pytest.raises(PreparedFilesMissing):
+        mine.commit_transaction()
+    assert rows(a) == rows(b) == [] and journal_states(catalog, txn_id) == []
+    with mine.transaction():
+        mine.send("db.a", 0, [{"key": "next", "value": "1"}])
+    assert [r[1] for r in rows(a)] == ["next"]
 
 
 @pytest.mark.parametrize("case", ["group offset beyond the log end", "no expected offset on a strict table"])
@@ -1008,7 +1067,7 @@ def test_i5_a_transactions_decisions_decide_and_the_write_step_writes(catalog):
     at its offsets; the commit's write step rewrites the staged files), and the COMMITTED
     record takes the appends' offsets from their decisions, as data."""
     from icelog.storage.log.state import LogState
-    from icelog.storage.producers.journal_state import JOURNAL, JournalState
+    from icelog.storage.producers.journal_state import JOURNAL, JournalState, OpenTxn
 
     a, _, mine = sent_to_both(catalog)
     mine.send("db.a", 0, [{"key": "n", "value": "2"}, {"key": "o", "value": "3"}])
@@ -1024,13 +1083,86 @@ def test_i5_a_transactions_decisions_decide_and_the_write_step_writes(catalog):
 
     journal = LogTable.open(catalog, JOURNAL).table()
     state = JournalState.from_metadata(journal.metadata)
-    entry = state.transactions["mine"]
-    prepared = replace(entry, txn=replace(entry.txn, state=coordinator.PREPARE_COMMIT))
-    state = replace(state, transactions={**state.transactions, "mine": prepared})
+    now = mine.clock()
+    held = OpenTxn(mine.txn_id, coordinator.ONGOING, now, now, {"db.a": (0,), "db.b": (0,)})  # not in the journal (SQL)
     step = coordinator.CommitTransaction(
-        "mine", mine.producer_id, mine.epoch, mine.txn_id, tables=("db.a", "db.b"), clock=mine.clock
+        "mine", mine.producer_id, mine.epoch, mine.txn_id, tables=("db.a", "db.b"), clock=mine.clock, unprepared=held
     )
     b_decision = replace(decisions[0], ranges={0: (0, 1)})
     committed = step.decide_after(state, journal, {"db.a": decisions[0], "db.b": b_decision})
     assert committed.result["ranges"] == {"db.a": {"0": [1, 4]}, "db.b": {"0": [0, 1]}}
     assert step.ranges == {}  # the request itself is unchanged: the offsets went to a copy
+
+
+# --- 9. the SQL fast path: one swap per transaction ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def pointer_swaps(catalog):
+    """Every database transaction of the catalog's engine that moved metadata pointers, as the
+    list of tables it moved (counted on the real database connection, not in icelog's code)."""
+    from sqlalchemy import event
+
+    engine, swaps, current = catalog.engine, [], []
+
+    def on_execute(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE ICEBERG_TABLES"):
+            params = context.compiled_parameters[0]  # by name, whatever the driver's paramstyle
+            name = [v for k, v in params.items() if k.startswith(("table_namespace", "table_name"))]
+            current.append(".".join(name))
+
+    def on_commit(conn):
+        if current:
+            swaps.append(sorted(current))
+            current.clear()
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "commit", on_commit)
+    try:
+        yield swaps
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+        event.remove(engine, "commit", on_commit)
+
+
+@pytest.mark.parametrize("width", [2, 10])
+def test_i5_sql_transaction_is_one_swap_of_its_tables_offsets_and_journal(catalog, width):
+    """begin, sends to ``width`` tables, offsets, commit: exactly one database transaction moves
+    pointers, and it moves every data table, the group offsets and the journal together; the
+    journal gets one record, COMMITTED, naming the offsets the tables got."""
+    tables = [LogTable.create(catalog, f"db.t{i}", 1) for i in range(width)]
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": "s", "value": "s"}] * 3})
+    producer = TransactionalProducer(catalog, "fast")
+    producer.init_transactions()
+    with pointer_swaps(catalog) as swaps:
+        txn_id = producer.begin_transaction()
+        for t in tables:
+            producer.send(t.identifier, 0, [{"key": "k", "value": "1"}])
+        producer.send_offsets_to_transaction({("db.src", 0): 2}, "g")
+        ranges = producer.commit_transaction()
+    assert swaps == [sorted([*(t.identifier for t in tables), "icelog_system.group_offsets", "icelog_system.transactions"])], (
+        swaps
+    )
+    assert ranges == {f"db.t{i}": {"0": [0, 1]} for i in range(width)}
+    assert journal_states(catalog, txn_id) == ["COMMITTED"]
+    assert committed_offsets(catalog, "g", "db.src") == {0: 2}
+    assert all(rows(t) == [(0, "k", "1")] for t in tables)
+    # and the next one too: nothing left over from the first makes a second journal commit
+    with pointer_swaps(catalog) as swaps:
+        with producer.transaction():
+            producer.send("db.t0", 0, [{"key": "k", "value": "2"}])
+    assert len(swaps) == 1, swaps
+
+
+def test_i5_sql_abort_of_a_transaction_the_journal_never_heard_of_writes_nothing(catalog):
+    a, b = two_tables(catalog)
+    producer = TransactionalProducer(catalog, "quitter")
+    producer.init_transactions()
+    with pointer_swaps(catalog) as swaps:
+        txn_id = producer.begin_transaction()
+        producer.send("db.a", 0, [{"key": "k", "value": "1"}])
+        producer.send("db.b", 0, [{"key": "k", "value": "-1"}])
+        producer.abort_transaction()
+    assert swaps == [] and journal_states(catalog, txn_id) == []
+    assert staged_files(a) == staged_files(b) == [] and rows(a) == rows(b) == []

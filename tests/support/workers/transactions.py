@@ -22,6 +22,7 @@ that happened before the kill. Modes:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -85,8 +86,33 @@ def one(catalog, args: dict) -> None:
         producer.send_offsets_to_transaction({(args["src"], 0): args["position"]}, args["group"])
     if when == "before_commit":
         arm(pause)
+    if args.get("legacy_prepare"):
+        prepare_as_before_the_fast_path(producer)
     ranges = producer.commit_transaction()
     emit(event="committed", txn_id=txn_id, ranges=ranges)
+
+
+def registering(producer: TransactionalProducer) -> TransactionalProducer:
+    """The producer registers every partition in the journal before staging to it, as a send of
+    pre-written files does on SQL (plain sends there register nothing before the commit)."""
+    producer._register = functools.partial(TransactionalProducer._register, producer, record=True)  # type: ignore[method-assign]
+    return producer
+
+
+def prepare_as_before_the_fast_path(producer: TransactionalProducer) -> None:
+    """Record the transaction PREPARE_COMMIT in the journal as versions before the SQL fast path
+    did (their journals may still hold one at an upgrade), then pass the point where those
+    versions paused: recovery must roll such a transaction forward."""
+    from icelog.storage.producers.journal import PrepareCommit, RegisterPartitions
+    from icelog.storage.producers.journal_state import Prepared, TxnOffsets
+
+    producer._journal(RegisterPartitions, partitions={t: sorted(ps) for t, ps in producer._registered.items()})
+    producer._recorded = True
+    held = producer._offsets
+    offsets = None if held is None else TxnOffsets(held[0], tuple((t, p, o) for (t, p), o in held[1].items()))
+    prepared = Prepared(sends={t: tuple(s) for t, s in producer._sends.items()}, offsets=offsets)
+    producer._journal(PrepareCommit, prepared=prepared)
+    faults.checkpoint(faults.AFTER_TXN_PREPARE)
 
 
 def loop(catalog, args: dict) -> None:
@@ -204,6 +230,8 @@ def abort(catalog, args: dict) -> None:
     emit(event="begin", txn_id=txn_id)
     producer.send(args["a"], 0, [{"key": f"{txn_id}:a", "value": "1"}])
     producer.send(args["b"], 0, [{"key": f"{txn_id}:b", "value": "-1"}])
+    if args.get("record"):  # registered in the journal, as a send of pre-written files does on SQL
+        producer._register(args["a"], [0], record=True)
     arm(args["pause"])
     producer.abort_transaction()
     emit(event="aborted", txn_id=txn_id)
