@@ -86,7 +86,8 @@ class Airflow:
             done = [
                 r
                 for r in self.runs(dag_id, run_type)
-                if r["state"] in ("success", "failed") and (since is None or dt.datetime.fromisoformat(r["queued_at"]) >= since)
+                if r["state"] in ("success", "failed")
+                and (since is None or (r["queued_at"] and dt.datetime.fromisoformat(r["queued_at"]) >= since))
             ]
             if done:
                 return done[0]
