@@ -290,7 +290,7 @@ def validation_findings(doc: dict[str, Any], current_snapshot: int | None) -> tu
     lines = [
         f"verdict: {verdict.describe()}",
         f"validation of snapshot {checks['snapshot_id']}: {len(names)} checks ({', '.join(names)}), "
-        f"{len(names) - len([n for n in names if n in failing])} passed, over {checks['rows']:,} rows: {checked}",
+        f"{len(names) - len([n for n in names if n in failing])} passed, over {checks['rows']} rows: {checked}",
     ]
     lines += [
         f"  {v['check']}: {v['kind']}" + (f" in partition {v['partition']}" if "partition" in v else "") + f": {v['detail']}"
@@ -303,7 +303,9 @@ def validation_findings(doc: dict[str, Any], current_snapshot: int | None) -> tu
     else:
         scope = quality.get("scope") or {}
         shown = scope.get("last_run") or scope
-        covered = f"a {shown.get('mode', '')} validation of {shown.get('rows', 0):,} rows on {shown.get('engine', quality.get('engine'))}"
+        covered = (
+            f"a {shown.get('mode', '')} validation of {shown.get('rows', 0)} rows on {shown.get('engine', quality.get('engine'))}"
+        )
         if "last_run" in scope:
             covered = f"nothing new since the last run, whose result this is: {covered}"
         failed = quality.get("failed") or []
@@ -332,8 +334,8 @@ def check_january(console: Console, log_table) -> bool:
     found, expected = january_flights(log_table)
     verdict = "[green]yes[/]" if found == expected else "[red]no[/]"
     total = sum(w.end - w.start for w in log_table.watermarks().values())
-    later = f" ({total:,} rows in all: other days loaded since)" if total > found else ""
-    console.print(f"{found:,} rows dated January 2013 = the January 2013 flights ({expected:,}): {verdict}{later}")
+    later = f" ({total} rows in all: other days loaded since)" if total > found else ""
+    console.print(f"{found} rows dated January 2013 = the January 2013 flights ({expected}): {verdict}{later}")
     return found == expected
 
 
@@ -376,7 +378,7 @@ def _files(loaded) -> str:
     rows = sum(loaded["rows"].to_pylist())
     names = ", ".join(sorted({p.split("/")[-2] + "/" + p.split("/")[-1] for p in loaded["path"].to_pylist()})[:3])
     more = f" and {loaded.num_rows - 3} more" if loaded.num_rows > 3 else ""
-    return f"{loaded.num_rows} file(s), {rows:,} rows ({names}{more})"
+    return f"{loaded.num_rows} file(s), {rows} rows ({names}{more})"
 
 
 if __name__ == "__main__":

@@ -176,13 +176,13 @@ def print_summary(console: Console, log_table: LogTable) -> bool:
     marks = log_table.watermarks()
     summary = RichTable("partition", "log_start", "log_end", "rows", title=log_table.identifier)
     for p, w in marks.items():
-        summary.add_row(str(p), f"{w.start:,}", f"{w.end:,}", f"{w.end - w.start:,}")
+        summary.add_row(str(p), f"{w.start}", f"{w.end}", f"{w.end - w.start}")
     console.print(summary)
     table = log_table.table()
     reports = [check_contiguity(table), check_contiguity(table, deep=True)]
     for report in reports:
         status = "[green]OK[/]" if report.ok else f"[red]{len(report.violations)} violations[/]"
-        console.print(f"validate {'+'.join(report.checks)}: {status} ({report.rows:,} rows in {report.seconds:.2f} s)")
+        console.print(f"validate {'+'.join(report.checks)}: {status} ({report.rows} rows in {report.seconds:.2f} s)")
         for v in report.violations[:10]:
             console.print(f"  {v.kind} partition {v.partition}: {v.detail}")
     return all(r.ok for r in reports)

@@ -283,7 +283,7 @@ def validation_scope(table: Table, *, full: bool = False, docs_root: Path | None
                 "full", rows=total, reason=f"the result at snapshot {since} was not recorded; validating everything"
             )
         return ValidationScope("none", since=since, reason=f"nothing committed since validated snapshot {since}", last_run=last)
-    return ValidationScope("incremental", ranges, since, rows, f"{rows:,} rows committed since validated snapshot {since}")
+    return ValidationScope("incremental", ranges, since, rows, f"{rows} rows committed since validated snapshot {since}")
 
 
 # --- reading the rows ---------------------------------------------------------------------

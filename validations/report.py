@@ -525,10 +525,15 @@ def _index_page(entries: list[dict[str, Any]], now_ms: int) -> str:
         or "<tr><td colspan=8>no log tables</td></tr>"
     )
     bad = sum(1 for e in entries if "error" in e or not e.get("ok"))
+    warned = sum(1 for e in entries if "error" not in e and e.get("ok") and e.get("status") == WARNINGS)
+    # The page's badge says what its rows say: warnings are findings, not "all OK".
+    headline, badge = (
+        (f"{bad} need attention", "bad") if bad else (f"{warned} with warnings", "warn") if warned else ("all OK", "ok")
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>icelog reports</title><style>{CSS}</style></head>
 <body>
-<h1>icelog tables <span id="status" class="badge {"bad" if bad else "ok"}">{f"{bad} need attention" if bad else "all OK"}</span></h1>
+<h1>icelog tables <span id="status" class="badge {badge}">{headline}</span></h1>
 <p class="meta">{len(entries)} log tables · generated {esc(iso(now_ms) or "")}</p>
 <table id="tables"><tr><th>table</th><th>status</th><th>rows</th><th>partitions</th><th>files</th><th>compaction</th><th>since last commit</th><th>data quality</th></tr>{rows}</table>
 <script>document.body.dataset.rendered = String(document.querySelectorAll('#tables a').length);</script>

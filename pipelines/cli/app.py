@@ -8,8 +8,9 @@ The code follows from the error's type (``storage.errors``): a :class:`ConflictE
 an :class:`InvalidInput` or another :class:`TerminalError` is 2, anything else is 4, an
 unexpected exception included. With ``--output json`` every run prints exactly one JSON
 document on stdout, errors included (``{"error": "<Type>", "message": ..., <fields>}``);
-in text mode an error is one line on stderr. ``ICELOG_LOG_LEVEL=debug`` adds the traceback
-on stderr.
+in text mode an error is one line on stderr, ``error: <Type>: <message>``. Click's usage
+errors print the same way (no usage block), with ``(see icelog CMD --help)`` in text and
+``"help"`` in JSON. ``ICELOG_LOG_LEVEL=debug`` adds the traceback on stderr.
 
 JSON values: dates and times are ISO 8601 strings (``timestamptz`` with its offset, UTC),
 binary values are base64 strings (RFC 4648, as Kafka's REST proxy does), decimals are
@@ -201,17 +202,43 @@ def _json_mode(ctx: click.Context) -> bool:
     return bool(ctx.meta.get("icelog.json"))
 
 
+def help_command(ctx: click.Context | None) -> str | None:
+    """``icelog topics list --help`` for the command ``ctx`` runs: the hint a usage error ends with.
+    Named ``icelog`` whatever the program name Click was given (a test runner calls it ``cli``)."""
+    if ctx is None:
+        return None
+    return " ".join(["icelog", *ctx.command_path.split()[1:], "--help"])
+
+
+def error_line(kind: str, message: str, hint: str = "") -> str:
+    """An error as text mode prints it, on one line of stderr: ``error: <Type>: <message><hint>``."""
+    return f"error: {kind}: {one_line(message)}{hint}"
+
+
 def _usage_error(e: click.ClickException, json_mode: bool) -> None:
-    """Click's own errors (usage, bad option values): exit 2, and JSON in JSON mode."""
+    """Click's own errors (usage, bad option values) written as icelog writes its typed errors:
+    ``error: <Type>: <message> (see icelog CMD --help)`` on stderr, or in JSON mode one document
+    ``{"error", "message", "param", "help"}``; exit 2. Click's usage block is not printed."""
     if e.exit_code == EXIT_VIOLATIONS:  # e.g. click.FileError: 1 means "violations" here
         e.exit_code = EXIT_BAD_INPUT
-    if not json_mode:
-        return
-    doc: dict[str, Any] = {"error": type(e).__name__, "message": e.format_message()}
+    usage_ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+        if not json_mode:
+            return  # a group named alone (`icelog topics`): its help is the answer, on stderr
+        doc: dict[str, Any] = {"error": "UsageError", "message": "Missing command."}
+    else:
+        doc = {"error": type(e).__name__, "message": e.format_message()}
     param = getattr(e, "param", None)
     if param is not None and param.name:
         doc["param"] = param.name
-    e.show = lambda file=None: click.echo(dumps(doc))  # type: ignore[method-assign]
+    help_hint = help_command(usage_ctx) if isinstance(e, click.UsageError) else None
+    if help_hint:
+        doc["help"] = help_hint
+    if json_mode:
+        e.show = lambda file=None: click.echo(dumps(doc))  # type: ignore[method-assign]
+    else:
+        line = error_line(doc["error"], doc["message"], f" (see {help_hint})" if help_hint else "")
+        e.show = lambda file=None: click.echo(line, err=True)  # type: ignore[method-assign]
 
 
 def _fail(ctx: click.Context, error: BaseException) -> None:
@@ -226,7 +253,7 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
         click.echo(dumps(doc))
     else:
         hint = "" if isinstance(error, IcelogError) or _debug(ctx) else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
-        click.echo(f"error: {doc['error']}: {one_line(str(doc['message']))}{hint}", err=True)
+        click.echo(error_line(doc["error"], str(doc["message"]), hint), err=True)
     sys.exit(code)
 
 

@@ -95,7 +95,8 @@ def report(
     """Write an HTML report: partitions, files, freshness, history charts, validation, GX Data Docs.
 
     Prints the verdict (OK, WARNINGS: findings only, VIOLATIONS: the gate failed) and exits 1
-    when the gate failed: a check violation or a failed expectation of severity error."""
+    when the gate failed: a check violation or a failed expectation of severity error. With
+    --all: ATTENTION (exit 1) when a table failed the gate or its report, else WARNINGS or OK."""
     from icelog.pipelines.spark import spark_session
     from icelog.storage.log.table import LogTable
     from icelog.validations.report import build_index, build_report
@@ -113,12 +114,11 @@ def report(
             index = build_index(ctx.catalog, out or str(ctx.settings.home / "reports"), **options)
         tables = json.loads((index.parent / "index.json").read_text())
         doc = {"ok": all(t.get("ok") for t in tables), "report": str(index), "tables": tables}
-        ctx.emit(
-            doc,
-            lambda d: click.echo(
-                f"{'OK' if d['ok'] else 'ATTENTION'}: {plural(len(d['tables']), 'table')}, file://{d['report']}"
-            ),
-        )
+        # The index page's badge in one word: a table with warnings only is not "OK".
+        word = "ATTENTION" if not doc["ok"] else "WARNINGS" if any(t.get("status") == "WARNINGS" for t in tables) else "OK"
+        ctx.emit(doc, lambda d: click.echo(f"{word}: {plural(len(d['tables']), 'table')}, file://{d['report']}"))
+        if not doc["ok"]:  # a table failed the gate or its report: as for one table, exit 1
+            sys.exit(EXIT_VIOLATIONS)
         return
     log_table = LogTable.open(ctx.catalog, table)
     target = out or str(ctx.settings.home / "reports" / log_table.identifier)

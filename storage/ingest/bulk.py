@@ -75,7 +75,7 @@ def bulk_load(
         if not done and end != start_offset:
             raise OffsetMismatch(table=log_table.identifier, partition=partition, expected=start_offset, actual=end)
         if done:
-            say(f"resuming after {done:,} records of load {load_id!r} already in the log")
+            say(f"resuming after {done} records of load {load_id!r} already in the log")
     elif load_id is not None:
         raise InvalidInput(reason="a load id needs an expected offset: the offset of the load's first record")
     result: dict[str, Any] = {
@@ -101,7 +101,7 @@ def bulk_load(
         result["rows"] += rows.num_rows
         result["batches"] += 1
         written += rows.num_rows
-        say(f"{written:,} records, log end {nxt:,}")
+        say(f"{written} records, log end {nxt}")
     if result["base_offset"] is None:  # nothing left to write
         here = (start_offset or 0) + done
         result.update(base_offset=here, next_offset=here)
@@ -138,7 +138,7 @@ def keyed_load(log_table: Any, batches: Iterable[pa.Table], *, progress: Callabl
         for partition, (first, nxt) in appended.ranges.items():
             result["partitions"].setdefault(partition, [first, nxt])[1] = nxt
         result.update(snapshot_id=appended.snapshot_id, rows=result["rows"] + rows.num_rows, batches=result["batches"] + 1)
-        say(f"{result['rows']:,} records in {len(result['partitions'])} partitions")
+        say(f"{result['rows']} records in {len(result['partitions'])} partitions")
     result["partitions"] = dict(sorted(result["partitions"].items()))
     return result
 

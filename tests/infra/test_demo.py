@@ -32,7 +32,42 @@ def test_the_demo_passes_with_days_the_user_loaded_after_january(sqlite_catalog,
     out = io.StringIO()
     assert demo.check_january(Console(file=out, width=200), log_table)
     assert demo.january_flights(log_table) == (27_004, 27_004)
-    assert "27,004 rows dated January 2013 = the January 2013 flights (27,004): yes (28,612 rows in all" in out.getvalue()
+    assert "27004 rows dated January 2013 = the January 2013 flights (27004): yes (28612 rows in all" in out.getvalue()
+
+
+GROUPED = re.compile(r"\d,\d{3}")  # a thousands separator: what text output never prints
+
+
+def test_the_demo_summary_prints_numbers_without_thousands_separators(sqlite_catalog, months):
+    from icelog.pipelines.flights import print_summary
+
+    log_table, _ = create_table(sqlite_catalog)
+    log_table.append({p: rows for p, rows in months[0].items() if rows.num_rows})
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    assert print_summary(console, log_table) and demo.check_january(console, log_table)
+    text = out.getvalue()
+    ends = {w.end for w in log_table.watermarks().values()}
+    assert all(re.search(rf"│ {end} +│", text) for end in ends), text  # each partition's log end, plain
+    assert "(27004 rows in " in text and "27004 rows dated January 2013" in text, text
+    assert not GROUPED.search(text), text
+
+
+def test_validation_findings_print_numbers_without_thousands_separators():
+    doc = {
+        "snapshot_id": 7,
+        "checks": {
+            "snapshot_id": 7,
+            "checks": ["contiguity"],
+            "rows": 28612,
+            "violations": [{"check": "contiguity", "kind": "gap", "partition": 0, "detail": "d"}] * 1200,
+        },
+        "quality": {"evaluated": 3, "failed": [], "scope": {"mode": "incremental", "rows": 1608, "engine": "duckdb"}},
+    }
+    lines, ok = demo.validation_findings(doc, 7)
+    text = "\n".join(lines)
+    assert not ok and "verdict: VIOLATIONS: 1200 violations" in text and "over 28612 rows" in text, text
+    assert "validation of 1608 rows on duckdb" in text and not GROUPED.search(text), text
 
 
 def test_the_demo_fails_when_a_january_day_is_missing(sqlite_catalog, months):
@@ -215,8 +250,8 @@ def test_the_demo_holds_after_a_backfill_of_february_through_the_backfill_task(
     tasks.validate(log_table.identifier, catalog=sqlite_spec.name)  # raises on a violation
     second = demo_again()
     total = 27_004 + FEBRUARY_1_2
-    assert f"27,004 rows dated January 2013 = the January 2013 flights (27,004): yes ({total:,} rows in all" in second
-    assert f"over {total:,} rows: all passed" in second and "expectations passed" in second
+    assert f"27004 rows dated January 2013 = the January 2013 flights (27004): yes ({total} rows in all" in second
+    assert f"over {total} rows: all passed" in second and "expectations passed" in second
     again = backfill()
     assert (again["rows_written"], again["files_skipped"]) == (0, 2)
     untimed = re.compile(r"in [0-9.]+ s\)")
@@ -247,9 +282,9 @@ def test_make_demo_three_times_with_a_backfill_from_the_ui_between(tmp_path, mon
             dags_test(env, "icelog_backfill", None, {"table": TABLE, "start": "2013-02-01", "end": "2013-02-02"})
             dags_test(env, "icelog_validate")
     total = 27_004 + FEBRUARY_1_2
-    assert "(27,004): yes" in outputs[0] and "rows in all" not in outputs[0]
+    assert "(27004): yes" in outputs[0] and "rows in all" not in outputs[0]
     for later in outputs[1:]:
-        assert f"(27,004): yes ({total:,} rows in all" in later and f"over {total:,} rows: all passed" in later
+        assert f"(27004): yes ({total} rows in all" in later and f"over {total} rows: all passed" in later
         assert "nothing written (every file was already in the ingest ledger)" in later
     log_table = LogTable.open(open_catalog(), TABLE)
     assert sum(w.end - w.start for w in log_table.watermarks().values()) == total

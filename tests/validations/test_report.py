@@ -346,3 +346,38 @@ def test_report_counts_rows_per_day_by_event_time_and_says_so(sqlite_catalog, tm
     assert len(plain_seen["bars"]) == 1 and not plain_seen["bars"][0].startswith("2013")
     doc = json.loads((page.parent / "report.json").read_text())
     assert doc["rows_per_day_by"] == "time_hour" and doc["rows_per_day"][-1] == {"day": None, "rows": 1}
+
+
+def test_report_all_with_a_warning_says_so_in_the_index_badge_and_the_cli(sqlite_spec, tmp_path):
+    """A table whose only finding is a warning: its row says WARNINGS, and so do the index's
+    badge and the CLI's one word (they said "all OK" and "OK" beside it)."""
+    from tests.support.cli import Cli
+
+    suite = tmp_path / "expectations" / "db.events.json"
+    suite.parent.mkdir()
+    expectation = {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "key", "value_set": ["a"]}}
+    suite.write_text(json.dumps({"expectations": [{**expectation, "severity": "warn"}]}))
+    icelog = Cli(sqlite_spec, ICELOG_HOME=str(tmp_path / "home"), ICELOG_EXPECTATIONS=str(suite.parent))
+    LogTable.create(sqlite_spec.open(), "db.events", 1).append({0: [{"key": "a"}, {"key": "z"}]})
+    result = icelog.raw("report", "--all", json_output=False)
+    assert result.exit_code == 0, (result.stdout, result.stderr)  # warnings pass the gate
+    assert result.stdout.startswith("WARNINGS: 1 table, file://"), result.stdout
+    index = Path(result.stdout.strip().split("file://", 1)[1])
+    (entry,) = json.loads((index.parent / "index.json").read_text())
+    assert (entry["status"], entry["ok"]) == ("WARNINGS", True)
+    assert '<span id="status" class="badge warn">1 with warnings</span>' in index.read_text()
+
+
+def test_report_all_exits_1_when_a_table_fails_the_gate(sqlite_spec, tmp_path):
+    from tests.support.cli import Cli
+
+    icelog = Cli(sqlite_spec, ICELOG_HOME=str(tmp_path / "home"))
+    good = LogTable.create(sqlite_spec.open(), "db.good", 1)
+    good.append({0: [{"key": "a"}]})
+    bad = LogTable.create(sqlite_spec.open(), "db.bad", 1)
+    bad.append({0: [{"key": "a"}] * 3})
+    plant(bad, 0, [7])
+    result = icelog.raw("report", "--all", "--no-gx", json_output=False)
+    assert result.exit_code == 1 and result.stdout.startswith("ATTENTION: 2 tables, file://"), (result.stdout, result.stderr)
+    doc = icelog("report", "--all", "--no-gx", code=1)
+    assert doc["ok"] is False and {t["table"]: t["ok"] for t in doc["tables"]} == {"db.good": True, "db.bad": False}
