@@ -41,6 +41,7 @@ from icelog.storage.errors import AuthorizationFailed, ConflictError, IcelogErro
 from icelog.storage.settings import LOG_LEVEL, Settings
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C (click's Abort exits 1: "violations" here)
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -49,6 +50,8 @@ MAX_PARTITIONS = 100_000
 
 def exit_code(error: BaseException) -> int:
     """The exit code an error's type implies."""
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
     if isinstance(error, AuthorizationFailed):
         return EXIT_UNAUTHORIZED
     if isinstance(error, ConflictError):
@@ -245,6 +248,11 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
     code = exit_code(error)
     if isinstance(error, IcelogError):
         doc = error.to_dict()
+    elif isinstance(error, KeyboardInterrupt):
+        doc = {
+            "error": "Interrupted",
+            "message": "stopped by Ctrl-C; what was committed before it stays, nothing after it was written",
+        }
     else:
         doc = {"error": type(error).__name__, "message": str(error) or repr(error)}
     if _debug(ctx):
@@ -252,7 +260,8 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
     if _json_mode(ctx):
         click.echo(dumps(doc))
     else:
-        hint = "" if isinstance(error, IcelogError) or _debug(ctx) else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
+        known = isinstance(error, (IcelogError, KeyboardInterrupt))
+        hint = "" if known or _debug(ctx) else " (ICELOG_LOG_LEVEL=debug shows the traceback)"
         click.echo(error_line(doc["error"], str(doc["message"]), hint), err=True)
     sys.exit(code)
 
@@ -337,12 +346,13 @@ class IcelogGroup(click.Group):
             # a usage error after the command name may come before its --output was parsed
             _usage_error(e, bool(ctx.meta.get("icelog.json")))
             raise
-        except Exception as e:  # noqa: BLE001 - every error leaves as output plus an exit code
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every error leaves as output plus an exit code
             _fail(ctx, e)
 
 
 EPILOG = """\b
-Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized.
+Exit codes: 0 ok, 1 violations, 2 bad input or usage, 3 conflict, 4 any other error, 5 not authorized,
+130 interrupted (Ctrl-C).
 --output json prints one JSON document per run, errors included: {"error", "message", ...};
 --format only shapes text output (consume --format jsonl streams JSON Lines).
 Offset ranges are half-open, as Kafka's log start and end offsets: [0, 164) is offsets 0 to 163, 164 records.

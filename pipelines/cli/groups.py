@@ -7,12 +7,25 @@ offset* is the next offset to read (Kafka's).
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
-from icelog.pipelines.cli.app import INT64_MAX, OFFSET, PARTITION, Context, LogTime, dumps, echo_list, jsonable, print_table
+from icelog.pipelines.cli.app import (
+    EXIT_INTERRUPTED,
+    INT64_MAX,
+    OFFSET,
+    PARTITION,
+    Context,
+    LogTime,
+    dumps,
+    echo_list,
+    jsonable,
+    print_table,
+)
 from icelog.storage.errors import InvalidInput, span
 
 
@@ -128,18 +141,19 @@ def consume(
     consumer = Consumer(ctx.catalog, group)
     consumer.assign(log_table.identifier, partitions, key_range=hashes)
     out = _RecordPrinter(ctx, log_table, fields, records_format)
-    while max_records is None or out.printed < max_records:
-        want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
-        batches = consumer.poll(want)
-        if not batches:
-            if not follow:
-                break
-            time.sleep(1.0)
-            continue
-        for batch in batches:
-            for row in batch.to_pylist():
-                out.add(row)
-        consumer.commit()
+    with out.interruptible(group):
+        while max_records is None or out.printed < max_records:
+            want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
+            batches = consumer.poll(want)
+            if not batches:
+                if not follow:
+                    break
+                time.sleep(1.0)
+                continue
+            for batch in batches:
+                for row in batch.to_pylist():
+                    out.add(row)
+            consumer.commit()  # after the batch is added: every committed record is in the output
     out.finish(group)
 
 
@@ -213,9 +227,23 @@ class _RecordPrinter:
         else:
             click.echo("\t".join(v if isinstance(v, str) else dumps(v) for v in map(jsonable, record.values())))
 
-    def finish(self, group: str | None) -> None:
+    def finish(self, group: str | None, interrupted: bool = False) -> None:
         if self.ctx.output == "json":
-            click.echo(dumps({"table": self.table, "group": group, "records": self.records}))
+            doc = {"table": self.table, "group": group, "records": self.records}
+            click.echo(dumps({**doc, "interrupted": True} if interrupted else doc))
+
+    @contextlib.contextmanager
+    def interruptible(self, group: str | None) -> Iterator[None]:
+        """Ctrl-C: text output has printed every record already (the CLI then reports the
+        interrupt); JSON output prints its one document now, with what was read (and, with a
+        group, committed), marked ``"interrupted": true``, and exits 130 as the CLI does."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.ctx.output != "json":
+                raise
+            self.finish(group, interrupted=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 def _consume_without_group(
@@ -239,21 +267,22 @@ def _consume_without_group(
     out = _RecordPrinter(ctx, log_table, fields, records_format)
     if start_offset is None and not from_beginning and from_us is None and not follow and ctx.output == "text":
         click.echo("consume: no --offset, --from-beginning or --from-time: starting at the log end", err=True)
-    while True:
-        marks = log_table.watermarks()
-        moved = False
-        for p, position in positions.items():
-            while position < marks[p].end and (max_records is None or out.printed < max_records):
-                want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
-                upto = min(position + want, marks[p].end)
-                for row in log_table.read(p, position, upto).to_pylist():
-                    out.add(row)
-                position = positions[p] = upto
-                moved = True
-        if not follow or (max_records is not None and out.printed >= max_records):
-            break
-        if not moved:
-            time.sleep(1.0)
+    with out.interruptible(None):
+        while True:
+            marks = log_table.watermarks()
+            moved = False
+            for p, position in positions.items():
+                while position < marks[p].end and (max_records is None or out.printed < max_records):
+                    want = batch_size if max_records is None else min(batch_size, max_records - out.printed)
+                    upto = min(position + want, marks[p].end)
+                    for row in log_table.read(p, position, upto).to_pylist():
+                        out.add(row)
+                    position = positions[p] = upto
+                    moved = True
+            if not follow or (max_records is not None and out.printed >= max_records):
+                break
+            if not moved:
+                time.sleep(1.0)
     out.finish(None)
 
 

@@ -6,9 +6,15 @@ Exit codes stay as documented: 2 for usage and bad input."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
-from tests.support.cli import Cli, one_document
+from tests.support.cli import ROOT, Cli, one_document
 
 # (arguments, the error's type, the command whose help the hint names; None: a typed icelog error)
 ERRORS = [
@@ -84,3 +90,46 @@ def test_the_installed_script_prints_the_same_line(events):
     done = events.process("topics", "describe", "db.events", "--bogus")
     assert done.returncode == 2 and done.stdout == b""
     assert done.stderr.decode() == "error: NoSuchOption: No such option '--bogus'. (see icelog topics describe --help)\n"
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_is_an_error_line_and_exit_130_not_clicks_aborted(events, json_output):
+    # A real process stopped as a person stops `consume --follow`: SIGINT once its records are out.
+    events("produce", "db.events", "--partition", "0", input='{"key": "a", "value": "1"}\n')
+    # JSON prints at the end, so that run consumes as a group, whose commit shows it reached the log end.
+    output = (
+        ["--group", "g", "--output", "json", "--max-records", "1000"]
+        if json_output
+        else ["--from-beginning", "--format", "jsonl"]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "icelog.pipelines.cli", "consume", "db.events", "--follow", *output],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=events.env,
+        cwd=ROOT,
+    )
+    try:
+        if not json_output:
+            assert json.loads(proc.stdout.readline())["value"] == "1"  # polling at the log end now
+        else:
+            deadline = time.monotonic() + 120
+            while [p["committed_offset"] for p in events("groups", "describe", "--group", "g")["partitions"]] != [1]:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err.decode()
+    assert b"Aborted!" not in err and b"Traceback" not in err
+    if json_output:  # the one document still comes, with what was read
+        doc = one_document(out.decode())
+        # Every committed record is in the output.
+        assert doc["interrupted"] is True and [r["value"] for r in doc["records"]] == ["1"], doc
+        assert err == b""
+    else:
+        assert err.decode().splitlines() == [
+            "error: Interrupted: stopped by Ctrl-C; what was committed before it stays, nothing after it was written"
+        ]
