@@ -40,6 +40,7 @@ from icelog.pipelines.progress import progress
 from icelog.storage.log.maintenance import alter_properties
 from icelog.storage.properties import SNAPSHOTS_KEEP
 from icelog.storage.settings import Settings
+from icelog.validations.verdict import plural
 from infra.airflow import REPO, airflow_env, dags_test, migrate
 
 LAKEHOUSE_CATALOG = "lakehouse"
@@ -286,10 +287,10 @@ def validation_findings(doc: dict[str, Any], current_snapshot: int | None) -> tu
     failing = {v["check"] for v in violations}
     quality = doc.get("quality")
     verdict = Verdict.of(checks, quality)
-    checked = "all passed" if not violations else f"{len(violations)} violation(s) in {', '.join(sorted(failing))}"
+    checked = "all passed" if not violations else f"{plural(len(violations), 'violation')} in {', '.join(sorted(failing))}"
     lines = [
         f"verdict: {verdict.describe()}",
-        f"validation of snapshot {checks['snapshot_id']}: {len(names)} checks ({', '.join(names)}), "
+        f"validation of snapshot {checks['snapshot_id']}: {plural(len(names), 'check')} ({', '.join(names)}), "
         f"{len(names) - len([n for n in names if n in failing])} passed, over {checks['rows']} rows: {checked}",
     ]
     lines += [
@@ -303,9 +304,7 @@ def validation_findings(doc: dict[str, Any], current_snapshot: int | None) -> tu
     else:
         scope = quality.get("scope") or {}
         shown = scope.get("last_run") or scope
-        covered = (
-            f"a {shown.get('mode', '')} validation of {shown.get('rows', 0)} rows on {shown.get('engine', quality.get('engine'))}"
-        )
+        covered = f"{_article(shown.get('mode', ''))} validation of {plural(shown.get('rows', 0), 'row')} on {shown.get('engine', quality.get('engine'))}"
         if "last_run" in scope:
             covered = f"nothing new since the last run, whose result this is: {covered}"
         failed = quality.get("failed") or []
@@ -378,8 +377,13 @@ def _files(loaded) -> str:
     rows = sum(loaded["rows"].to_pylist())
     names = ", ".join(sorted({p.split("/")[-2] + "/" + p.split("/")[-1] for p in loaded["path"].to_pylist()})[:3])
     more = f" and {loaded.num_rows - 3} more" if loaded.num_rows > 3 else ""
-    return f"{loaded.num_rows} file(s), {rows} rows ({names}{more})"
+    return f"{plural(loaded.num_rows, 'file')}, {plural(rows, 'row')} ({names}{more})"
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _article(word: str) -> str:
+    """``a full``, ``an incremental``."""
+    return f"{'an' if word[:1].lower() in 'aeiou' and word else 'a'} {word}"

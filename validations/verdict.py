@@ -29,8 +29,9 @@ def severity_of(failure: dict[str, Any]) -> str:
     return "warn" if failure.get("severity") == "warn" else "error"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 row``, ``2 rows``; ``1 batch``, ``3 batches`` (``many`` defaults to ``one + 's'``)."""
+    return f"{n} {one if n == 1 else many or one + ('es' if one.endswith(('ch', 'sh', 's', 'x')) else 's')}"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import click
 
 from icelog.storage.errors import AuthorizationFailed, ConflictError, IcelogError, InvalidInput, InvalidSetting, TerminalError
 from icelog.storage.settings import LOG_LEVEL, Settings
+from icelog.validations.verdict import plural  # noqa: F401 - the one plural rule, for every command
 
 EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OTHER, EXIT_UNAUTHORIZED = 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C (click's Abort exits 1: "violations" here)
@@ -537,8 +538,3 @@ def status_line(ctx: Context, what: str) -> Iterator[Callable[[str], None]]:
 
 def clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def plural(n: int, one: str, many: str | None = None) -> str:
-    """``1 row``, ``2 rows``; ``1 batch``, ``3 batches`` (``many`` defaults to ``one + 's'``)."""
-    return f"{n} {one if n == 1 else many or one + ('es' if one.endswith(('ch', 'sh', 's', 'x')) else 's')}"

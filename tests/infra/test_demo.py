@@ -138,7 +138,7 @@ def test_the_demo_summary_names_the_violations(sqlite_catalog, tmp_path):
     plant(t, 0, [7])  # a foreign writer leaves offsets 3..6 missing
     ok, out = findings(t, tmp_path, gx=False)
     assert not ok
-    assert "violation(s) in" in out and "offsets 3..6 missing" in out and "all passed" not in out
+    assert "2 violations in" in out and "offsets 3..6 missing" in out and "all passed" not in out
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     failing = {v["check"] for v in doc["checks"]["violations"]}
     passed = len([c for c in doc["checks"]["checks"] if c not in failing])
