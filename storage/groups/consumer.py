@@ -51,6 +51,7 @@ from icelog.storage.groups.ranges import RangeState, pending, to_ranges
 from icelog.storage.log import schema as cols
 from icelog.storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
 from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.journal import TransactionAborted
 from icelog.storage.producers.transactional import TransactionalProducer, settle_group
 
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
@@ -96,6 +97,9 @@ class Consumer:
         key_column: The payload column holding the key (default: each table's
             ``icelog.key-column``, else ``key``: the column its writers hash).
         clock: Milliseconds since the epoch (injectable for tests).
+        transaction_timeout_ms: Where ``commit(also=...)`` is a transaction (a REST catalog): abort
+            one idle this long (default: the session timeout, at least 30 s). A member taking over
+            the group's partitions waits at most this long for a dead member's undecided one.
     """
 
     catalog: Catalog
@@ -107,6 +111,7 @@ class Consumer:
     key_column: str | None = None
     clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     generation: int | None = None
+    transaction_timeout_ms: int | None = None
     _subscription: dict[str, list[int]] = field(default_factory=dict)
     _manual: list[_Assignment] | None = None
     _assigned: list[_Assignment] = field(default_factory=list)
@@ -124,6 +129,12 @@ class Consumer:
             raise InvalidInput(reason="chunk_size is an integer >= 1")
         if not isinstance(self.session_timeout_ms, int) or not 1 <= self.session_timeout_ms <= 86_400_000:
             raise InvalidInput(reason="session_timeout_ms is an integer in 1..86400000")
+        if self.transaction_timeout_ms is not None and (
+            not isinstance(self.transaction_timeout_ms, int)
+            or isinstance(self.transaction_timeout_ms, bool)
+            or self.transaction_timeout_ms < 1
+        ):
+            raise InvalidInput(reason="transaction_timeout_ms is an integer >= 1")
         if not isinstance(self.member_id, str) or not self.member_id.strip() or len(self.member_id) > 256:
             raise InvalidInput(reason="a member id is a non-empty string of at most 256 characters")
 
@@ -319,6 +330,10 @@ class Consumer:
             StaleGeneration: a rebalance happened; nothing was committed (the ``also`` parts
                 neither). The next ``poll`` syncs, and what was fetched is fetched again by
                 whoever owns it now.
+            TransactionAborted: (a catalog without atomic multi-table commits) the commit's
+                transaction timed out or was aborted: nothing committed, handled as above.
+            AtomicCommitUnsupported: (idem) an ``also`` part that is not a payload append
+                without expected offsets; nothing written.
             InvalidRange, RangeLimitExceeded: see ``storage.groups.offsets.commit_ranges``.
         """
         request, done = self.commit_request(offsets)
@@ -329,7 +344,7 @@ class Consumer:
                 result = self._commit_in_transaction(request, also)
             else:
                 result = commit_tables(self.catalog, [*also, (GROUPS_TABLE, request)])[-1].result
-        except StaleGeneration:
+        except (StaleGeneration, TransactionAborted):
             self._in_flight.clear()
             self.generation = -1  # forces a sync on the next poll
             raise
@@ -376,13 +391,13 @@ class Consumer:
 
     def _transactions(self) -> TransactionalProducer:
         """This member's transactional producer, one per group and member id: a restarted member
-        fences its predecessor's (epoch) and finishes what it left. Its transactions time out with
-        the member's session."""
+        fences its predecessor's (epoch) and finishes what it left."""
         if self._producer is None:
             tid = f"icelog-consumer/{self.group}/{self.member_id}"
             if len(tid) > 256:
                 tid = f"icelog-consumer/{hashlib.sha256(tid.encode()).hexdigest()}"
-            producer = TransactionalProducer(self.catalog, tid, timeout_ms=self.session_timeout_ms)
+            timeout_ms = self.transaction_timeout_ms or max(self.session_timeout_ms, 30_000)
+            producer = TransactionalProducer(self.catalog, tid, timeout_ms=timeout_ms)
             producer.init_transactions()
             self._producer = producer
         return self._producer
