@@ -114,7 +114,7 @@ def test_i5_rest_consume_transform_produce_commits_output_and_ranges_once(rest_c
     "point, after",
     [
         (faults.AFTER_TXN_PREPARE, None),  # decided, nothing rolled forward
-        (faults.BETWEEN_TABLE_SWAPS, None),  # one table rolled forward, the other under way
+        (faults.BETWEEN_TABLE_SWAPS, faults.AFTER_TXN_PREPARE),  # one table rolled forward, the other under way
         (faults.AFTER_DATA_FILES, faults.AFTER_TXN_PREPARE),  # inside a roll-forward: files written, no swap
         (faults.AFTER_CATALOG_SWAP, faults.AFTER_TXN_PREPARE),  # one table's roll-forward swapped
     ],
@@ -127,12 +127,13 @@ def test_i5_rest_member_dies_after_the_decision_then_the_next_owner_finishes_it_
     batch is neither lost nor processed again."""
     _source(rest_catalog, 30)
     out = LogTable.create(rest_catalog, "db.out", 1)
-    dead = Consumer(rest_catalog, "g", member_id="dies", session_timeout_ms=2_000)
+    # Armed only after this batch's decision: a rejoin's settling of the first batch is no crash site.
+    dead = Consumer(rest_catalog, "g", member_id="dies", session_timeout_ms=10_000)
     dead.subscribe("db.src")
     assert _process(dead, out, 4) == [0, 1, 2, 3]
     with crash_at(monkeypatch, point, after), pytest.raises(Crashed):
         _process(dead, out, 6)  # offsets 4..9: decided, then the worker dies
-    later = lambda: int(time.time() * 1000) + 5_000  # noqa: E731 - the dead member's session has lapsed
+    later = lambda: int(time.time() * 1000) + 20_000  # noqa: E731 - the dead member's session has lapsed
     heir = Consumer(rest_catalog, "g", member_id="heir", clock=later)
     heir.subscribe("db.src")  # adopts the partition: rolls the decided batch forward first
     assert committed_offsets(rest_catalog, "g", "db.src") == {0: 10}
