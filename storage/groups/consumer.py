@@ -22,6 +22,8 @@ would read ranges the writers' pruning does not match, and miss records.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,7 +34,8 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from icelog.storage.core.commit import CommitRequest, commit_tables
-from icelog.storage.errors import InvalidInput, StaleGeneration, UnknownPartition
+from icelog.storage.core.swap import is_atomic
+from icelog.storage.errors import AtomicCommitUnsupported, InvalidInput, StaleGeneration, UnknownPartition
 from icelog.storage.groups import membership
 from icelog.storage.groups.membership import HashRange
 from icelog.storage.groups.offsets import (
@@ -47,7 +50,9 @@ from icelog.storage.groups.offsets import (
 from icelog.storage.groups.ranges import RangeState, pending, to_ranges
 from icelog.storage.log import schema as cols
 from icelog.storage.log.keys import DUCKDB_KEY_HASH, SPARK_SQL_KEY_HASH, key_hash, key_hashes  # noqa: F401 (re-exported)
-from icelog.storage.log.table import LogTable
+from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.journal import TransactionAborted
+from icelog.storage.producers.transactional import TransactionalProducer, settle_group
 
 BACK_PRESSURE = 0.9  # of icelog.groups.max-ranges
 SCAN_WINDOW = 5_000  # offsets read by the first step while looking for this member's records
@@ -92,6 +97,9 @@ class Consumer:
         key_column: The payload column holding the key (default: each table's
             ``icelog.key-column``, else ``key``: the column its writers hash).
         clock: Milliseconds since the epoch (injectable for tests).
+        transaction_timeout_ms: Where ``commit(also=...)`` is a transaction (a REST catalog): abort
+            one idle this long (default: the session timeout, at least 30 s). A member taking over
+            the group's partitions waits at most this long for a dead member's undecided one.
     """
 
     catalog: Catalog
@@ -103,6 +111,7 @@ class Consumer:
     key_column: str | None = None
     clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     generation: int | None = None
+    transaction_timeout_ms: int | None = None
     _subscription: dict[str, list[int]] = field(default_factory=dict)
     _manual: list[_Assignment] | None = None
     _assigned: list[_Assignment] = field(default_factory=list)
@@ -110,6 +119,7 @@ class Consumer:
     _key_columns: dict[str, str] = field(default_factory=dict)
     _last_heartbeat: int = 0
     _closed: bool = False
+    _producer: TransactionalProducer | None = None  # commit(also=...) without atomic multi-table commits
 
     def __post_init__(self) -> None:
         validate_group_id(self.group)  # now, not at the first commit after records were handed out
@@ -119,6 +129,12 @@ class Consumer:
             raise InvalidInput(reason="chunk_size is an integer >= 1")
         if not isinstance(self.session_timeout_ms, int) or not 1 <= self.session_timeout_ms <= 86_400_000:
             raise InvalidInput(reason="session_timeout_ms is an integer in 1..86400000")
+        if self.transaction_timeout_ms is not None and (
+            not isinstance(self.transaction_timeout_ms, int)
+            or isinstance(self.transaction_timeout_ms, bool)
+            or self.transaction_timeout_ms < 1
+        ):
+            raise InvalidInput(reason="transaction_timeout_ms is an integer >= 1")
         if not isinstance(self.member_id, str) or not self.member_id.strip() or len(self.member_id) > 256:
             raise InvalidInput(reason="a member id is a non-empty string of at most 256 characters")
 
@@ -144,6 +160,7 @@ class Consumer:
         hashes = [(0, membership.HASH_SPACE - 1)] if key_range is None else [tuple(key_range)]
         self._manual = [_Assignment(source, p, hashes) for p in _known(log_table, partitions, log_table.watermarks())]  # type: ignore[arg-type]
         self._assigned = list(self._manual)
+        settle_group(self.catalog, self.group)  # before reading the group's offsets (see _adopt)
 
     def _remember_key_column(self, log_table: LogTable, hashed: bool) -> None:
         """The column whose hash places ``log_table``'s records: the one its writers hash."""
@@ -172,6 +189,10 @@ class Consumer:
         self._last_heartbeat = self.clock()
         if record["generation"] != self.generation:
             self._in_flight.clear()  # fetched under the old generation: those commits are fenced
+            # Where output and offsets commit table by table, a transaction decided before this
+            # generation may not have written its offsets yet: finish (or wait for) every one
+            # registered with the group before reading offsets (a no-op on an atomic catalog).
+            settle_group(self.catalog, self.group)
         self.generation = record["generation"]
         self._assigned = [_Assignment(t, p, None) for t, ps in sorted(self._subscription.items()) for p in ps]
 
@@ -309,22 +330,84 @@ class Consumer:
             StaleGeneration: a rebalance happened; nothing was committed (the ``also`` parts
                 neither). The next ``poll`` syncs, and what was fetched is fetched again by
                 whoever owns it now.
+            TransactionAborted: (a catalog without atomic multi-table commits) the commit's
+                transaction timed out or was aborted: nothing committed, handled as above.
+            AtomicCommitUnsupported: (idem) an ``also`` part that is not a payload append
+                without expected offsets; nothing written.
             InvalidRange, RangeLimitExceeded: see ``storage.groups.offsets.commit_ranges``.
         """
         request, done = self.commit_request(offsets)
+        in_transaction = bool(also) and not is_atomic(self.catalog)
+        beat = self._last_heartbeat
         try:
-            outcomes = commit_tables(self.catalog, [*also, (GROUPS_TABLE, request)])
-        except StaleGeneration:
+            if in_transaction:
+                result = self._commit_in_transaction(request, also)
+            else:
+                result = commit_tables(self.catalog, [*also, (GROUPS_TABLE, request)])[-1].result
+        except (StaleGeneration, TransactionAborted):
             self._in_flight.clear()
             self.generation = -1  # forces a sync on the next poll
             raise
         done()
-        return outcomes[-1].result
+        if in_transaction:  # its range commit rolled forward unfenced: it was no heartbeat
+            self._last_heartbeat = beat
+        return result
+
+    def _commit_in_transaction(self, request: CommitRanges, also: Sequence[tuple[str, CommitRequest]]) -> dict[str, Any]:
+        """``commit(also=...)`` on a catalog without atomic multi-table commits (REST): one
+        transaction of this member's transactional producer (``storage.producers.transactional``)
+        stages the output appends, registers the group with the member's generation, checks that
+        generation, and decides in the coordinator journal; each table then rolls forward in its
+        own commit carrying the transaction id, the range commit too. Only payload appends fit
+        (offsets are chosen at roll-forward); anything else is refused before anything is written.
+        """
+        for _, part in also:
+            if not isinstance(part, AppendRequest) or part.files or part.expected_offsets or part.producer is not None:
+                raise AtomicCommitUnsupported(catalog=self.catalog.name, kind=type(self.catalog).__name__)
+        producer = self._transactions()
+        producer.begin_transaction()
+        try:
+            for table, part in also:
+                for partition, rows in sorted(part.payload.items()):  # type: ignore[attr-defined]
+                    producer.send(table, partition, rows)
+            producer.send_ranges_to_transaction(
+                dict(request.ranges), self.group, member=request.member, generation=request.generation, now_ms=request.now_ms
+            )
+            producer.commit_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a prepared one is refused: it will commit
+                producer.abort_transaction()
+            raise
+        state = group_state(self.catalog)
+        return {
+            "group": self.group,
+            "generation": request.generation,
+            "partitions": {
+                f"{t}/{p}": {"stable": rs.stable, "committed": rs.committed, "ranges": rs.to_json()}
+                for t, p in sorted(request.ranges)
+                for rs in [state.range_state(self.group, t, p, request.log_bounds[(t, p)][0])]
+            },
+        }
+
+    def _transactions(self) -> TransactionalProducer:
+        """This member's transactional producer, one per group and member id: a restarted member
+        fences its predecessor's (epoch) and finishes what it left."""
+        if self._producer is None:
+            tid = f"icelog-consumer/{self.group}/{self.member_id}"
+            if len(tid) > 256:
+                tid = f"icelog-consumer/{hashlib.sha256(tid.encode()).hexdigest()}"
+            timeout_ms = self.transaction_timeout_ms or max(self.session_timeout_ms, 30_000)
+            producer = TransactionalProducer(self.catalog, tid, timeout_ms=timeout_ms)
+            producer.init_transactions()
+            self._producer = producer
+        return self._producer
 
     def close(self) -> None:
         """Leave the group (its hash ranges go to the other members at once)."""
         if self._closed:
             return
         self._closed = True
+        if self._producer is not None:
+            self._producer.close()  # its last transaction's COMMITTED record
         if self._manual is None and self._subscription:
             group_action(self.catalog, GroupAction(self.group, self.member_id, "leave", now_ms=self.clock()))

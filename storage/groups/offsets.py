@@ -219,13 +219,15 @@ class CommitRanges(Request):
     member: str | None = None
     generation: int | None = None
     now_ms: int | None = None
+    decided: bool = False  # a transaction's roll-forward: its decision checked the generation already
     state_type = GroupOffsetsState
     writes_system = True
 
-    def decide(self, state: GroupOffsetsState, table: Table) -> Decision:
+    def decide(self, state: GroupOffsetsState, table: Table | None) -> Decision:
         now = self.now_ms if self.now_ms is not None else _now_ms()
         record = _group_copy(state, self.group)
-        _fence(self.group, record, self.member, self.generation, now)
+        if not self.decided:  # a decided commit lands even after a rebalance: adopters waited for it
+            _fence(self.group, record, self.member, self.generation, now)
         updates: dict[tuple[str, int], RangeState] = {}
         for (source, p), ranges in sorted(self.ranges.items()):
             start, end = self.log_bounds[(source, p)]
@@ -257,6 +259,18 @@ class CommitRanges(Request):
 
     def receipt(self, result: Any) -> Any:
         return result
+
+
+def check_member(state: GroupOffsetsState, group: str, member: str, generation: int | None, now_ms: int | None = None) -> None:
+    """Refuse a member that is not in ``group`` at its current generation, writing nothing.
+
+    Raises:
+        UnknownGroup: the group has no membership at all.
+        StaleGeneration: the member was removed, or the group rebalanced since ``generation``.
+    """
+    if group not in state.members:
+        raise UnknownGroup(group=group)
+    _fence(group, _group_copy(state, group), member, generation, now_ms if now_ms is not None else _now_ms())
 
 
 def validate_ranges(group: str, ranges: Mapping[tuple[str, int], list[tuple[int, int]]]) -> None:
@@ -293,13 +307,16 @@ def ranges_request(
     *,
     member: str | None = None,
     generation: int | None = None,
+    decided: bool = False,
 ) -> CommitRanges:
-    """A validated range commit, ready to run alone or in a multi-table commit (``commit_tables``)."""
+    """A validated range commit, ready to run alone or in a multi-table commit (``commit_tables``).
+
+    ``decided``: a transaction's roll-forward, not fenced again (see :class:`CommitRanges`)."""
 
     ranges = {(qualified(t), p): [tuple(r) for r in rs] for (t, p), rs in ranges.items()} if ranges else {}
     validate_ranges(group, ranges)  # type: ignore[arg-type]
     ensure_system_table(catalog, GROUPS_TABLE)
-    return CommitRanges(group, ranges, log_bounds(catalog, ranges), member, generation)  # type: ignore[arg-type]
+    return CommitRanges(group, ranges, log_bounds(catalog, ranges), member, generation, decided=decided)  # type: ignore[arg-type]
 
 
 def commit_ranges(

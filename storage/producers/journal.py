@@ -1,7 +1,7 @@
 """The transaction coordinator's journal: its state, and one commit request per coordinator step (I5).
 
 The journal is a log table, ``icelog_system.transactions`` (Kafka's transaction-state topic):
-one row per record (BEGIN, ADD_PARTITIONS, PREPARE_COMMIT, COMMITTED, ABORTED). Its properties
+one row per record (BEGIN, ADD_PARTITIONS, ADD_OFFSETS, PREPARE_COMMIT, COMMITTED, ABORTED). Its properties
 hold the coordinator state (:class:`storage.producers.journal_state.JournalState`): per transactional id
 a :class:`storage.producers.journal_state.TransactionalIdState` (the producer id, the epoch, and the open
 transaction). Each step reads these values and puts new ones in their place.
@@ -29,7 +29,15 @@ from icelog.storage.errors import AbortableError, ProducerFenced, TableAlreadyEx
 from icelog.storage.log import schema as cols
 from icelog.storage.log.files import write_log_files
 from icelog.storage.log.table import AppendRequest, LogTable
-from icelog.storage.producers.journal_state import JOURNAL, EndedTxn, JournalState, OpenTxn, Prepared, TransactionalIdState
+from icelog.storage.producers.journal_state import (
+    JOURNAL,
+    EndedTxn,
+    GroupRegistration,
+    JournalState,
+    OpenTxn,
+    Prepared,
+    TransactionalIdState,
+)
 from icelog.storage.properties import TXN_ID
 
 ONGOING, PREPARE_COMMIT, COMMITTED, ABORTED = "ONGOING", "PREPARE_COMMIT", "COMMITTED", "ABORTED"
@@ -278,10 +286,12 @@ class _ProducerStep(JournalStep):
 
 @dataclass
 class RegisterPartitions(_ProducerStep):
-    """BEGIN (the first send) or ADD_PARTITIONS (Kafka's AddPartitionsToTxn)."""
+    """BEGIN (the first send) or ADD_PARTITIONS (Kafka's AddPartitionsToTxn), or ADD_OFFSETS
+    (Kafka's AddOffsetsToTxn: ``group`` registered before the decision checks its generation)."""
 
     partitions: Mapping[str, list[int]] = field(default_factory=dict)
     begins: bool = True  # the producer has registered nothing in this transaction yet
+    group: GroupRegistration | None = None  # ADD_OFFSETS: the consumer group whose offsets it will commit
 
     def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
         if txn is None:
@@ -294,12 +304,22 @@ class RegisterPartitions(_ProducerStep):
         elif txn.id != self.txn_id or txn.state != ONGOING:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}")
         else:
-            kind = "ADD_PARTITIONS"
+            kind = "ADD_OFFSETS" if self.group is not None else "ADD_PARTITIONS"
         partitions = dict(txn.partitions)
         for t, ps in self.partitions.items():
             partitions[t] = tuple(sorted(set(partitions.get(t, ())) | set(ps)))
-        step.txns[self.transactional_id] = replace(entry, txn=replace(txn, partitions=partitions, last_ms=step.now))
-        step.records.append(_record(self.transactional_id, entry, self.txn_id, kind, {"partitions": self.partitions}))
+        group = txn.group
+        if self.group is not None:
+            if group is not None and group.group != self.group.group:
+                raise InvalidTxnState(
+                    transactional_id=self.transactional_id, reason=f"one group per transaction: {group.group!r} registered"
+                )
+            group = self.group
+        step.txns[self.transactional_id] = replace(entry, txn=replace(txn, partitions=partitions, last_ms=step.now, group=group))
+        detail: dict[str, Any] = {"partitions": self.partitions}
+        if self.group is not None:
+            detail["group"] = {"group": self.group.group, "member": self.group.member, "generation": self.group.generation}
+        step.records.append(_record(self.transactional_id, entry, self.txn_id, kind, detail))
 
 
 @dataclass

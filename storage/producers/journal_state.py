@@ -60,11 +60,28 @@ class StagedSend:
 
 @dataclass(frozen=True)
 class TxnOffsets:
-    """A consumer group's positions (``(table, partition, next offset)``) committed with a transaction."""
+    """A consumer group's positions committed with a transaction: ``offsets`` (``(table,
+    partition, next offset)``) or ``ranges`` (``(table, partition, first, last)``, individually
+    committed, as a group member's ``Consumer.commit``), and the member and generation they were
+    fetched at (None: a commit from outside the group's membership)."""
 
     group: str
     offsets: tuple[tuple[str, int, int], ...]
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know, kept
+    ranges: tuple[tuple[str, int, int, int], ...] = ()
+    member: str | None = None
+    generation: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupRegistration:
+    """A consumer group registered with an open transaction (Kafka's AddOffsetsToTxn), before
+    the decision checks the member's generation: a consumer adopting the group's partitions
+    first waits for, or finishes, every transaction registered with it."""
+
+    group: str
+    member: str | None = None
+    generation: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,7 @@ class OpenTxn:
     partitions: Mapping[str, tuple[int, ...]]  # registered, by table
     prepared: Prepared | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    group: GroupRegistration | None = None  # registered by its first offsets (a catalog without atomic commits)
 
 
 @dataclass(frozen=True)
@@ -127,8 +145,11 @@ class JournalState(LogState):
     {"<transactional id>": {"producer_id": 7, "epoch": 2, "timeout_ms": 60000,
         "txn": null | {"id", "state", "started_ms", "last_ms", "partitions": {"<table>": [p, ...]},
                        "prepared": {"sends": {"<table>": [[p, expected, path, rows, prewritten], ...]},
-                                    "offsets": null | {"group": g, "offsets": [[table, p, offset], ...]},
-                                    "decided": true (only when set)}},
+                                    "offsets": null | {"group": g, "offsets": [[table, p, offset], ...],
+                                                       "ranges": [[table, p, first, last], ...],
+                                                       "member": m, "generation": n (each only when set)},
+                                    "decided": true (only when set)},
+                "group": {"group": g, "member": m, "generation": n} (only when registered)},
         "last_committed" | "last_aborted": {"id", "partitions"}}}
 
     ``last_committed`` and ``last_aborted`` name where the last ended transactions staged
@@ -231,7 +252,10 @@ def _txn_json(txn: OpenTxn) -> dict[str, Any]:
         "started_ms": txn.started_ms,
         "last_ms": txn.last_ms,
         "partitions": {t: list(ps) for t, ps in txn.partitions.items()},
-        **_set(prepared=txn.prepared and _prepared_json(txn.prepared)),
+        **_set(
+            prepared=txn.prepared and _prepared_json(txn.prepared),
+            group=txn.group and _set(group=txn.group.group, member=txn.group.member, generation=txn.group.generation),
+        ),
     }
 
 
@@ -243,7 +267,10 @@ def _txn_from_json(raw: Mapping[str, Any]) -> OpenTxn:
         last_ms=raw["last_ms"],
         partitions={t: tuple(ps) for t, ps in raw["partitions"].items()},
         prepared=None if raw.get("prepared") is None else _prepared_from_json(raw["prepared"]),
-        extra=_extra(raw, ("id", "state", "started_ms", "last_ms", "partitions"), ("prepared",)),
+        extra=_extra(raw, ("id", "state", "started_ms", "last_ms", "partitions"), ("prepared", "group")),
+        group=None
+        if raw.get("group") is None
+        else GroupRegistration(raw["group"]["group"], raw["group"].get("member"), raw["group"].get("generation")),
     )
 
 
@@ -254,7 +281,12 @@ def _prepared_json(prepared: Prepared) -> dict[str, Any]:
         "sends": {t: [send.to_json() for send in sends] for t, sends in prepared.sends.items()},
         "offsets": None
         if offsets is None
-        else {**offsets.extra, "group": offsets.group, "offsets": [list(o) for o in offsets.offsets]},
+        else {
+            **offsets.extra,
+            "group": offsets.group,
+            "offsets": [list(o) for o in offsets.offsets],
+            **_set(ranges=[list(r) for r in offsets.ranges] or None, member=offsets.member, generation=offsets.generation),
+        },
         **({"decided": True} if prepared.decided else {}),
     }
 
@@ -263,11 +295,20 @@ def _prepared_from_json(raw: Mapping[str, Any]) -> Prepared:
     offsets = raw.get("offsets")  # every version writes it, null for none
     return Prepared(
         sends={t: tuple(map(StagedSend.from_json, sends)) for t, sends in raw["sends"].items()},
-        offsets=None
-        if offsets is None
-        else TxnOffsets(offsets["group"], tuple(tuple(o) for o in offsets["offsets"]), _extra(offsets, ("group", "offsets"))),
+        offsets=None if offsets is None else _offsets_from_json(offsets),
         extra=_extra(raw, ("sends", "offsets", "decided")),
         decided=bool(raw.get("decided", False)),
+    )
+
+
+def _offsets_from_json(raw: Mapping[str, Any]) -> TxnOffsets:
+    return TxnOffsets(
+        raw["group"],
+        tuple(tuple(o) for o in raw["offsets"]),
+        _extra(raw, ("group", "offsets"), ("ranges", "member", "generation")),
+        ranges=tuple(tuple(r) for r in raw.get("ranges") or ()),  # type: ignore[misc]
+        member=raw.get("member"),
+        generation=raw.get("generation"),
     )
 
 

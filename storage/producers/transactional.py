@@ -78,10 +78,13 @@ from icelog.storage.errors import (
     ExpectedOffsetRequired,
     IcelogError,
     InvalidInput,
+    InvalidOffset,
+    InvalidRange,
     JournalUnreadable,
     OffsetMismatch,
     PreparedFilesMissing,
     ProducerFenced,
+    RangeLimitExceeded,
     RecoveryIncomplete,
     StorageUnavailable,
     TerminalError,
@@ -90,7 +93,16 @@ from icelog.storage.errors import (
     UnknownPartition,
     UnknownTable,
 )
-from icelog.storage.groups.offsets import GROUPS_TABLE, commit_request, validate_offsets
+from icelog.storage.groups.offsets import (
+    GROUPS_TABLE,
+    CommitRanges,
+    check_member,
+    commit_request,
+    group_state,
+    ranges_request,
+    validate_offsets,
+    validate_ranges,
+)
 from icelog.storage.log import schema as cols
 from icelog.storage.log.files import arrow_location, data_files_from_parquet, prewritten_files, write_log_files
 from icelog.storage.log.state import LogState
@@ -116,6 +128,7 @@ from icelog.storage.producers.journal import (
 from icelog.storage.producers.journal_state import (
     JOURNAL,
     EndedTxn,
+    GroupRegistration,
     JournalState,
     OpenTxn,
     Prepared,
@@ -282,6 +295,9 @@ class TransactionalProducer:
         self._recorded = False  # the journal holds the open transaction (always, without atomic commits)
         self._last_ms: int | None = None  # the last new partition's send, by ``clock`` (atomic catalogs)
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
+        self._ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}  # a group member's range commits
+        self._group: GroupRegistration | None = None  # the group of its offsets, member and generation
+        self._group_now: int | None = None  # the member's clock when it sent them
         # The commit under way: recorded in the journal (PREPARE_COMMIT) without atomic multi-table
         # commits; with them, the commit once tried, whose outcome may be unknown.
         self._prepared: Prepared | None = None
@@ -331,6 +347,7 @@ class TransactionalProducer:
         self.txn_id = new_commit_id()  # the commit id of its atomic commit
         self._sends, self._registered, self._offsets, self._prepared = {}, {}, None, None
         self._recorded, self._last_ms = False, None
+        self._ranges, self._group, self._group_now = {}, None, None
         return self.txn_id
 
     def send(self, table: str, partition: int, rows: pa.Table | list[dict], expected_offset: int | None = None) -> int:
@@ -409,16 +426,68 @@ class TransactionalProducer:
         self._sends.setdefault(name, []).extend(staged)
         return sum(s.rows for s in staged)
 
-    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: str) -> None:
-        """Commit a consumer group's positions (next offset to read) with this transaction."""
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[tuple[str, int], int],
+        group: str,
+        *,
+        member: str | None = None,
+        generation: int | None = None,
+    ) -> None:
+        """Commit a consumer group's positions (next offset to read) with this transaction.
+
+        ``member`` and ``generation`` (Kafka's ``ConsumerGroupMetadata``): the commit is fenced
+        if the group rebalanced since (``StaleGeneration`` at commit, nothing visible).
+        """
 
         self._require_open(sending=True)
         qualified = {(cols.qualified(t), p): o for (t, p), o in offsets.items()}
         validate_offsets(group, qualified)
-        if self._offsets is not None and self._offsets[0] != group:
-            raise InvalidInput(reason=f"one group per transaction: {self._offsets[0]!r} already sent")
+        if self._ranges:
+            raise InvalidInput(reason="a transaction commits a group's offsets or its ranges, not both")
+        self._add_group(group, member, generation)
         merged = {**(self._offsets[1] if self._offsets else {}), **qualified}
         self._offsets = (group, merged)
+
+    def send_ranges_to_transaction(
+        self,
+        ranges: Mapping[tuple[str, int], list[tuple[int, int]]],
+        group: str,
+        *,
+        member: str | None,
+        generation: int | None,
+        now_ms: int | None = None,
+    ) -> None:
+        """Commit a group member's processed offset ranges (``{(table, partition): [(first, last)]}``,
+        inclusive, as ``storage.groups.offsets.commit_ranges``) with this transaction, fenced by
+        ``member`` and ``generation`` (None: a commit outside the group's membership).
+
+        ``now_ms``: the member's clock, by which its session is judged at the check (default: now).
+        """
+
+        self._require_open(sending=True)
+        qualified = {(cols.qualified(t), p): [tuple(r) for r in rs] for (t, p), rs in ranges.items()}
+        validate_ranges(group, qualified)  # type: ignore[arg-type]
+        if self._offsets is not None:
+            raise InvalidInput(reason="a transaction commits a group's offsets or its ranges, not both")
+        self._add_group(group, member, generation)
+        for key, rs in qualified.items():
+            self._ranges.setdefault(key, []).extend(rs)  # type: ignore[arg-type]
+        self._group_now = now_ms
+
+    def _add_group(self, group: str, member: str | None, generation: int | None) -> None:
+        """One group per transaction. Without atomic multi-table commits the group is registered
+        in the journal first (Kafka's AddOffsetsToTxn), so the generation checked at the decision
+        is checked after a consumer adopting the group's partitions can see the transaction."""
+        registration = GroupRegistration(group, member, generation)
+        if self._group is not None:
+            if self._group != registration:
+                raise InvalidInput(reason=f"one group, member and generation per transaction: {self._group} already sent")
+            return
+        if not is_atomic(self.catalog):
+            self._journal(RegisterPartitions, partitions={}, group=registration)
+            self._recorded = True
+        self._group = registration
 
     def commit_transaction(self) -> dict[str, dict[str, list[int]]]:
         """Make every send and offset of the transaction visible in one atomic step.
@@ -443,19 +512,15 @@ class TransactionalProducer:
             if not self._sends and self._offsets is None:
                 self.txn_id = None  # nothing was sent: nothing to commit
                 return {}
-            if not self._sends:  # offsets alone still go through the journal
+            if not self._recorded:  # offsets alone still go through the journal
                 self._journal(RegisterPartitions, partitions={})
-            offsets = (
-                None
-                if self._offsets is None
-                else TxnOffsets(self._offsets[0], tuple((t, p, o) for (t, p), o in self._offsets[1].items()))
-            )
+            offsets = self._txn_offsets()
             prepared = Prepared(
                 sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets, decided=not is_atomic(self.catalog)
             )
             if prepared.decided:  # the record below is the decision: refuse now what a table would refuse later
                 try:
-                    checked = _check_tables(self.catalog, txn_id, prepared)
+                    checked = _check_tables(self.catalog, txn_id, prepared, self._group_now)
                 except IcelogError as e:
                     if not e.retriable:  # refused: the decision would be; a retry of a transient failure checks again
                         self.abort_transaction()
@@ -599,6 +664,14 @@ class TransactionalProducer:
 
     # --- internals --------------------------------------------------------------------------
 
+    def _txn_offsets(self) -> TxnOffsets | None:
+        group = self._group
+        if group is None:
+            return None
+        offsets = tuple((t, p, o) for (t, p), o in (self._offsets[1] if self._offsets else {}).items())
+        ranges = tuple((t, p, first, last) for (t, p), rs in sorted(self._ranges.items()) for first, last in sorted(rs))
+        return TxnOffsets(group.group, offsets, ranges=ranges, member=group.member, generation=group.generation)
+
     def _discard_staged(self) -> None:
         """A fenced zombie deletes the payload files it staged (a send after the new instance
         cleaned up would otherwise leave one behind). Pre-written files are left alone: the
@@ -730,8 +803,7 @@ def _commit_prepared(
     appends = {t: TxnAppend(t, txn_id, list(sends), txn_id) for t, sends in prepared.sends.items()}
     parts: list[tuple[str, Any]] = sorted(appends.items())
     if prepared.offsets is not None:
-        spec = prepared.offsets
-        parts.append((GROUPS_TABLE, commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})))
+        parts.append((GROUPS_TABLE, _offsets_request(catalog, prepared.offsets)))
     # The COMMITTED record names the offsets the appends' decisions give (it decides after them).
     held, recorded = unprepared if unprepared is not None else (None, False)
     step = CommitTransaction(
@@ -771,7 +843,7 @@ def _in_parallel(jobs: list[Callable[[], Any]]) -> Iterator[Any]:
             yield future.result()
 
 
-def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared) -> dict[str, Table]:
+def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared, now_ms: int | None = None) -> dict[str, Table]:
     """Decide every table's part on the table as it is, writing nothing: each refusal a roll-forward
     could meet from the transaction itself (a table dropped or re-created since the send, a partition
     it lacks, a foreign partition spec, a read-only mirror) is raised before the decision.
@@ -784,9 +856,37 @@ def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared) -> dict[str
         return name, table
 
     if prepared.offsets is not None:
-        validate_offsets(prepared.offsets.group, {(t, p): o for t, p, o in prepared.offsets.offsets})
+        _check_offsets(catalog, prepared.offsets, now_ms)
     jobs = [lambda n=name, s=sends: check(n, s) for name, sends in sorted(prepared.sends.items())]
     return dict(_in_parallel(jobs))
+
+
+def _offsets_request(catalog: Catalog, spec: TxnOffsets, decided: bool = False) -> Request:
+    """The group table's part of a transaction: its offsets, or its member's ranges (fenced by the
+    member's generation unless ``decided``: a roll-forward of what the journal decided)."""
+    if spec.ranges:
+        ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for t, p, first, last in spec.ranges:
+            ranges.setdefault((t, p), []).append((first, last))
+        return ranges_request(catalog, spec.group, ranges, member=spec.member, generation=spec.generation, decided=decided)
+    return commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})
+
+
+def _check_offsets(catalog: Catalog, spec: TxnOffsets, now_ms: int | None = None) -> None:
+    """Before the decision (after the group's registration is durable): the member still holds
+    its generation, and its ranges fit the group's state now. Writes nothing.
+
+    Raises:
+        UnknownGroup, StaleGeneration: see :func:`storage.groups.offsets.check_member`.
+        InvalidRange, RangeLimitExceeded, InvalidInput: as a range commit would.
+    """
+    state = group_state(catalog)
+    if spec.member is not None:
+        check_member(state, spec.group, spec.member, spec.generation, now_ms)
+    request = _offsets_request(catalog, spec)
+    if isinstance(request, CommitRanges):
+        request.now_ms = now_ms
+    request.decide(state, None)  # type: ignore[arg-type]
 
 
 def _roll_forward_tables(
@@ -824,8 +924,11 @@ def _roll_forward_tables(
     def offsets_part() -> tuple[str, Any]:
         spec = prepared.offsets
         assert spec is not None
-        request = commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})
-        commit(catalog, GROUPS_TABLE, request, commit_id=txn_id, resent=True)
+        try:
+            request = _offsets_request(catalog, spec, decided=True)
+            commit(catalog, GROUPS_TABLE, request, commit_id=txn_id, resent=True)
+        except (UnknownTable, InvalidOffset, InvalidRange, RangeLimitExceeded) as e:
+            return GROUPS_TABLE, e  # a source dropped, or ranges done by another: the decision stands
         return GROUPS_TABLE, None
 
     jobs: list[Callable[[], tuple[str, Any]]] = [lambda n=n, s=s: table_part(n, s) for n, s in sorted(prepared.sends.items())]
@@ -933,6 +1036,55 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict
     if failed:
         raise RecoveryIncomplete(rolled_forward=report["rolled_forward"], aborted=report["aborted"], failed=failed)
     return report
+
+
+def settle_group(
+    catalog: Catalog, group: str, *, clock: Callable[[], int] | None = None, poll_s: float = 0.1
+) -> dict[str, list[str]]:
+    """Before a consumer adopts ``group``'s partitions (join, rebalance) on a catalog without
+    atomic multi-table commits: finish every transaction registered with the group.
+
+    A decided one is rolled forward now (its offsets land, once, by its id); an undecided one is
+    waited for until it is decided or ended, or aborted once idle past its timeout (as recovery
+    does). So a new owner never reads offsets that a decided transaction is about to overwrite:
+    a transaction registers its group before it checks the member's generation, and this reads
+    the journal after the adopter's join bumped that generation (KIP-447's fence).
+
+    Returns:
+        ``{"rolled_forward": [txn ids], "aborted": [txn ids]}`` (empty on an atomic catalog).
+    """
+    report: dict[str, list[str]] = {"rolled_forward": [], "aborted": []}
+    if is_atomic(catalog) or not catalog.table_exists(JOURNAL):
+        return report  # one atomic commit: the offsets land with the decision, or never
+    clock = clock or database_clock(catalog)
+    while True:
+        state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
+        registered = {
+            tid: entry
+            for tid, entry in state.transactions.items()
+            if entry.txn is not None and entry.txn.group is not None and entry.txn.group.group == group
+        }
+        if not registered:
+            return report
+        undecided = False
+        for tid, entry in sorted(registered.items()):
+            txn = entry.txn
+            assert txn is not None
+            if txn.state == PREPARE_COMMIT:
+                done = roll_forward(catalog, tid, entry, clock)
+                if done["action"] != "finished_elsewhere":
+                    report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(txn.id)
+            else:
+                undecided = True
+        if undecided:
+            result = commit(catalog, JOURNAL, ExpireTransactions(clock=clock)).result
+            _clean_aborted(catalog, result)
+            report["aborted"] += [a["txn"].id for a in result.get("aborted", []) if a["txn"].id in _ids(registered)]
+            time.sleep(poll_s)
+
+
+def _ids(entries: Mapping[str, TransactionalIdState]) -> set[str]:
+    return {entry.txn.id for entry in entries.values() if entry.txn is not None}
 
 
 def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = False) -> dict[str, Any]:

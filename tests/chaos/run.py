@@ -18,9 +18,9 @@ picks among ``--faults`` (:data:`FAULT_KINDS`):
   size; fill it with a ballast file for a few seconds, then delete the ballast.
 
 On a REST catalog (SeaweedFS, ``--catalog rest``) the workload is what a REST catalog runs: the
-copier's transactions decide in the journal and roll forward table by table; ``Consumer.commit(also=...)``
-is refused there (``AtomicCommitUnsupported``), so the group's members commit their offsets alone
-(no output table); and the mirror carries the log
+copier's transactions decide in the journal and roll forward table by table; so do the group
+members' ``Consumer.commit(also=...)`` (output and range commit, fenced by the member's generation
+registered in the journal); and the mirror carries the log
 to a SQLite catalog (the disaster-recovery direction); ``slow`` delays a commit after its data
 files (the REST server writes the metadata file itself).
 
@@ -33,8 +33,7 @@ pass, the soak to its ``--soak-commits``, then copier, group and mirror to the l
 * ``acked``: every acknowledged row is stored, at its acknowledged offset; no row twice;
 * ``copy``: the copier's output is the transformed input, exactly once;
 * ``group``: each source record processed once, each key's records in offset order, and
-  every member's acknowledged offsets stored (on REST, with no output table:
-  :func:`check_group_commits`);
+  every member's acknowledged offsets stored (on every catalog, REST too: its output table);
 * ``soak-acked``: the same on the soak table, where retention runs: an acknowledged row below
   the partition's ``log_start`` was dropped by retention, which is allowed only if its append
   began before ``check time - retention.ms`` (no row of it is younger, so no retention run
@@ -459,7 +458,6 @@ def _specs(workdir: Path, kind: str, pg_uri: str | None, rest_dir: Path | None =
 def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: CatalogSpec) -> dict[str, tuple[str, dict]]:
     base = {"spec": asdict(source), "batch": config.batch}
     workers: dict[str, tuple[str, dict]] = {}
-    rest = source.kind == "rest"  # no multi-table commit: members commit offsets alone
     for i in range(config.producers):
         workers[f"producer{i}"] = ("producer", {"table": EVENTS, "partition": i % config.partitions})
     for i in range(config.appenders):
@@ -474,13 +472,13 @@ def _worker_args(config: Config, workdir: Path, source: CatalogSpec, target: Cat
             "member",
             {
                 "src": EVENTS,
-                "out": None if rest else CONSUMED,
+                "out": CONSUMED,
                 "group": GROUP,
                 "session_ms": config.session_ms,
                 "batch": 5 * config.batch,
             },
         )
-    maintained = [EVENTS, COPIED] + ([] if rest else [CONSUMED]) + ([SOAK] if config.soak_commits else [])
+    maintained = [EVENTS, COPIED, CONSUMED] + ([SOAK] if config.soak_commits else [])
     workers["maintainer"] = ("maintainer", {"tables": maintained, "pause_s": 1.0})
     if config.soak_commits:
         workers["soak"] = ("soak", {"table": SOAK, "commits": config.soak_commits, "window": config.soak_window})
@@ -715,8 +713,7 @@ def _setup(config: Config, source: CatalogSpec, target: CatalogSpec) -> None:
     catalog = source.open()
     LogTable.create(catalog, EVENTS, config.partitions)
     LogTable.create(catalog, COPIED, config.partitions)  # the copier's output
-    if source.kind != "rest":  # the group's output (see _worker_args)
-        LogTable.create(catalog, CONSUMED, 1)
+    LogTable.create(catalog, CONSUMED, 1)  # the group's output
     if config.soak_commits:
         keep_ids = str(max(config.soak_window, config.soak_commits // 4))  # see check_soak
         LogTable.create(
@@ -787,20 +784,15 @@ def check_run(workdir: Path, source: CatalogSpec, target: CatalogSpec, report: R
     source_keys = [(p, o, k) for (p, o), k in keys.items()]
     source_rows = [(p, o, v) for v, p, o in stored]
     report.failures["copy"] = check_copy(source_rows, _rows(catalog, COPIED, ["key", "value"]))
-    if source.kind == "rest":
-        from icelog.storage.groups.offsets import committed_offsets
-
-        member_acks = [(a["worker"], p, o, k) for a in _acks(workdir, "member") for p, o, k in a["processed"]]
-        report.failures["group"] = check_group_commits(source_keys, member_acks, committed_offsets(catalog, GROUP, EVENTS))
-    else:
-        member_processed = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
-        report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_processed)
+    member_processed = [(a["worker"], p, o) for a in _acks(workdir, "member") for p, o, _ in a["processed"]]
+    report.failures["group"] = check_group(source_keys, _rows(catalog, CONSUMED, ["key", "value"]), member_processed)
     report.failures["validators"] = run_validators(source, target)
     report.counts.update(
         rows=len(stored),
         acked_batches=len({(a["worker"], a["batch"]) for a in acks}),
         copied=len(_acks(workdir, "copier")),
         group_commits=len(_acks(workdir, "member")),
+        consumed=len(_rows(catalog, CONSUMED, ["key"])),  # the group's output, exactly once (``group``)
         mirror_steps=len(_acks(workdir, "mirror")),
         maintenance=len(_acks(workdir, "maintainer")),
     )

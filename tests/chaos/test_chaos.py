@@ -281,9 +281,11 @@ SHORT_REST = dataclasses.replace(
 def test_chaos_short_rest(tmp_path: Path, own_seaweedfs):
     report = run_chaos(SHORT_REST, tmp_path, "rest", echo=False, rest_dir=own_seaweedfs)
     _assert_ok(report, SHORT_REST)
-    # The copier's transactions rolled forward table by table, the group committed its offsets
-    # alone, and the mirror carried the log to SQLite.
+    # The copier's and the group members' transactions rolled forward table by table (the
+    # members' output and range commits: "group" checks the output), and the mirror carried the
+    # log to SQLite.
     assert report.counts["mirror_steps"] > 0 and "copy" in report.failures, report.describe()
+    assert report.counts["consumed"] > 0, report.describe()
     _assert_a_planted_duplicate_fails(tmp_path, "rest", own_seaweedfs)
 
 

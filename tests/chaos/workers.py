@@ -50,6 +50,7 @@ from typing import Any, Callable  # noqa: E402
 
 from icelog.storage.errors import AbortableError, OffsetMismatch, StaleGeneration, TransientError  # noqa: E402
 from icelog.storage.log.table import AppendRequest, LogTable  # noqa: E402
+from icelog.storage.producers.journal import TransactionAborted  # noqa: E402
 from tests.support.catalogs import CatalogSpec  # noqa: E402
 
 RESTART_ME = 75
@@ -239,7 +240,8 @@ def member(args: dict) -> None:
     """A consumer-group member: each polled batch becomes output rows (source key, value
     ``"p:o"``) committed with the batch's offsets in one atomic commit (``commit(also=...)``).
     With ``args["out"]`` None (a REST catalog: no atomic multi-table commit), it commits the
-    batch's offsets alone. The ack lists the processed ``[p, o, key]`` only after the commit
+    batch's offsets alone. On a REST catalog the commit is a transaction (see
+    ``Consumer.commit``). The ack lists the processed ``[p, o, key]`` only after the commit
     returned."""
     from icelog.storage.groups.consumer import Consumer
     from icelog.storage.groups.offsets import committed_offsets
@@ -285,8 +287,8 @@ def member(args: dict) -> None:
             also.append((out.identifier, AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)))
         try:
             consumer.commit(also=also)
-        except StaleGeneration:
-            return False  # rebalanced: the new owner fetches these again
+        except (StaleGeneration, TransactionAborted):
+            return False  # rebalanced (or, on REST, its transaction timed out): fetched again
         except TransientError:
             sys.exit(RESTART_ME)  # unknown outcome: restart from the group's durable state
         files.ack(kind="member", generation=consumer.generation, processed=processed)

@@ -24,6 +24,9 @@ STORAGE_FLOORS = {
     "storage.core": 2,
     "storage.log": 3,
     "storage.ingest": 4,
+    # The Kafka-shaped consumer commits its output and offsets through a transaction where the
+    # catalog cannot swap tables at once: a client of producers, above them (listed first: it wins).
+    "storage.groups.consumer": 6,
     "storage.groups": 4,
     "storage.producers": 5,
     "storage.replication": 6,
@@ -158,7 +161,8 @@ def test_the_core_holds_no_concept_state():
 
 
 @pytest.mark.parametrize(
-    "package", sorted(p for p in STORAGE_FLOORS if not p.endswith(("errors", "properties", "extras", "settings")))
+    "package",
+    sorted(p for p in STORAGE_FLOORS if not p.endswith(("errors", "properties", "extras", "settings", "groups.consumer"))),
 )
 def test_each_storage_package_says_what_it_owns_and_may_import(package):
     doc = ast.get_docstring(ast.parse((ROOT / package.replace(".", "/") / "__init__.py").read_text()))

@@ -195,14 +195,17 @@ def test_i10_key_range_reads_split_the_partition_on_rest(rest_catalog):
 # --- multi-table commits: consumed offsets with an output, data with its ledger: refused (I5) -----------------------------------------
 
 
-def test_i5_consumed_offsets_with_output_refused_on_rest(rest_catalog, unchanged):
-    """Consume-transform-produce commits its output and its group offsets at once: refused."""
+def test_i5_consumed_offsets_with_output_other_than_payload_appends_refused_on_rest(rest_catalog, unchanged):
+    """Consume-transform-produce commits its output and its group offsets through a transaction
+    (tests/storage/groups/test_consume_produce_rest.py): its output offsets are chosen when each
+    table rolls forward, so an output part with expected offsets (or one that is no append) is
+    refused before anything is written."""
     _log(rest_catalog, n=5)
     out = LogTable.create(rest_catalog, "db.out", 1)
     c = Consumer(rest_catalog, "g")
     c.assign("db.events", [0])
     assert c.poll(5)
-    append = AppendRequest("db.out", out.conform({0: batch(1)}), {}, "c1", None)
+    append = AppendRequest("db.out", out.conform({0: batch(1)}), {0: 0}, "c1", None)
     with unchanged(out), pytest.raises(AtomicCommitUnsupported):
         c.commit(also=[("db.out", append)])
     assert committed_offsets(rest_catalog, "g", "db.events") == {}

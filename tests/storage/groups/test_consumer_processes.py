@@ -1,6 +1,10 @@
 """Three consumer processes share one partition by key range (I10, I5): a member joins midway
 (rebalance), one is killed with SIGKILL inside its commit and restarted. Afterwards every
-source record was processed exactly once, and no key's records out of order."""
+source record was processed exactly once, and no key's records out of order.
+
+On a REST catalog the commit is a transaction decided in the journal: the kill lands between
+the output's and the range commit's roll-forwards, and the member that takes the dead one's
+keys over rolls the decided batch forward before it reads the group's offsets."""
 
 from __future__ import annotations
 
@@ -132,3 +136,16 @@ def test_i10_i5_three_processes_share_a_partition_by_key_range_kill9_and_rebalan
 @pytest.mark.slow
 def test_i10_i5_three_processes_share_a_partition_long(catalog_spec, tmp_path):
     run_shared_partition(catalog_spec, tmp_path, records=1500)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(900)
+def test_i10_i5_three_processes_share_a_partition_kill9_between_roll_forwards_rest(rest_spec, tmp_path):
+    run_shared_partition(rest_spec, tmp_path, records=120)
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+@pytest.mark.timeout(1800)
+def test_i10_i5_three_processes_share_a_partition_long_rest(rest_spec, tmp_path):
+    run_shared_partition(rest_spec, tmp_path, records=600)

@@ -105,6 +105,7 @@ def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_cata
     assert [r["txn_state"] for r in journal(rest_catalog) if r["txn_id"] == txn_id] == [
         "BEGIN",
         "ADD_PARTITIONS",
+        "ADD_OFFSETS",  # the group, registered before the decision (a rebalance fence)
         "PREPARE_COMMIT",
         "COMMITTED",
     ]

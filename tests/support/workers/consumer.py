@@ -24,6 +24,7 @@ from icelog.storage.core import faults
 from icelog.storage.errors import StaleGeneration
 from icelog.storage.groups.consumer import Consumer
 from icelog.storage.log.table import AppendRequest, LogTable
+from icelog.storage.producers.journal import TransactionAborted
 from tests.support.catalogs import CatalogSpec
 
 
@@ -62,6 +63,9 @@ def main(spec_json: str, args_json: str) -> None:
             consumer.commit(also=[(out.identifier, append)])
         except StaleGeneration as e:
             emit(event="fenced", member=args["member"], generation=e.generation, current=e.current_generation)
+            continue
+        except TransactionAborted as e:  # a REST catalog's commit transaction timed out: nothing committed
+            emit(event="aborted", member=args["member"], reason=str(e))
             continue
         committed += 1
         emit(event="committed", member=args["member"], offsets=[int(r["value"]) for r in rows])
