@@ -380,10 +380,10 @@ def _files(loaded) -> str:
     return f"{plural(loaded.num_rows, 'file')}, {plural(rows, 'row')} ({names}{more})"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _article(word: str) -> str:
     """``a full``, ``an incremental``."""
     return f"{'an' if word[:1].lower() in 'aeiou' and word else 'a'} {word}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
