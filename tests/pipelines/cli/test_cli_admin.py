@@ -13,6 +13,7 @@ import time
 import pytest
 
 from icelog.storage.core import faults
+from icelog.storage.errors import UnknownTable
 from icelog.storage.groups.offsets import group_state
 from icelog.storage.log.table import LogTable, OffsetAndTimestamp
 from icelog.storage.producers.transactional import TransactionalProducer
@@ -171,16 +172,32 @@ def test_i10_a_table_with_group_offsets_needs_force_which_drops_them(icelog: Cli
     assert icelog("groups", "describe", "--group", "g")["partitions"] == []
 
 
-def test_i5_a_table_an_ongoing_transaction_writes_needs_force(icelog: Cli, events, unchanged):
+def test_i5_a_table_an_ongoing_transaction_the_journal_knows_needs_force(icelog: Cli, events, unchanged):
     catalog = icelog.spec.open()
     producer = TransactionalProducer(catalog, "copier")
     producer.init_transactions()
     producer.begin_transaction()
     producer.send("db.events", 0, [{"key": "open", "value": "1"}])
+    # Registered in the journal, as a send of pre-written files (or any send on REST) is.
+    producer._register("db.events", [0], record=True)
     with unchanged(events):
         err = icelog("topics", "delete", "db.events", "--yes", code=2)
     assert err["error"] == "TableInUse" and err["users"] == ["ongoing transactions of copier"]
     assert icelog("topics", "delete", "db.events", "--yes", "--force")["deleted"] is True
+    assert not catalog.table_exists("db.events")
+
+
+def test_i5_a_plain_send_on_sql_is_unknown_to_delete_and_its_commit_then_fails_writing_nothing(icelog: Cli, events):
+    # On a SQL catalog a transaction of plain sends writes nothing to the journal before its one
+    # swap, so `topics delete` cannot see it; its commit then finds the table gone.
+    catalog = icelog.spec.open()
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("db.events", 0, [{"key": "open", "value": "1"}])
+    assert icelog("topics", "delete", "db.events", "--yes")["deleted"] is True
+    with pytest.raises(UnknownTable):
+        producer.commit_transaction()
     assert not catalog.table_exists("db.events")
 
 

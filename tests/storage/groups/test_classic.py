@@ -7,7 +7,7 @@ import pytest
 from icelog.storage.errors import StaleGeneration
 from icelog.storage.groups.classic import assign_partitions, new_generation
 from icelog.storage.groups.offsets import GROUPS_TABLE, commit_offsets, committed_offsets, describe_group
-from tests.storage.groups.test_groups import _log
+from tests.support.groups import keyed_log as _log
 
 
 def _snapshot(catalog):

@@ -21,13 +21,9 @@ from icelog.storage.groups.offsets import (
 )
 from icelog.storage.log.maintenance import Retention
 from icelog.storage.log.table import AppendRequest, LogTable
+from tests.support.groups import keyed_log
 
-
-def _log(catalog, name="db.events", partitions=1, rows=60):
-    t = LogTable.create(catalog, name, partitions)
-    for p in range(partitions):
-        t.append({p: [{"key": f"k{i % 7}", "value": str(i)} for i in range(rows)]})
-    return t
+_log = keyed_log
 
 
 def _partition(catalog, group, table="db.events", p=0):
