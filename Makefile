@@ -33,7 +33,7 @@ demo-lakehouse: setup
 	$(BIN)/python -m infra.demo --lakehouse
 
 # Two pytest-xdist workers (the machines have 2 cores; most tests wait on processes, JVMs and Airflow):
-# about 32 minutes, half of a serial run. Each test file on one worker (--dist loadfile): a module's fixtures (an
+# about 32 minutes here at load 4-8. Each test file on one worker (--dist loadfile): a module's fixtures (an
 # Airflow home, a DAG run) start once. Every server a test starts picks free ports and a directory of its
 # own. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
