@@ -509,7 +509,7 @@ class TransactionalProducer:
         if is_atomic(self.catalog):
             return self._commit_atomic(txn_id)
         if self._prepared is None:
-            if not self._sends and self._offsets is None:
+            if not self._sends and self._group is None:
                 self.txn_id = None  # nothing was sent: nothing to commit
                 return {}
             if not self._recorded:  # offsets alone still go through the journal
@@ -563,15 +563,10 @@ class TransactionalProducer:
         the journal's COMMITTED record, with no PREPARE_COMMIT before it (nothing to roll forward:
         the swap lands whole or not at all). The journal's part checks the epoch and the timeout."""
         if self._prepared is None:
-            if not self._sends and self._offsets is None:
+            if not self._sends and self._group is None:
                 self.txn_id = None  # nothing was sent: nothing to commit
                 return {}
-            offsets = (
-                None
-                if self._offsets is None
-                else TxnOffsets(self._offsets[0], tuple((t, p, o) for (t, p), o in self._offsets[1].items()))
-            )
-            self._prepared = Prepared(sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets)
+            self._prepared = Prepared(sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=self._txn_offsets())
             resent = False
         else:
             resent = True  # an earlier attempt's outcome was unknown: found by its id, or judged by the registry
@@ -862,14 +857,16 @@ def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared, now_ms: int
 
 
 def _offsets_request(catalog: Catalog, spec: TxnOffsets, decided: bool = False) -> Request:
-    """The group table's part of a transaction: its offsets, or its member's ranges (fenced by the
-    member's generation unless ``decided``: a roll-forward of what the journal decided)."""
+    """The group table's part of a transaction: its offsets, or its member's ranges, fenced by the
+    member's generation when a member sent them, unless ``decided`` (a roll-forward of what the
+    journal decided)."""
     if spec.ranges:
         ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for t, p, first, last in spec.ranges:
             ranges.setdefault((t, p), []).append((first, last))
         return ranges_request(catalog, spec.group, ranges, member=spec.member, generation=spec.generation, decided=decided)
-    return commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets})
+    fence = {} if decided or spec.member is None else {"member": spec.member, "generation": spec.generation, "fenced": True}
+    return commit_request(catalog, spec.group, {(t, p): o for t, p, o in spec.offsets}, **fence)
 
 
 def _check_offsets(catalog: Catalog, spec: TxnOffsets, now_ms: int | None = None) -> None:

@@ -1167,3 +1167,37 @@ def test_i5_sql_abort_of_a_transaction_the_journal_never_heard_of_writes_nothing
         producer.abort_transaction()
     assert swaps == [] and journal_states(catalog, txn_id) == []
     assert staged_files(a) == staged_files(b) == [] and rows(a) == rows(b) == []
+
+
+def test_i5_i10_sql_offsets_and_ranges_sent_by_a_member_are_fenced_by_its_generation_and_land(catalog, unchanged):
+    # The SQL fast path commits what send_offsets_to_transaction / send_ranges_to_transaction
+    # recorded with their member and generation, as the REST path does: a stale generation is
+    # refused with nothing visible, a current one's ranges land with the output.
+    from icelog.storage.errors import StaleGeneration
+    from icelog.storage.groups.consumer import Consumer
+    from icelog.storage.groups.offsets import committed_offsets
+
+    src = LogTable.create(catalog, "db.src", 1)
+    src.append({0: [{"key": "k", "value": str(i)} for i in range(10)]})
+    out = LogTable.create(catalog, "db.out", 1)
+    first = Consumer(catalog, "g", member_id="first")
+    first.subscribe("db.src")
+    stale = first.generation
+    second = Consumer(catalog, "g", member_id="second")
+    second.subscribe("db.src")  # a rebalance: the first member's generation is stale
+    first.poll(1)  # the first member learns its new generation
+    producer = TransactionalProducer(catalog, "copier")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("db.out", 0, [{"key": "k", "value": "x"}])
+    producer.send_offsets_to_transaction({("db.src", 0): 4}, "g", member="first", generation=stale)
+    with unchanged(out), pytest.raises(StaleGeneration):
+        producer.commit_transaction()
+    assert committed_offsets(catalog, "g", "db.src") == {}
+
+    producer.begin_transaction()
+    producer.send("db.out", 0, [{"key": "k", "value": "y"}])
+    producer.send_ranges_to_transaction({("db.src", 0): [(0, 3)]}, "g", member="first", generation=first.generation)
+    producer.commit_transaction()
+    assert [r["value"] for r in out.read(0).to_pylist()] == ["y"]
+    assert committed_offsets(catalog, "g", "db.src") == {0: 4}
