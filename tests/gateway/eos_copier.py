@@ -23,7 +23,15 @@ def rewind(consumer: Consumer) -> None:
 
 
 def main(bootstrap: str, source: str, sink: str, group: str, count: int, abort_at: int, debug: str | None = None) -> int:
-    common = {"bootstrap.servers": bootstrap, "log_level": 0 if debug is None else 7, "reconnect.backoff.max.ms": 500}
+    # No re-bootstrap when the one gateway is down (librdkafka's default since 2.10): it
+    # decommissions the broker that the producer caches as its group coordinator, and
+    # send_offsets_to_transaction then waits on it forever (librdkafka issues #5511, #5456).
+    common = {
+        "bootstrap.servers": bootstrap,
+        "log_level": 0 if debug is None else 7,
+        "reconnect.backoff.max.ms": 500,
+        "metadata.recovery.strategy": "none",
+    }
     if debug is not None:
         common["debug"] = debug
     consumer = Consumer(
@@ -58,6 +66,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, count: int, abort_a
                     producer.produce(sink, value=m.value().replace(b"in-", b"aborted-"), partition=m.partition())
                 producer.flush(30)
                 producer.abort_transaction(60)
+                print(f"aborted on purpose: {len(messages)} records", file=sys.stderr, flush=True)
                 rewind(consumer)
                 continue
             positions = consumer.position(consumer.assignment())

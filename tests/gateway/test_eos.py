@@ -69,6 +69,7 @@ def test_consume_transform_produce_copies_each_record_once(gateway, module_spec)
     _fill(gateway.bootstrap, source, count)
     done = _run_copier(gateway, source, sink, group, count)
     assert done.returncode == 0, done.stderr
+    assert "aborted on purpose" in done.stderr
     _check(module_spec, gateway, source, sink, group, count)
 
 
@@ -82,8 +83,8 @@ def test_consume_transform_produce_survives_kill_9_of_the_gateway(sqlite_spec, t
     count = 1000
     try:
         _fill(served.bootstrap, source, count)
-        # Every commit holds a second after its swap before it answers: the kill lands on
-        # transactions that are committed but not acknowledged as well as on open ones.
+        # Every commit holds 0.3 s after its swap before it answers: the kill may land on a
+        # transaction that is committed but not acknowledged as well as on an open one.
         served.stop()
         served.start(ICELOG_DELAY_AT="after_catalog_swap:0.3")
 
@@ -101,6 +102,8 @@ def test_consume_transform_produce_survives_kill_9_of_the_gateway(sqlite_spec, t
         killer.join()
         assert served.starts == 3
         assert done.returncode == 0, done.stderr
+        # The restarted gateway lost the open transaction: the copier was told to abort it.
+        assert "aborting: " in done.stderr and "aborted on purpose" in done.stderr
         _check(sqlite_spec, served, source, sink, group, count)
         assert served.stop() == 0
     finally:
