@@ -3,6 +3,7 @@ what a read_committed or read_uncommitted consumer, icelog and DuckDB then find.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 
@@ -236,3 +237,53 @@ def test_find_coordinator_names_the_gateway_for_a_transactional_id(gateway):
         assert (
             conn.call(10, 4, {"key_type": 2, "coordinator_keys": ["x"]}).coordinators[0].error_code == ErrorCode.invalid_request
         )
+
+
+# --- kafka-python and aiokafka --------------------------------------------------------------------
+
+
+def test_kafka_python_commits_and_aborts_transactions(gateway, module_spec, topic):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap, transactional_id=f"kp-{topic}", linger_ms=5)
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send(topic, value=f"c{i}".encode(), partition=i % 2)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send(topic, value=b"aborted", partition=0)
+    producer.flush()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send(topic, value=b"c4", partition=0)
+    producer.commit_transaction()
+    producer.close()
+    expected = [(0, 0, b"c0"), (0, 1, b"c2"), (0, 2, b"c4"), (1, 0, b"c1"), (1, 1, b"c3")]
+    assert read_all(gateway.bootstrap, topic, "read_committed", len(expected)) == expected
+    assert stored(module_spec, topic) == expected
+
+
+def test_aiokafka_commits_and_aborts_transactions(gateway, module_spec, topic):
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=gateway.bootstrap, transactional_id=f"aio-{topic}", linger_ms=5)
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(4):
+                    await producer.send(topic, value=f"c{i}".encode(), partition=i % 2)
+            with pytest.raises(RuntimeError):
+                async with producer.transaction():
+                    await producer.send_and_wait(topic, value=b"aborted", partition=1)
+                    raise RuntimeError("abort")
+            async with producer.transaction():
+                await producer.send(topic, value=b"c4", partition=1)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    expected = [(0, 0, b"c0"), (0, 1, b"c2"), (1, 0, b"c1"), (1, 1, b"c3"), (1, 2, b"c4")]
+    assert read_all(gateway.bootstrap, topic, "read_committed", len(expected)) == expected
+    assert stored(module_spec, topic) == expected
