@@ -17,7 +17,7 @@ from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.table import LogTable
 from tests.gateway.conftest import ROOT, Served, quiet_logs
-from tests.gateway.test_transactions import read_all, stored
+from tests.gateway.reading import read_all, stored
 
 
 def _fill(bootstrap: str, topic: str, count: int) -> None:

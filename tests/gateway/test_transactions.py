@@ -1,69 +1,27 @@
-"""Kafka transactions through ``icelog serve`` with unmodified confluent-kafka: commit, abort, and
-what a read_committed or read_uncommitted consumer, icelog and DuckDB then find."""
+"""Kafka transactions through ``icelog serve`` with unmodified clients (confluent-kafka, kafka-python,
+aiokafka) and raw requests: commit, abort, fencing, bad input, and what consumers and DuckDB then find."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
-import time
 
-import duckdb
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from icelog.pipelines.gateway.records import CONTROL, TRANSACTIONAL, encode_batch
-from icelog.storage.log.scan import planned_paths
 from icelog.storage.log.table import LogTable
-from icelog.validations.checks import run_checks
 from tests.gateway.conftest import quiet_logs
 from tests.gateway.raw import Connection
+from tests.gateway.reading import read_all, stored
 
 
 def transactional(bootstrap: str, tid: str, **config) -> Producer:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5, **quiet_logs(), **config})
     producer.init_transactions(60)
     return producer
-
-
-def read_all(bootstrap: str, topic: str, isolation: str, expect: int, wait: float = 20) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every record of both partitions a consumer reads from 0."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "assign-only",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            **quiet_logs(),
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
-    got: list[tuple[int, int, bytes]] = []
-    deadline = time.monotonic() + wait
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if len(got) >= expect:
-                    break  # and nothing more came for a poll
-                continue
-            assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.value()))
-    finally:
-        consumer.close()
-    return sorted(got)
-
-
-def stored(spec, topic: str) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of the Iceberg table, read by DuckDB from the planned files."""
-    table = LogTable.open(spec.open(), topic).table()
-    assert run_checks(table).violations == []
-    paths = planned_paths(table)
-    if not paths:
-        return []
-    return sorted(duckdb.sql(f"SELECT log_partition, log_offset, value FROM read_parquet({paths!r})").fetchall())
 
 
 def test_a_committed_transaction_is_read_once_and_an_aborted_one_never(gateway, module_spec, topic):
