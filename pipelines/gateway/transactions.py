@@ -73,9 +73,10 @@ class Session:
 class Refused(Exception):
     """A request refused with a Kafka error code, before anything was written."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, lost: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.lost = lost  # the journal's current identity, whose open transaction this process does not hold
 
 
 class Transactions:
@@ -158,7 +159,7 @@ class Transactions:
             raise Refused(ErrorCode.producer_fenced, f"{tid!r} epoch {epoch} is fenced by epoch {entry.epoch}")
         session = self.sessions.get(tid)
         if session is None or session.identity != (producer_id, epoch):
-            raise Refused(lost, f"{tid!r}: this gateway does not hold its open transaction (restarted?): abort and retry")
+            raise Refused(lost, f"{tid!r}: this gateway does not hold its open transaction (restarted?): abort and retry", True)
         return session
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn ------------------------------------------------------
@@ -327,7 +328,7 @@ class Transactions:
                 tid, request.producer_id, request.producer_epoch, lost=ErrorCode.invalid_producer_id_mapping
             )
         except Refused as e:
-            if e.code != ErrorCode.invalid_producer_id_mapping or commit or tid in self.sessions and self.sessions[tid].open:
+            if not e.lost or commit:
                 log.info("EndTxn refused: %s", e)
                 return {"error_code": e.code}
             # An abort of a transaction this process lost: nothing of it is visible. The identity

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from icelog.pipelines.gateway.records import CONTROL, TRANSACTIONAL, encode_batch
+from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.table import LogTable
 from tests.gateway.conftest import quiet_logs
 from tests.gateway.raw import Connection
@@ -162,6 +164,7 @@ def test_bad_transactional_requests_get_typed_errors_and_write_nothing(gateway, 
         assert _add(conn, tid, pid, epoch - 1, topic) == [ErrorCode.producer_fenced]
         assert _add(conn, tid, pid + 1000, epoch, topic) == [ErrorCode.invalid_producer_id_mapping]
         assert _end(conn, tid, pid, epoch + 1, commit=True) == ErrorCode.producer_fenced
+        assert _end(conn, tid, pid + 1000, epoch, commit=False) == ErrorCode.invalid_producer_id_mapping
         assert _produce(conn, topic, pid, epoch - 1, 0, tid) == ErrorCode.invalid_producer_epoch
         # a good batch, then the same sequence again (a duplicate, staged once), then a gap
         assert _produce(conn, topic, pid, epoch, 0, tid) == ErrorCode.none
@@ -245,3 +248,39 @@ def test_aiokafka_commits_and_aborts_transactions(gateway, module_spec, topic):
     expected = [(0, 0, b"c0"), (0, 1, b"c2"), (1, 0, b"c1"), (1, 1, b"c3"), (1, 2, b"c4")]
     assert read_all(gateway.bootstrap, topic, "read_committed", len(expected)) == expected
     assert stored(module_spec, topic) == expected
+
+
+def test_offsets_sent_with_a_generation_the_group_left_behind_abort_the_transaction(gateway, module_spec, topic):
+    """KIP-447's fence: a member's group metadata from before a rebalance makes
+    send_offsets_to_transaction fail abortably, and neither the records nor the offsets land."""
+    group = f"fence-{topic}"
+    config = {"bootstrap.servers": gateway.bootstrap, "group.id": group, "enable.auto.commit": False, **quiet_logs()}
+
+    def joined(consumer: Consumer) -> None:
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment()
+
+    first = Consumer({**config, "session.timeout.ms": 6000})
+    first.subscribe([topic])
+    joined(first)
+    stale = first.consumer_group_metadata()
+    second = Consumer({**config, "session.timeout.ms": 6000})
+    second.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while len(first.assignment()) != 1 and time.monotonic() < deadline:  # the rebalance: one partition each
+        first.poll(0.2)
+        second.poll(0.2)
+    assert len(first.assignment()) == 1
+    producer = transactional(gateway.bootstrap, f"tx-{topic}")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"never", partition=0)
+    with pytest.raises(KafkaException) as raised:
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 0)], stale, 30)
+    assert raised.value.args[0].txn_requires_abort()
+    producer.abort_transaction(30)
+    first.close()
+    second.close()
+    assert LogTable.open(module_spec.open(), topic).watermarks()[0].end == 0
+    assert committed_offsets(module_spec.open(), group, topic) == {}
