@@ -105,7 +105,7 @@ class Coordinator:
         def refused(code: ErrorCode, member: str = member_id) -> dict[str, Any]:
             return {"error_code": code, "generation_id": -1, "member_id": member, "leader": "", "protocol_name": None}
 
-        if not _valid_group(request.group_id):
+        if not valid_group(request.group_id):
             return refused(ErrorCode.invalid_group_id)
         session_ms = _ms(request.session_timeout)
         rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
@@ -362,7 +362,7 @@ class Coordinator:
 
     def _commit_refusal(self, request: Any) -> ErrorCode | None:
         """Kafka's coordinator checks, on the join state here (icelog checks the generation again)."""
-        if not _valid_group(request.group_id):
+        if not valid_group(request.group_id):
             return ErrorCode.invalid_group_id
         group = self.groups.get(request.group_id)
         generation, member = request.generation_id_or_member_epoch, request.member_id
@@ -380,24 +380,7 @@ class Coordinator:
         self, group: str, wanted: list[tuple[str, int, int]], member: str | None, generation: int
     ) -> dict[tuple[str, int], ErrorCode]:
         """Check each partition, commit the good ones in one icelog commit (in a thread)."""
-        codes: dict[tuple[str, int], ErrorCode] = {}
-        offsets: dict[tuple[str, int], int] = {}
-        marks: dict[str, Any] = {}
-        for topic, p, offset in wanted:
-            name = table_name(topic)
-            if name is not None and name not in marks:
-                try:
-                    marks[name] = LogTable(self.catalog, name).watermarks()
-                except errors.IcelogError:
-                    marks[name] = {}
-            mark = marks.get(name, {}).get(p) if name is not None else None
-            if mark is None:
-                codes[(topic, p)] = ErrorCode.unknown_topic_or_partition
-            elif not 0 <= offset <= mark.end:
-                codes[(topic, p)] = ErrorCode.offset_out_of_range
-            else:
-                offsets[(name, p)] = offset  # type: ignore[index]
-                codes[(topic, p)] = ErrorCode.none
+        codes, offsets = check_positions(self.catalog, wanted)
         if not offsets:
             return codes
         fence = {"member": member, "generation": None if member is None else generation, "fenced": True}
@@ -420,7 +403,7 @@ class Coordinator:
         asked = [(g.group_id, g.topics) for g in request.groups] if version >= 8 else [(request.group_id, request.topics)]
         answers = []
         for group, topics in asked:
-            if not _valid_group(group):
+            if not valid_group(group):
                 answers.append({"group_id": group, "error_code": ErrorCode.invalid_group_id, "topics": []})
                 continue
             stored = state.offsets.get(group, {})
@@ -495,14 +478,14 @@ class Coordinator:
                 }
             else:
                 entry = {"group_state": EMPTY if group_id in recorded else DEAD, "protocol_type": "", "protocol_data": ""}
-            code = ErrorCode.none if _valid_group(group_id) else ErrorCode.invalid_group_id
+            code = ErrorCode.none if valid_group(group_id) else ErrorCode.invalid_group_id
             described.append(
                 {"error_code": code, "group_id": group_id, "members": members, "authorized_operations": NOT_REQUESTED, **entry}
             )
         return {"groups": described}
 
 
-def _valid_group(group: Any) -> bool:
+def valid_group(group: Any) -> bool:
     try:
         validate_group_id(group)
     except errors.InvalidInput:
@@ -557,3 +540,30 @@ def _partitions(assignment: bytes) -> dict[str, list[int]]:
         return out
     except (struct.error, UnicodeDecodeError):
         return {}
+
+
+def check_positions(
+    catalog: Catalog, wanted: list[tuple[str, int, int]]
+) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], int]]:
+    """Each ``(topic, partition, offset)`` of an offset commit checked against its partition's
+    log (in a thread): the answer's code per ``(topic, partition)``, and the positions to commit
+    per ``(table, partition)`` (those whose code is NONE)."""
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], int] = {}
+    marks: dict[str, Any] = {}
+    for topic, p, offset in wanted:
+        name = table_name(topic)
+        if name is not None and name not in marks:
+            try:
+                marks[name] = LogTable(catalog, name).watermarks()
+            except errors.IcelogError:
+                marks[name] = {}
+        mark = marks.get(name, {}).get(p) if name is not None else None
+        if mark is None:
+            codes[(topic, p)] = ErrorCode.unknown_topic_or_partition
+        elif not 0 <= offset <= mark.end:
+            codes[(topic, p)] = ErrorCode.offset_out_of_range
+        else:
+            offsets[(name, p)] = offset  # type: ignore[index]
+            codes[(topic, p)] = ErrorCode.none
+    return codes, offsets

@@ -17,7 +17,7 @@ from icelog.storage.log.table import LogTable, list_log_tables
 from icelog.storage.producers.idempotent import lease_producer_ids
 
 NODE_ID = 0
-GROUP_KEY = 0  # FindCoordinator's key type of a consumer group (1 is a transactional id)
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator's key types: a consumer group, a transactional id
 
 
 def api_versions(request: Any) -> dict[str, Any]:
@@ -66,12 +66,12 @@ def cluster_id(catalog) -> str:
 
 
 def find_coordinator(request: Any, version: int, host: str, port: int) -> dict[str, Any]:
-    """This gateway coordinates every group; transactions are not served, so no transaction coordinator."""
+    """This gateway coordinates every group (key type 0) and every transactional id (key type 1)."""
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
     found = []
     for key in keys:
-        if getattr(request, "key_type", 0) != GROUP_KEY:
-            found.append({"key": key, "error_code": ErrorCode.coordinator_not_available, "error_message": "transactions are not served",
+        if getattr(request, "key_type", GROUP_KEY) not in (GROUP_KEY, TRANSACTION_KEY):
+            found.append({"key": key, "error_code": ErrorCode.invalid_request, "error_message": "key type 0 or 1",
                           "node_id": -1, "host": "", "port": -1})  # fmt: skip
         else:
             found.append({"key": key, "error_code": ErrorCode.none, "node_id": NODE_ID, "host": host, "port": port})
@@ -81,11 +81,9 @@ def find_coordinator(request: Any, version: int, host: str, port: int) -> dict[s
 def init_producer_id(catalog, request: Any) -> dict[str, Any]:
     """A fresh icelog producer id at epoch 0 for an idempotent producer (in a thread).
 
-    Transactional ids are refused (transactions are not served yet). A request that names its
-    current id and epoch (a client bumping its epoch) also gets a fresh id.
+    A request that names its current id and epoch (a client bumping its epoch) also gets a fresh
+    id. A transactional id's request goes to ``transactions.Transactions.init``.
     """
-    if request.transactional_id is not None:
-        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1}
     try:
         producer_id = lease_producer_ids(catalog, 1)[0]
     except errors.IcelogError:

@@ -24,6 +24,7 @@ from icelog.pipelines.gateway.groups import Coordinator
 from icelog.pipelines.gateway.produce import Acked, Appender
 from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
 from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, table_name, valid_timestamp
+from icelog.pipelines.gateway.transactions import Transactions
 from icelog.storage import errors
 from icelog.storage.core.system import ensure_system_table
 from icelog.storage.groups.offsets import list_groups
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 15, 16, 20, 32, 60
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 GROUP_APIS = {OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP}
 GROUP_APIS |= {DESCRIBE_GROUPS, LIST_GROUPS}
 
@@ -54,6 +56,7 @@ class Gateway:
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
         self.coordinator = Coordinator(catalog)
+        self.transactions = Transactions(catalog)
         self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -174,8 +177,18 @@ class Gateway:
             data = await asyncio.to_thread(metadata.metadata, self.catalog, body, self.host, self.port)
         elif request.api_key == CREATE_TOPICS:
             data = await asyncio.to_thread(metadata.create_topics, self.catalog, body)
+        elif request.api_key == INIT_PRODUCER_ID and body.transactional_id is not None:
+            data = await self.transactions.init(body)
         elif request.api_key == INIT_PRODUCER_ID:
             data = await asyncio.to_thread(metadata.init_producer_id, self.catalog, body)
+        elif request.api_key == ADD_PARTITIONS_TO_TXN:
+            data = await self.transactions.add_partitions(body)
+        elif request.api_key == ADD_OFFSETS_TO_TXN:
+            data = await self.transactions.add_offsets(body)
+        elif request.api_key == TXN_OFFSET_COMMIT:
+            data = await self.transactions.commit_offsets(body)
+        elif request.api_key == END_TXN:
+            data = await self.transactions.end(body)
         elif request.api_key in GROUP_APIS:
             data = await self._group(request)
         elif request.api_key == DELETE_TOPICS:
@@ -220,7 +233,8 @@ class Gateway:
         async with queueing:
             for topic in request.topic_data:
                 for part in topic.partition_data:
-                    waits.append((topic.name, part.index, await self._submit(topic.name, part.index, part.records)))
+                    submitted = await self._submit(topic.name, part.index, part.records, request.transactional_id)
+                    waits.append((topic.name, part.index, submitted))
         responses: dict[str, list[dict[str, Any]]] = {}
         for topic_name, partition, wait in waits:
             ack = wait if isinstance(wait, Acked) else await wait
@@ -235,7 +249,9 @@ class Gateway:
             )
         return {"responses": [{"name": t, "partition_responses": ps} for t, ps in responses.items()]}
 
-    async def _submit(self, topic: str, partition: int, records: bytes | None) -> asyncio.Future | Acked:
+    async def _submit(
+        self, topic: str, partition: int, records: bytes | None, transactional_id: str | None = None
+    ) -> asyncio.Future | Acked:
         """Check one partition's batches and queue them; an Acked for what is refused before any commit."""
         if topic.split(".")[0] == SYSTEM_NAMESPACE:
             return Acked(ErrorCode.topic_authorization_failed, message=f"{topic}: icelog's system tables are not writable")
@@ -252,8 +268,11 @@ class Gateway:
         if not all(valid_timestamp(r.timestamp_ms) for b in batches for r in b.records):
             # Checked here, not at commit: one client's bad record must not fail a commit it shares.
             return Acked(ErrorCode.invalid_timestamp, message="a record timestamp outside years 1970 to 9999")
-        if any(b.transactional or b.control for b in batches):
-            return Acked(ErrorCode.invalid_txn_state, message="transactions are not served by this gateway yet")
+        if any(b.control for b in batches):  # markers are the coordinator's to write, and icelog writes none
+            return Acked(ErrorCode.invalid_record, message="a control batch is not a client's to produce")
+        if any(b.transactional for b in batches):
+            # Staged in order: the connection's later requests wait (the fair lock) until this one's turn came.
+            return asyncio.ensure_future(self.transactions.stage(transactional_id, name, partition, batches))
         if len(batches) > 1 and any(b.idempotent for b in batches):
             return Acked(ErrorCode.invalid_record, message="an idempotent producer sends one batch per partition and request")
         futures = [self.appender.submit(name, partition, b) for b in batches]

@@ -40,6 +40,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 5),  # CreateTopics
     20: (1, 5),  # DeleteTopics: v6 names topics by id
     22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn: v4+ is the brokers' batched form (KIP-890)
+    25: (0, 3),  # AddOffsetsToTxn: v4 is KIP-890's
+    26: (0, 3),  # EndTxn: v4 is KIP-890's
+    28: (0, 3),  # TxnOffsetCommit: v4 is KIP-890's
     32: (1, 4),  # DescribeConfigs
     60: (0, 1),  # DescribeCluster
 }

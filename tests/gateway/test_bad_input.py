@@ -156,6 +156,26 @@ def _group_seeds(topic: str) -> list[bytes]:
         frame(16, 4, {"states_filter": []}),
         frame(32, 4, {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}]}),
         frame(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}),
+        *_transaction_seeds(topic),
+    ]
+
+
+def _transaction_seeds(topic: str) -> list[bytes]:
+    """One frame of each transaction API."""
+    producer = {"transactional_id": "fuzz-txn", "producer_id": 0, "producer_epoch": 0}
+    offsets = {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1}]}
+    add = {
+        "v3_and_below_transactional_id": "fuzz-txn",
+        "v3_and_below_producer_id": 0,
+        "v3_and_below_producer_epoch": 0,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+    }
+    return [
+        frame(22, 4, {"transactional_id": "fuzz-txn", "transaction_timeout": 1000, "producer_id": -1, "producer_epoch": -1}),
+        frame(24, 3, add),
+        frame(25, 3, {**producer, "group_id": "fuzz"}),
+        frame(28, 3, {**producer, "group_id": "fuzz", "generation_id": -1, "member_id": "", "topics": [offsets]}),
+        frame(26, 3, {**producer, "committed": False}),
     ]
 
 

@@ -85,10 +85,16 @@ def test_an_idempotent_producer_resend_is_a_duplicate_and_a_gap_or_new_epoch_is_
     assert LogTable.open(module_spec.open(), topic).read(0)["value"].to_pylist() == [b"a", b"b", b"c", b"d"]
 
 
-def test_transactional_producers_are_refused_for_now(slow_linger, topic):
+def test_a_transactional_id_keeps_its_producer_id_and_each_init_bumps_its_epoch(slow_linger, topic):
     with Connection(slow_linger.bootstrap) as conn:
-        init = conn.call(22, 4, {"transactional_id": "txn-1", "transaction_timeout": 60_000})
-        assert init.error_code == ErrorCode.transactional_id_authorization_failed
+        body = {"transactional_id": f"txn-{topic}", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+        first, second = conn.call(22, 4, body), conn.call(22, 4, body)
+        assert (first.error_code, second.error_code) == (ErrorCode.none, ErrorCode.none)
+        assert (second.producer_id, second.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+        # A client bumping an epoch that is no longer the current one is fenced.
+        stale = {**body, "producer_id": first.producer_id, "producer_epoch": first.producer_epoch}
+        assert conn.call(22, 4, stale).error_code == ErrorCode.producer_fenced
+        assert conn.call(22, 4, {**body, "transaction_timeout": 0}).error_code == ErrorCode.invalid_transaction_timeout
 
 
 def test_acks_0_gets_no_answer_and_is_written(slow_linger, module_spec, topic):

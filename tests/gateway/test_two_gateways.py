@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import KafkaException, Producer
 
 from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.log.table import LogTable
@@ -86,6 +87,41 @@ def test_two_gateways_on_one_postgres_catalog_lose_and_duplicate_nothing_across_
                 acked = {m.value(): m.offset() for e, m in reports[tag] if m.partition() == p}
                 assert acked == {v: o for o, v in enumerate(stored) if v.startswith(tag.encode())}
         assert run_checks(log_table.table()).violations == []  # deep contiguity, producers, transactions
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        for served in (a, b):
+            if served.proc is not None and served.proc.poll() is None:
+                served.kill()
+
+
+def test_a_transactional_producer_on_one_gateway_is_fenced_by_a_new_instance_on_the_other(postgres_spec, tmp_path):
+    """The epoch is the catalog's: a zombie on gateway a is fenced by the same transactional.id
+    initialized on gateway b, and nothing it produced becomes visible."""
+    create_topic(postgres_spec.open(), TOPIC, PARTITIONS)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = Served(postgres_spec, tmp_path / "a"), Served(postgres_spec, tmp_path / "b")
+    a.start()
+    b.start()
+    try:
+        zombie = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "copier", **quiet_logs()})
+        zombie.init_transactions(60)
+        zombie.begin_transaction()
+        zombie.produce(TOPIC, value=b"zombie-1", partition=0)
+        zombie.flush(30)  # staged on a
+        current = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "copier", **quiet_logs()})
+        current.init_transactions(60)  # on b: epoch + 1
+        zombie.produce(TOPIC, value=b"zombie-2", partition=1)  # a new partition: AddPartitionsToTxn is fenced
+        with pytest.raises(KafkaException) as raised:
+            zombie.commit_transaction(30)
+        assert raised.value.args[0].fatal()
+        current.begin_transaction()
+        current.produce(TOPIC, value=b"current", partition=0)
+        current.commit_transaction(60)
+        log_table = LogTable.open(postgres_spec.open(), TOPIC)
+        assert log_table.read(0)["value"].to_pylist() == [b"current"]
+        assert log_table.read(1).num_rows == 0
+        assert run_checks(log_table.table()).violations == []
         assert a.stop() == 0 and b.stop() == 0
     finally:
         for served in (a, b):
