@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from pyiceberg.catalog import Catalog
 
 from icelog.pipelines.gateway.records import Batch
-from icelog.pipelines.gateway.topics import has_kafka_schema, records_to_rows
+from icelog.pipelines.gateway.topics import batch_rows, has_kafka_schema
 from icelog.storage import errors
 from icelog.storage.core.commit import commit
 from icelog.storage.log.sequences import ProducerBatch
@@ -152,7 +152,7 @@ class Appender:
             producer = group[0].producer
             rows: dict[int, list[pa.Table]] = {}
             for item in group:
-                rows.setdefault(item.partition, []).append(records_to_rows(item.batch.records))
+                rows.setdefault(item.partition, []).append(batch_rows(item.batch))
             batch = None
             if producer is not None:
                 self._register(log_table, *producer)
@@ -165,7 +165,7 @@ class Appender:
         acks, next_base = [], {p: r[0] for p, r in result.ranges.items()}
         for item in group:
             acks.append(Acked(ErrorCode.none, next_base[item.partition]))
-            next_base[item.partition] += len(item.batch.records)
+            next_base[item.partition] += len(item.batch)
         return acks
 
     def _register(self, log_table: LogTable, producer_id: int, epoch: int) -> None:

@@ -40,12 +40,29 @@ class Record:
 
 @dataclass(frozen=True)
 class Batch:
+    """One record batch, its records as columns (in offset-delta order 0, 1, 2, ...): the rows a
+    log table stores are built from columns at once, where a record object per record costs more
+    than decoding it."""
+
     base_offset: int
     attributes: int
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    records: list[Record]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes | None], ...]]
+    timestamps_ms: list[int]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def records(self) -> list[Record]:
+        return [
+            Record(i, t, k, v, h)
+            for i, (t, k, v, h) in enumerate(zip(self.timestamps_ms, self.keys, self.values, self.headers, strict=True))
+        ]
 
     @property
     def transactional(self) -> bool:
@@ -88,8 +105,7 @@ def decode_batches(data: bytes) -> list[Batch]:
         body = _decompress(codec, bytes(view[at + HEADER.size : end]))
         if count < 0:
             raise CorruptRecords(f"record count {count}")
-        records = _decode_records(body, count, base_ts)
-        batches.append(Batch(base, attributes, pid, pepoch, seq, records))
+        batches.append(Batch(base, attributes, pid, pepoch, seq, *_decode_records(body, count, base_ts)))
         at = end
     return batches
 
@@ -153,39 +169,49 @@ def _sized(data: bytes, at: int) -> tuple[bytes | None, int]:
     return data[at : at + size], at + size
 
 
-def _decode_records(body: bytes, count: int, base_ts: int) -> list[Record]:
-    records, at = [], 0
-    for _ in range(count):
+Columns = tuple[list[bytes | None], list[bytes | None], list[tuple[tuple[str, bytes | None], ...]], list[int]]
+
+
+def _decode_records(body: bytes, count: int, base_ts: int) -> Columns:
+    """Keys, values, headers and timestamps of a batch's ``count`` records."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[tuple[tuple[str, bytes | None], ...]] = []
+    stamps: list[int] = []
+    at = 0
+    for i in range(count):
         length, at = _varint(body, at)
         end = at + length
         if length < 0 or end > len(body):
             raise CorruptRecords(f"record of {length} bytes runs past the batch")
-        at += 1  # record attributes, unused
-        ts_delta, at = _varint(body, at)
+        ts_delta, at = _varint(body, at + 1)  # after the record attributes, unused
         offset_delta, at = _varint(body, at)
+        if offset_delta != i:
+            raise CorruptRecords("offset deltas are not 0, 1, 2, ...")
         key, at = _sized(body, at)
         value, at = _sized(body, at)
         n_headers, at = _varint(body, at)
         if n_headers < 0:
             raise CorruptRecords(f"header count {n_headers}")
-        headers = []
+        pairs = []
         for _ in range(n_headers):
             name, at = _sized(body, at)
             if name is None:
                 raise CorruptRecords("a header without a key")
             hvalue, at = _sized(body, at)
             try:
-                headers.append((name.decode("utf-8"), hvalue))
+                pairs.append((name.decode("utf-8"), hvalue))
             except UnicodeDecodeError as e:
                 raise CorruptRecords("a header key that is not UTF-8") from e
         if at != end:
             raise CorruptRecords("record length disagrees with its fields")
-        records.append(Record(offset_delta, base_ts + ts_delta, key, value, tuple(headers)))
+        keys.append(key)
+        values.append(value)
+        headers.append(tuple(pairs))
+        stamps.append(base_ts + ts_delta)
     if at != len(body):
         raise CorruptRecords(f"{len(body) - at} bytes after the batch's {count} records")
-    if [r.offset_delta for r in records] != list(range(count)):
-        raise CorruptRecords("offset deltas are not 0, 1, 2, ...")
-    return records
+    return keys, values, headers, stamps
 
 
 # --- encoding --------------------------------------------------------------------------------

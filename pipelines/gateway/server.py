@@ -263,9 +263,9 @@ class Gateway:
             batches = await asyncio.to_thread(decode_batches, records or b"")
         except CorruptRecords as e:
             return Acked(ErrorCode.corrupt_message, message=str(e))
-        if not batches or any(not b.records for b in batches):
+        if not batches or any(not len(b) for b in batches):
             return Acked(ErrorCode.invalid_record, message="a produce needs at least one record in every batch")
-        if not all(valid_timestamp(r.timestamp_ms) for b in batches for r in b.records):
+        if not all(valid_timestamp(t) for b in batches for t in (min(b.timestamps_ms), max(b.timestamps_ms))):
             # Checked here, not at commit: one client's bad record must not fail a commit it shares.
             return Acked(ErrorCode.invalid_timestamp, message="a record timestamp outside years 1970 to 9999")
         if any(b.control for b in batches):  # markers are the coordinator's to write, and icelog writes none

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from icelog.pipelines.cli.app import dumps
+from icelog.pipelines.gateway.records import Batch
 from icelog.storage.log import schema as cols
 from icelog.storage.log.table import LogTable
 
@@ -76,16 +77,18 @@ def decode_headers(text: str | None) -> tuple[tuple[str, bytes | None], ...]:
     return tuple((k, None if v is None else base64.b64decode(v)) for k, v in json.loads(text))
 
 
-def records_to_rows(records: list[Any]) -> pa.Table:
-    """Kafka records (``records.Record``, timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema."""
+def batch_rows(batch: Batch) -> pa.Table:
+    """A batch's records (timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema."""
+    stamps = np.asarray(batch.timestamps_ms, dtype=np.int64)
+    headers = batch.headers
     return pa.table(
         {
-            "key": pa.array([r.key for r in records], pa.binary()),
-            "value": pa.array([r.value for r in records], pa.binary()),
-            "headers": pa.array([encode_headers(r.headers) for r in records], pa.string()),
-            "record_timestamp": pa.array(
-                [None if r.timestamp_ms == NO_TIMESTAMP else r.timestamp_ms * 1000 for r in records], pa.int64()
-            ).cast(pa.timestamp("us", tz="UTC")),
+            "key": pa.array(batch.keys, pa.binary()),
+            "value": pa.array(batch.values, pa.binary()),
+            "headers": pa.array([encode_headers(h) for h in headers] if any(headers) else [None] * len(headers), pa.string()),
+            "record_timestamp": pa.array(stamps * 1000, pa.int64(), mask=stamps == NO_TIMESTAMP).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
         }
     )
 

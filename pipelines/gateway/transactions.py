@@ -31,7 +31,7 @@ from pyiceberg.catalog import Catalog
 from icelog.pipelines.gateway.groups import check_positions, valid_group
 from icelog.pipelines.gateway.produce import Acked, error_code
 from icelog.pipelines.gateway.records import Batch
-from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, records_to_rows, table_name
+from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, batch_rows, table_name
 from icelog.storage import errors
 from icelog.storage.groups.offsets import check_member, group_state
 from icelog.storage.log.table import LogTable
@@ -308,7 +308,7 @@ class Transactions:
                         ErrorCode.out_of_order_sequence_number, message=f"sequence {batch.base_sequence}, expected {expected}"
                     )
                 try:
-                    await asyncio.to_thread(session.producer.send, table, partition, records_to_rows(batch.records))
+                    await asyncio.to_thread(session.producer.send, table, partition, batch_rows(batch))
                 except TransactionAborted as e:
                     session.ended = True
                     return Acked(ErrorCode.unknown_producer_id, message=str(e))
@@ -316,7 +316,7 @@ class Transactions:
                     return Acked(ErrorCode.invalid_producer_epoch, message=str(e))
                 except errors.IcelogError as e:
                     return Acked(error_code(e), message=str(e))
-                session.sequences[key] = batch.base_sequence + len(batch.records)
+                session.sequences[key] = batch.base_sequence + len(batch)
         return Acked(ErrorCode.none, -1)
 
     # --- EndTxn ------------------------------------------------------------------------------

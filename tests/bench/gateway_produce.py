@@ -3,6 +3,9 @@
 confluent-kafka sends 100-byte records idempotently (``linger.ms=5``, ``acks=all``) to a gateway on a
 fresh SQLite catalog; every acknowledgement comes after the Iceberg commit. The reference appends the
 same records in-process with ``LogTable.append``, in batches of the size the gateway's commits had.
+The gateway's cost is its process's CPU time per record against ``LogTable.append``'s: on 2 cores
+the client's own per-record Python work (``produce()``, a delivery callback) shares the machine
+and bounds the wall throughput, so records/s is the client and gateway together.
 Not part of ``make bench`` yet: ``python -m tests.bench.gateway_produce [--records N] [--linger-ms MS ...]``.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,8 +23,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from icelog.pipelines.gateway.records import Record
-from icelog.pipelines.gateway.topics import create_topic, records_to_rows
+from icelog.pipelines.gateway.records import Batch
+from icelog.pipelines.gateway.topics import batch_rows, create_topic
 from icelog.storage.log.table import LogTable
 from tests.support.catalogs import CatalogSpec
 
@@ -54,6 +58,7 @@ def through_gateway(directory: Path, records: int, linger_ms: float) -> dict:
         producer.flush(60)
         before = len(LogTable.open(spec.open(), "db.bench").table().metadata.snapshots)
         latencies: list[float] = []
+        cpu_before = _cpu_seconds(proc.pid)
         started = time.perf_counter()
         for _ in range(records):
             sent = time.perf_counter()
@@ -63,6 +68,7 @@ def through_gateway(directory: Path, records: int, linger_ms: float) -> dict:
             producer.poll(0)
         assert producer.flush(300) == 0
         seconds = time.perf_counter() - started
+        gateway_cpu = _cpu_seconds(proc.pid) - cpu_before
         commits = len(LogTable.open(spec.open(), "db.bench").table().metadata.snapshots) - before
         # Paced: the latency of an acknowledgement when the client is not queueing behind itself.
         paced: list[float] = []
@@ -89,20 +95,28 @@ def through_gateway(directory: Path, records: int, linger_ms: float) -> dict:
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
         "commits": commits,
         "records_per_commit": records / max(commits, 1),
+        "cpu_us_per_record": 1e6 * gateway_cpu / records,
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid``, all its threads (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def through_append(directory: Path, records: int, batch: int) -> dict:
     spec = _spec(directory, "direct")
     log_table = create_topic(spec.open(), "db.bench", 1)
     now = int(time.time() * 1000)
-    rows: pa.Table = records_to_rows([Record(i, now, None, VALUE) for i in range(batch)])
+    rows: pa.Table = batch_rows(Batch(0, 0, -1, -1, -1, [None] * batch, [VALUE] * batch, [()] * batch, [now] * batch))
     log_table.append({0: rows.slice(0, 1)})
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(max(records // batch, 1)):
         log_table.append({0: rows})
-    seconds = time.perf_counter() - started
-    return {"records_per_s": (records // batch) * batch / seconds, "batch": batch}
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    appended = max(records // batch, 1) * batch
+    return {"records_per_s": appended / seconds, "cpu_us_per_record": 1e6 * cpu / appended, "batch": batch}
 
 
 def main() -> None:
@@ -114,12 +128,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             gw = through_gateway(Path(tmp) / "gw", args.records, linger)
             direct = through_append(Path(tmp) / "direct", args.records, max(int(gw["records_per_commit"]), 1))
-        ratio = direct["records_per_s"] / gw["records_per_s"]
+        ratio = gw["cpu_us_per_record"] / direct["cpu_us_per_record"]
         print(
             f"window {linger:g} ms: gateway {gw['records_per_s']:,.0f} records/s, ack p50 {gw['p50_ms']:.0f} ms, "
             f"p99 {gw['p99_ms']:.0f} ms (paced at {PACED_RATE}/s: p50 {gw['paced_p50_ms']:.0f} ms, p99 {gw['paced_p99_ms']:.0f} ms), "
             f"{gw['commits']} commits ({gw['records_per_commit']:,.0f} records each); "
             f"LogTable.append in batches of {direct['batch']:,}: {direct['records_per_s']:,.0f} records/s; "
+            f"CPU per record: gateway process {gw['cpu_us_per_record']:.1f} us, LogTable.append {direct['cpu_us_per_record']:.1f} us; "
             f"gateway cost {ratio:.2f}x",
             flush=True,
         )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import struct
 
 import cramjam
+import pyarrow as pa
 import pytest
 from kio.records.readers import read_batch
 
 from icelog.pipelines.gateway.produce import Pending, commit_groups
 from icelog.pipelines.gateway.records import HEADER, XERIAL, Batch, CorruptRecords, decode_batches, encode_batch
-from icelog.pipelines.gateway.topics import decode_headers, encode_headers
+from icelog.pipelines.gateway.topics import NO_TIMESTAMP, batch_rows, decode_headers, encode_headers
 
 RECORDS = [
     (10, 1_700_000_000_123, b"k", b"v", (("h", b"x"), ("none", None))),
@@ -27,6 +28,18 @@ def test_an_encoded_batch_reads_back_here_and_in_kio():
     assert got == RECORDS  # milliseconds kept, null key and value kept, header with a null value kept
     theirs, size = read_batch(data, 0)  # kio checks the CRC-32C and the layout independently
     assert size == len(data) and [r.offset for r in theirs.records] == [10, 11, 12]
+
+
+def test_a_batch_becomes_rows_of_the_kafka_schema_column_by_column():
+    records = [*RECORDS, (13, NO_TIMESTAMP, b"k4", b"v4", ())]
+    (batch,) = decode_batches(encode_batch(10, records))
+    rows = batch_rows(batch).to_pylist()
+    assert [(r["key"], r["value"], decode_headers(r["headers"])) for r in rows] == [(k, v, h) for _, _, k, v, h in records]
+    assert rows[1]["headers"] is None  # no headers: null, as encode_headers says
+    stamps = batch_rows(batch).column("record_timestamp").cast(pa.int64()).to_pylist()
+    assert stamps == [t * 1000 for _, t, _, _, _ in RECORDS] + [None]  # milliseconds kept; no timestamp is null
+    (plain,) = decode_batches(encode_batch(0, [(0, 5, None, b"v", ())]))
+    assert batch_rows(plain).column("headers").null_count == 1
 
 
 def _compressed(codec: int, body: bytes) -> bytes:
@@ -103,7 +116,7 @@ def test_headers_round_trip_through_their_column():
 
 
 def _pending(partition: int, producer: int | None) -> Pending:
-    batch = Batch(0, 0, -1 if producer is None else producer, 0, 0, [])
+    batch = Batch(0, 0, -1 if producer is None else producer, 0, 0, [], [], [], [])
     return Pending(partition, batch, None)  # type: ignore[arg-type]
 
 
