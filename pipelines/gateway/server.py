@@ -265,7 +265,7 @@ class Gateway:
             return Acked(ErrorCode.corrupt_message, message=str(e))
         if not batches or any(not len(b) for b in batches):
             return Acked(ErrorCode.invalid_record, message="a produce needs at least one record in every batch")
-        if not all(valid_timestamp(t) for b in batches for t in (min(b.timestamps_ms), max(b.timestamps_ms))):
+        if not all(valid_timestamp(int(t)) for b in batches for t in (b.timestamps_ms.min(), b.timestamps_ms.max())):
             # Checked here, not at commit: one client's bad record must not fail a commit it shares.
             return Acked(ErrorCode.invalid_timestamp, message="a record timestamp outside years 1970 to 9999")
         if any(b.control for b in batches):  # markers are the coordinator's to write, and icelog writes none

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 
-import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
@@ -79,13 +78,13 @@ def decode_headers(text: str | None) -> tuple[tuple[str, bytes | None], ...]:
 
 def batch_rows(batch: Batch) -> pa.Table:
     """A batch's records (timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema."""
-    stamps = np.asarray(batch.timestamps_ms, dtype=np.int64)
-    headers = batch.headers
+    stamps = batch.timestamps_ms
+    headers = [encode_headers(h) for h in batch.headers] if batch.headers is not None else pa.nulls(len(batch))
     return pa.table(
         {
-            "key": pa.array(batch.keys, pa.binary()),
-            "value": pa.array(batch.values, pa.binary()),
-            "headers": pa.array([encode_headers(h) for h in headers] if any(headers) else [None] * len(headers), pa.string()),
+            "key": batch.keys.cast(pa.binary()),
+            "value": batch.values.cast(pa.binary()),
+            "headers": pa.array(headers, pa.string()),
             "record_timestamp": pa.array(stamps * 1000, pa.int64(), mask=stamps == NO_TIMESTAMP).cast(
                 pa.timestamp("us", tz="UTC")
             ),

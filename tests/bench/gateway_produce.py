@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from icelog.pipelines.gateway.records import Batch
@@ -109,7 +110,8 @@ def through_append(directory: Path, records: int, batch: int) -> dict:
     spec = _spec(directory, "direct")
     log_table = create_topic(spec.open(), "db.bench", 1)
     now = int(time.time() * 1000)
-    rows: pa.Table = batch_rows(Batch(0, 0, -1, -1, -1, [None] * batch, [VALUE] * batch, [()] * batch, [now] * batch))
+    keys, values = pa.nulls(batch, pa.large_binary()), pa.array([VALUE] * batch, pa.large_binary())
+    rows: pa.Table = batch_rows(Batch(0, 0, -1, -1, -1, keys, values, None, np.full(batch, now)))
     log_table.append({0: rows.slice(0, 1)})
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(max(records // batch, 1)):
