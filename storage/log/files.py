@@ -530,3 +530,33 @@ def store_reachable(table: str) -> Iterator[None]:
         raise
     except OSError as e:
         raise StorageUnreachable(table=table, reason=repr(e)) from e
+
+
+def renumbered_file(table: Table, path: str, first: int) -> DataFile:
+    """A copy of the pre-written data file ``path`` whose offsets start at ``first``, next to it.
+
+    A transaction decided in the coordinator journal places pre-written files at the table's
+    log end when it rolls forward (``storage.producers.transactional``): if another writer moved
+    the table since the files were numbered, each is rewritten here, row group by row group (one
+    in memory at a time), every offset shifted by the same amount. The rows, their order (a
+    clustered file's key-hash row groups), the other columns and the encodings stay as written.
+    The copy has a name of its own: another coordinator rolling the same transaction forward
+    never writes, or discards, this one.
+    """
+    offset_id = table.schema().find_field(cols.OFFSET).field_id
+    written_at = file_offset_range(_data_file(table, path), offset_id)[0]
+    shift = first - written_at
+    stem = posixpath.splitext(path)[0]
+    target = f"{stem}-at-{first}-{uuid.uuid4().hex[:8]}.parquet"
+    output = table.io.new_output(target)
+    with table.io.new_input(path).open() as stream:
+        source = pq.ParquetFile(stream)
+        schema = source.schema_arrow
+        index = schema.get_field_index(cols.OFFSET)
+        options = parquet_encodings(schema.names)
+        with output.create(overwrite=False) as out, pq.ParquetWriter(out, schema, compression="zstd", **options) as writer:
+            for g in range(source.num_row_groups):
+                group = source.read_row_group(g)
+                offsets = pc.add(group.column(index), pa.scalar(shift, pa.int64()))
+                writer.write_table(group.set_column(index, schema.field(index), offsets))
+    return _data_file(table, target)
