@@ -232,7 +232,8 @@ class TxnAppend(Request):
                 files += data_files_from_parquet(table, [send.path])
                 continue
             if send.prewritten:  # a decided transaction's file, and the table moved since it was numbered
-                files.append(renumbered_file(table, send.path, placed.first))
+                assert send.expected_offset is not None  # where send_files found it numbered
+                files.append(renumbered_file(table, send.path, placed.first - send.expected_offset, now_us))
                 continue
             with table.io.new_input(send.path).open() as f:
                 payload = pq.read_table(f)

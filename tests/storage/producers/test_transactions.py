@@ -906,6 +906,8 @@ def test_i1_i5_prewritten_files_of_a_decided_transaction_land_at_the_log_end(sql
     producer.close()
     assert [k for _, k, _ in rows(a)] == ["before", *(["other"] * 2 if moved else []), *[f"f{o}" for o in range(1, 6)]]
     assert [o for o, _, _ in rows(a)] == list(range(first + 5))
+    stamps = a.read(0).column("log_timestamp").cast("int64").to_pylist()[first:]
+    assert all(t > 0 for t in stamps) if moved else stamps == [0] * 5  # rewritten: stamped when it landed
     assert committed_offsets(sqlite_catalog, "g", "db.src") == {0: 4}
     assert run_checks(a.table(), ["contiguity-deep", "transactions"]).ok
     referenced = {f.file_path for f in a.table().scan().plan_files() for f in [f.file]}
