@@ -154,6 +154,26 @@ def test_i5_i9_rest_the_driver_dies_after_the_decision_then_each_record_lands_on
     assert txn_files(catalog) == []
 
 
+def test_i1_i5_rest_the_target_moved_after_the_decision_then_recover_places_the_output_after_it(rest_env, monkeypatch):
+    """The driver dies right after the decision; another writer appends to the target; ``recover``
+    rolls the output forward after those records, renumbered, each source record once."""
+    catalog = rest_env.open()
+    make_tables(catalog)
+    real = faults.checkpoint
+    crash_at(monkeypatch, faults.AFTER_TXN_PREPARE)
+    with pytest.raises(Crash):
+        run(rest_env, None, key_range="0:65535")
+    monkeypatch.setattr(faults, "checkpoint", real)
+    LogTable.open(catalog, "db.out").append({p: [{"key": "other", "id": -1}] * 2 for p in range(2)})
+    assert len(tx.recover(catalog)["rolled_forward"]) == 1
+    rows = output(catalog)
+    assert Counter(r["id"] for r in rows) == Counter(range(N)) + Counter({-1: 4})
+    assert all(r["key"] == "other" for r in rows if r["log_offset"] < 2)  # the other writer's records first
+    assert run_checks(catalog.load_table("db.out"), ["contiguity-deep"]).ok
+    assert stable(catalog) == RangeState(N - 1, ())
+    assert txn_files(catalog) == []  # the originals of the renumbered files deleted
+
+
 @pytest.mark.fault
 @pytest.mark.slow  # a second Spark driver starts cold: ~30-50 s
 @pytest.mark.parametrize(("point", "finish"), [(faults.AFTER_TXN_PREPARE, "rerun"), (faults.BETWEEN_TABLE_SWAPS, "recover")])
