@@ -14,7 +14,9 @@ A consume–transform–produce copier in Spark. Each run:
 A re-run after a crash therefore writes each source record exactly once: either the last
 transaction committed (and the group's offsets moved past its records), or it did not (and
 it is aborted; the records are read again). Another writer appending to a target meanwhile
-aborts the transaction with ``OffsetMismatch`` (an AbortableError): run the job again.
+aborts the transaction with ``OffsetMismatch`` (an AbortableError) on an SQL catalog: run the job
+again. On a REST catalog the journal decides and each target takes its files at its log end when
+it rolls forward (renumbered if another writer moved it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Mapping
 from pyiceberg.catalog import Catalog
 
 from icelog.pipelines.ingest import _spark_type, slice_bases, write_slices
-from icelog.pipelines.spark import read_log
+from icelog.pipelines.spark import file_io_properties, is_local, read_log
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.errors import InvalidInput
@@ -134,7 +136,9 @@ def fanout(
 
 
 def write_target(df: Any, target: LogTable, key_column: str, directory: str) -> tuple[dict[int, list[str]], dict[int, int]]:
-    """Executors number and write ``df``'s rows as ``target``'s data files (see ``pipelines.ingest``)."""
+    """Executors number and write ``df``'s rows as ``target``'s data files (see ``pipelines.ingest``)
+    in ``directory``: a local folder, or an object store's URI (a REST catalog's warehouse), which
+    executors write to through pyarrow with the table's FileIO settings."""
     from pyspark.sql import functions as F
 
     iceberg = target.table()
@@ -153,12 +157,14 @@ def write_target(df: Any, target: LogTable, key_column: str, directory: str) -> 
     if not counts:
         return {}, {}
     bases = slice_bases([(r["_task"], r[cols.PARTITION], r["count"]) for r in counts], ends)
+    local = is_local(directory)
     written = write_slices(
         routed,
         bases,
         ends,
         iceberg.schema(),
-        directory.removeprefix("file://"),
+        directory.removeprefix("file://") if local else directory,
         key_column=cols.key_column(iceberg.schema(), iceberg.properties),
+        io_properties=None if local else file_io_properties(iceberg.io.properties),  # executors write to the store
     )
     return written, {p: ends[p] for p in written}

@@ -18,14 +18,24 @@ source log table the way :class:`storage.groups.consumer.Consumer` instances do:
    (``pipelines.fanout``'s writer: partition by the CRC-32 of the key, offsets from the
    target's log end).
 5. Commits the target's files **and** the offsets it read, as IC ranges fenced by its
-   generation, in **one** atomic multi-table commit (``storage.core.commit.commit_tables``).
+   generation, together: on an SQL catalog in **one** atomic multi-table commit
+   (``storage.core.commit.commit_tables``); on a REST catalog as **one transaction** of the
+   member's transactional producer (``storage.producers.transactional``: the files are sent
+   with ``send_files``, the ranges with ``send_ranges_to_transaction``; the coordinator journal
+   decides, then the target and the group offsets each roll forward once, by the transaction id).
 
 Exactly once: a crash before the commit leaves nothing visible (the written files are
 orphans, removed by ``maintain``), and a re-run reads the same offsets again. A rebalance
 between read and commit makes the commit fail with ``StaleGeneration``: nothing lands, the
 files are deleted, and the next run reads by the new assignment. Another writer appending to
-the target meanwhile (e.g. another member's run) is an ``OffsetMismatch``: the job re-numbers
-and rewrites its checkpointed output and tries again, up to ``attempts`` times.
+the target meanwhile (e.g. another member's run) is, on an SQL catalog, an ``OffsetMismatch``:
+the job re-numbers and rewrites its checkpointed output and tries again, up to ``attempts``
+times. On a REST catalog the output lands at the target's log end of its roll-forward: files
+numbered from an older end are rewritten at their new offsets then. A run killed after the
+decision is finished by the next run of the same member (``init_transactions``), by any member
+joining the group (``settle_group``), or by ``icelog transactions recover``; one killed before it
+leaves its files in the transaction's folder, deleted when the transaction aborts or by
+orphan cleanup.
 
 Per-key order holds: one key's records belong to one member at a time (draining hash ranges
 are not read), they are read in offset order, and the output keeps that order per target
@@ -34,6 +44,8 @@ partition, so a transform should keep rows in place (``select``, ``where``, ``wi
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
 import time
 import uuid
@@ -41,12 +53,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from icelog.pipelines.fanout import write_target
-from icelog.pipelines.spark import read_log
+from icelog.pipelines.ingest import remove_staging
+from icelog.pipelines.spark import file_io_properties, is_local, read_log
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.core.commit import commit_tables
-from icelog.storage.core.swap import check_atomic
-from icelog.storage.errors import CommitOutcomeUnknown, InvalidInput, OffsetMismatch
+from icelog.storage.core.swap import is_atomic
+from icelog.storage.errors import CommitOutcomeUnknown, IcelogError, InvalidInput, OffsetMismatch
 from icelog.storage.groups import membership
 from icelog.storage.groups.consumer import (
     BACK_PRESSURE,
@@ -64,6 +77,7 @@ from icelog.storage.groups.offsets import (
 from icelog.storage.groups.ranges import OffsetRange, RangeState, commit_range, pending
 from icelog.storage.log import schema as cols
 from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import TransactionalProducer
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("group_job")
@@ -82,7 +96,7 @@ class GroupJobResult:
     consumed: dict[int, list[OffsetRange]] = field(default_factory=dict)  # offsets committed as IC ranges
     rows: int = 0  # source records consumed
     written: dict[int, list[int]] = field(default_factory=dict)  # target partition -> [first, next)
-    snapshot_id: int | None = None  # the target's, when output landed
+    snapshot_id: int | None = None  # the target's, when output landed in one atomic commit (SQL)
     attempts: int = 0
     seconds: float = 0.0
 
@@ -97,6 +111,7 @@ class _Member:
     hashes: dict[int, list[HashRange]]
     state: GroupOffsetsState
     consumer: Consumer | None
+    producer: TransactionalProducer | None = None  # without atomic multi-table commits (REST)
 
 
 def group_job(
@@ -153,8 +168,7 @@ def group_job(
         StaleGeneration: a rebalance happened before the commit; nothing written.
         OffsetMismatch: the target kept moving for ``attempts`` tries; nothing written.
         InvalidRange: another run of this member committed these offsets first; nothing written.
-        AtomicCommitUnsupported: the catalog cannot commit the output and the offsets at once
-            (a REST catalog): refused before the group is joined.
+        TransactionAborted: (a REST catalog) the transaction timed out or was aborted; nothing written.
     """
     started = time.perf_counter()
     _check_arguments(mode, chunk_size, max_records, attempts, transform)
@@ -179,7 +193,10 @@ def group_job(
             _produce(catalog, src, tgt, group, me, frames, transform, output_key_column or key_column, attempts, result)
     finally:
         if leave and me.consumer is not None:
-            me.consumer.close()
+            me.consumer.close()  # its producer's too
+        elif me.producer is not None:
+            with contextlib.suppress(IcelogError):  # else the next run, or recover, records it
+                me.producer.close()  # the last transaction's COMMITTED record
     result.seconds = time.perf_counter() - started
     bound.info("group job done", rows=result.rows, consumed=result.consumed, written=result.written)
     return result
@@ -187,9 +204,8 @@ def group_job(
 
 def check_catalog(catalog: Any, source: str, target: str) -> tuple[LogTable, LogTable]:
     """What a group job needs of its catalog, checked before it joins the group or starts Spark:
-    both log tables, and one atomic commit across the target and the group offsets table (its
-    output and the offsets it consumed land together, I5)."""
-    check_atomic(catalog, 2)
+    both log tables. Any catalog lands the output and the offsets together (I5): an SQL one in
+    one atomic commit, a REST one in one transaction of the member's producer."""
     return LogTable.open(catalog, source), LogTable.open(catalog, target)
 
 
@@ -215,10 +231,16 @@ def _join(
     chunk_size: int,
     session_timeout_ms: int,
 ) -> _Member:
-    """Join the group (or take the explicit key range) and read the group's state after it."""
+    """Join the group (or take the explicit key range) and read the group's state after it.
+
+    Without atomic multi-table commits the member's transactional producer starts first: it
+    fences an earlier run of the same member and finishes its transaction (a decided one rolls
+    forward, an undecided one aborts), so the state read next holds what that run committed."""
+    atomic = is_atomic(catalog)
     if key_range is not None:
         lo, hi = parse_key_range(key_range if isinstance(key_range, str) else f"{key_range[0]}:{key_range[1]}")
-        return _Member(None, None, {p: [(lo, hi)] for p in partitions}, group_state(catalog), None)
+        producer = None if atomic else _range_producer(catalog, source, group, partitions, (lo, hi), session_timeout_ms)
+        return _Member(None, None, {p: [(lo, hi)] for p in partitions}, group_state(catalog), None, producer)
     consumer = Consumer(
         catalog,
         group,
@@ -228,11 +250,25 @@ def _join(
         key_column=key_column,
         **({"member_id": member_id} if member_id else {}),
     )
+    producer = None if atomic else consumer.transactional_producer()
     consumer.subscribe(source, partitions)
     state = group_state(catalog)
     record = state.members.get(group) or membership.empty_group()
     hashes = {p: membership.fetchable_hashes(record, consumer.member_id, source, p) for p in partitions}
-    return _Member(consumer.member_id, consumer.generation, hashes, state, consumer)
+    return _Member(consumer.member_id, consumer.generation, hashes, state, consumer, producer)
+
+
+def _range_producer(
+    catalog: Any, source: str, group: str, partitions: list[int], hashes: HashRange, session_timeout_ms: int
+) -> TransactionalProducer:
+    """The transactional producer of runs reading ``hashes`` of ``partitions`` without membership:
+    one id per group, source, partitions and range, so a re-run finishes what a killed one left."""
+    tid = f"icelog-group-job/{group}/{source}/{','.join(map(str, partitions))}/{hashes[0]}:{hashes[1]}"
+    if len(tid) > 256:
+        tid = f"icelog-group-job/{hashlib.sha256(tid.encode()).hexdigest()}"
+    producer = TransactionalProducer(catalog, tid, timeout_ms=max(session_timeout_ms, 30_000))
+    producer.init_transactions()
+    return producer
 
 
 # --- read: this member's pending offsets --------------------------------------------------
@@ -358,9 +394,14 @@ def _produce(
     attempts: int,
     result: GroupJobResult,
 ) -> None:
-    """Transform, write and commit with the consumed ranges; a moved target is rewritten and retried."""
+    """Transform, write and commit with the consumed ranges; a moved target is rewritten and retried
+    (an SQL catalog), or renumbered at its roll-forward (a REST catalog's transaction)."""
     out = _transformed([df for _, (df, _) in sorted(frames.items())], transform, tgt, out_key)
     consumed = {(src.identifier, p): ranges for p, (_, ranges) in frames.items()}
+    if me.producer is not None:
+        result.attempts = 1
+        result.written = _write_in_transaction(me.producer, tgt, group, me, out, out_key, consumed)
+        return
     for attempt in range(1, attempts + 1):
         result.attempts = attempt
         try:
@@ -397,6 +438,42 @@ def _transformed(frames: list[Any], transform: Callable[[Any], Any] | None, tgt:
             table=tgt.identifier, reason=f"the transform's output lacks columns {missing}; it has {out.columns}"
         )
     return out.localCheckpoint(eager=True)
+
+
+def _write_in_transaction(
+    producer: TransactionalProducer,
+    tgt: LogTable,
+    group: str,
+    me: _Member,
+    out: Any,
+    out_key: str,
+    consumed: Mapping[tuple[str, int], list[OffsetRange]],
+) -> dict[int, list[int]]:
+    """Executors write the output into the transaction's folder of the target (the table's
+    warehouse); the files and the consumed ranges, fenced by the member's generation, commit as
+    one transaction. Returns the target's offsets ``{partition: [first, next)}``."""
+    producer.begin_transaction()
+    staging = producer.data_dir(tgt.identifier)
+    sent = False
+    try:
+        files, expected = write_target(out, tgt, out_key, staging)
+        faults.checkpoint(faults.AFTER_INGEST_WRITE)
+        if files:
+            producer.send_files(tgt.identifier, files, expected)
+        sent = True  # the journal knows the folder now: an abort deletes it
+        producer.send_ranges_to_transaction(consumed, group, member=me.member, generation=me.generation)
+        committed = producer.commit_transaction()
+    except BaseException:
+        with contextlib.suppress(Exception):  # a decided one is refused: it rolls forward
+            producer.abort_transaction()
+        if not sent:
+            local = is_local(staging)
+            remove_staging(
+                staging.removeprefix("file://") if local else staging,
+                None if local else file_io_properties(tgt.table().io.properties),
+            )
+        raise
+    return {int(p): list(r) for p, r in committed.get(tgt.identifier, {}).items()}
 
 
 def _write_and_commit(

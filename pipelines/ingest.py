@@ -38,7 +38,7 @@ from urllib.parse import unquote, urlparse
 
 from pyiceberg.catalog import Catalog
 
-from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema
+from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema, sparkable_schema
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
 from icelog.storage.core.commit import commit, commit_tables
@@ -386,26 +386,11 @@ def read_sources(spark: Any, files: list[ledger.SourceFile], fmt: str, io_proper
             found = list(pool.map(reader.schema_of, range(len(paths))))
     else:  # CSV and JSON have no footer: executors read each file to infer its columns
         found = spark.sparkContext.parallelize(range(len(paths)), len(paths)).map(reader.schema_of).collect()
-    schema = _sparkable(pa.unify_schemas([pa.ipc.read_schema(pa.py_buffer(s)) for s in found], promote_options="permissive"))
+    schema = sparkable_schema(
+        pa.unify_schemas([pa.ipc.read_schema(pa.py_buffer(s)) for s in found], promote_options="permissive")
+    )
     reader = replace(reader, schema=schema.append(pa.field("_file", pa.string())))
     return spark.range(0, len(paths), 1, len(paths)).mapInArrow(reader, spark_schema(reader.schema))
-
-
-def _sparkable(schema: Any) -> Any:
-    """Source columns as types Spark takes from Arrow: all-null columns as strings, dictionaries
-    as their values, large strings and binaries as plain ones."""
-    import pyarrow as pa
-
-    def plain(t: Any) -> Any:
-        if pa.types.is_dictionary(t):
-            return plain(t.value_type)
-        if pa.types.is_null(t) or pa.types.is_large_string(t):
-            return pa.string()
-        if pa.types.is_large_binary(t):
-            return pa.binary()
-        return t
-
-    return pa.schema([pa.field(f.name, plain(f.type)) for f in schema])
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping
 from urllib.parse import urlparse
@@ -218,10 +219,15 @@ def read_log(
     if end is not None:
         condition = And(condition, LessThan(cols.OFFSET, end))
     paths = [t.file.file_path for t in iceberg.scan(row_filter=condition, snapshot_id=snapshot_id).plan_files()]
-    schema = spark_schema(iceberg.schema().as_arrow())
+    arrow = sparkable_schema(iceberg.schema().as_arrow())
+    schema = spark_schema(arrow)
     if not paths:
         return spark.createDataFrame([], schema)
-    df = spark.read.schema(schema).parquet(*paths)
+    if is_local(paths[0]):
+        df = spark.read.schema(schema).parquet(*paths)
+    else:  # an object store (a REST catalog's warehouse): executors read through pyarrow
+        reader = LogFileReader(sorted(paths), file_io_properties(iceberg.io.properties), arrow)
+        df = spark.range(0, len(paths), 1, len(paths)).mapInArrow(reader, schema)
     if partition is not None:
         df = df.where(F.col(cols.PARTITION) == partition)
     if start is not None:
@@ -229,6 +235,43 @@ def read_log(
     if end is not None:
         df = df.where(F.col(cols.OFFSET) < end)
     return df
+
+
+@dataclass(frozen=True)
+class LogFileReader:
+    """On the executors: read a log table's data files from an object store with pyarrow, one task
+    per file (``mapInArrow`` over ``spark.range``), as the table's FileIO settings reach it: Spark
+    has no object-store connector here. Rows come in the Arrow ``schema`` Spark was given."""
+
+    paths: list[str]
+    io_properties: dict[str, str]
+    schema: Any
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow.parquet as pq
+
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                filesystem, where = executor_filesystem(self.io_properties, self.paths[index])
+                rows = pq.read_table(where, filesystem=filesystem, columns=self.schema.names)
+                yield from rows.select(self.schema.names).cast(self.schema).to_batches()
+
+
+def sparkable_schema(schema: Any) -> Any:
+    """Columns as types Spark takes from Arrow: all-null columns as strings, dictionaries as their
+    values, large strings and binaries as plain ones."""
+    import pyarrow as pa
+
+    def plain(t: Any) -> Any:
+        if pa.types.is_dictionary(t):
+            return plain(t.value_type)
+        if pa.types.is_null(t) or pa.types.is_large_string(t):
+            return pa.string()
+        if pa.types.is_large_binary(t):
+            return pa.binary()
+        return t
+
+    return pa.schema([pa.field(f.name, plain(f.type)) for f in schema])
 
 
 def spark_schema(arrow_schema: Any):

@@ -197,10 +197,11 @@ class ExpectedOffsetRequired(InvalidInput):
 
 
 class ExpectedOffsetNeedsAtomicCatalog(InvalidInput):
-    """A transaction's send names its offsets (an expected offset, or pre-written files whose
-    offsets are fixed) on a catalog without atomic multi-table commits. There the journal decides
-    the commit and each table then rolls forward at its log end of that moment, which another
-    writer may have moved: an expected offset could not be kept. Refused at the send, nothing staged."""
+    """A transaction's send names an expected offset on a catalog without atomic multi-table
+    commits. There the journal decides the commit and each table then rolls forward at its log end
+    of that moment, which another writer may have moved: an expected offset could not be kept.
+    Refused at the send, nothing staged. (Pre-written files are accepted there: the roll-forward
+    renumbers them if the table moved.)"""
 
     table: str
     catalog: str

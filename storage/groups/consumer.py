@@ -364,7 +364,7 @@ class Consumer:
         for _, part in also:
             if not isinstance(part, AppendRequest) or part.files or part.expected_offsets or part.producer is not None:
                 raise AtomicCommitUnsupported(catalog=self.catalog.name, kind=type(self.catalog).__name__)
-        producer = self._transactions()
+        producer = self.transactional_producer()
         producer.begin_transaction()
         try:
             for table, part in also:
@@ -389,7 +389,7 @@ class Consumer:
             },
         }
 
-    def _transactions(self) -> TransactionalProducer:
+    def transactional_producer(self) -> TransactionalProducer:
         """This member's transactional producer, one per group and member id: a restarted member
         fences its predecessor's (epoch) and finishes what it left."""
         if self._producer is None:

@@ -530,3 +530,32 @@ def store_reachable(table: str) -> Iterator[None]:
         raise
     except OSError as e:
         raise StorageUnreachable(table=table, reason=repr(e)) from e
+
+
+def renumbered_file(table: Table, path: str, shift: int, now_us: int) -> DataFile:
+    """A copy of the pre-written data file ``path`` with every offset moved by ``shift`` and
+    stamped ``now_us`` (its append time: it lands now, after the writer that moved the table).
+
+    A transaction decided in the coordinator journal places pre-written files at the table's
+    log end when it rolls forward (``storage.producers.transactional``): if another writer moved
+    the table since the files were numbered, each is rewritten here, row group by row group (one
+    in memory at a time). The rows, their order (a clustered file's key-hash row groups), the
+    payload and the encodings stay as written. The copy lies next to the original under a name of
+    its own: another coordinator rolling the same transaction forward never writes, or discards,
+    this one.
+    """
+    target = f"{posixpath.splitext(path)[0]}-moved-{uuid.uuid4().hex[:12]}.parquet"
+    output = table.io.new_output(target)
+    with table.io.new_input(path).open() as stream:
+        source = pq.ParquetFile(stream)
+        schema = source.schema_arrow
+        offset, stamp = schema.get_field_index(cols.OFFSET), schema.get_field_index(cols.TIMESTAMP)
+        options = parquet_encodings(schema.names)
+        with output.create(overwrite=False) as out, pq.ParquetWriter(out, schema, compression="zstd", **options) as writer:
+            for g in range(source.num_row_groups):  # each write starts a row group
+                group = source.read_row_group(g)
+                moved = pc.add(group.column(offset), pa.scalar(shift, pa.int64()))
+                group = group.set_column(offset, schema.field(offset), moved)
+                now = pa.array(np.full(group.num_rows, now_us, dtype=np.int64)).cast(schema.field(stamp).type)
+                writer.write_table(group.set_column(stamp, schema.field(stamp), now))
+    return _data_file(table, target)

@@ -31,7 +31,8 @@ Design (docs/transactions.md):
   (``Prepared.decided``), recorded only after every table's part was decided on the table as it
   is; each table then rolls forward in its own commit whose commit id is the transaction id (a
   second run finds it done), the group offsets likewise, and COMMITTED is recorded last. Sends
-  there take no expected offset: each table places them at its log end when it rolls forward.
+  there take no expected offset: each table places them at its log end when it rolls forward
+  (pre-written files too: one numbered elsewhere is rewritten at its new offsets then).
 * **Recovery** (``init_transactions`` for its own id, :func:`recover` for all) rolls forward
   what reached PREPARE_COMMIT (a REST catalog's decided transactions, and an SQL journal's
   prepared ones from versions before the one-swap commit), aborts the rest the journal holds, and
@@ -104,7 +105,13 @@ from icelog.storage.groups.offsets import (
     validate_ranges,
 )
 from icelog.storage.log import schema as cols
-from icelog.storage.log.files import arrow_location, data_files_from_parquet, prewritten_files, write_log_files
+from icelog.storage.log.files import (
+    arrow_location,
+    data_files_from_parquet,
+    prewritten_files,
+    renumbered_file,
+    write_log_files,
+)
 from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable, checked_on, with_system_columns
 from icelog.storage.producers.idempotent import lease_producer_ids
@@ -161,6 +168,11 @@ class TxnAppend(Request):
     expected offset that no longer holds aborts the transaction (``OffsetMismatch``).
     The decision places each send at its offsets; the commit's write step rewrites the
     staged payload files as data files there (:meth:`write_rows`), once per set of offsets.
+
+    ``renumber``: the roll-forward of a transaction the journal decided (a catalog without
+    atomic multi-table commits), where every send goes to the log end as it is then: a
+    pre-written file's offsets are where it was numbered, not a condition, and it is rewritten
+    at its new offsets if the table moved meanwhile (``storage.log.files.renumbered_file``).
     """
 
     state_type = LogState
@@ -170,6 +182,7 @@ class TxnAppend(Request):
     txn_id: str
     sends: list[StagedSend]
     commit_id: str = ""
+    renumber: bool = False
 
     def decide(self, state: LogState, table: Table) -> Decision:
         self._check_table(table)
@@ -181,9 +194,10 @@ class TxnAppend(Request):
             if send.partition >= state.partitions:
                 raise UnknownPartition(table=self.table, partition=send.partition, partitions=state.partitions)
             base = ranges.get(send.partition, (state.end(send.partition),) * 2)[1]
-            if send.expected_offset is not None and send.expected_offset != base:
-                raise OffsetMismatch(table=self.table, partition=send.partition, expected=send.expected_offset, actual=base)
-            if send.expected_offset is None and strict:
+            expected = None if self.renumber else send.expected_offset
+            if expected is not None and expected != base:
+                raise OffsetMismatch(table=self.table, partition=send.partition, expected=expected, actual=base)
+            if expected is None and strict:
                 raise ExpectedOffsetRequired(table=self.table, partitions=[send.partition])
             first = ranges.get(send.partition, (base, base))[0]
             ranges[send.partition] = (first, base + send.rows)
@@ -214,8 +228,12 @@ class TxnAppend(Request):
         files: list[DataFile] = []
         for placed in sorted((p for sends in rows.values() for p in sends), key=lambda p: p.index):
             send = placed.send
-            if send.prewritten:  # offsets already match: the expected offset held
+            if send.prewritten and placed.first == send.expected_offset:  # numbered where it lands
                 files += data_files_from_parquet(table, [send.path])
+                continue
+            if send.prewritten:  # a decided transaction's file, and the table moved since it was numbered
+                assert send.expected_offset is not None  # where send_files found it numbered
+                files.append(renumbered_file(table, send.path, placed.first - send.expected_offset, now_us))
                 continue
             with table.io.new_input(send.path).open() as f:
                 payload = pq.read_table(f)
@@ -227,6 +245,20 @@ class TxnAppend(Request):
     def keeps(self, data_file: DataFile) -> bool:
         """A prewritten send's file is the sender's, committed as it is: never deleted here."""
         return any(send.prewritten and send.path == data_file.file_path for send in self.sends)
+
+    def renumbered(self, result: Mapping[str, list[int]]) -> list[str]:
+        """The pre-written files a landed decision (``result``: ``{partition: [first, next)}``)
+        placed elsewhere than they were numbered: rewritten, so no longer the table's."""
+        cursor = {int(p): r[0] for p, r in result.items()}
+        moved = []
+        for send in self.sends:
+            first = cursor.get(send.partition)
+            if first is None:
+                continue
+            if send.prewritten and first != send.expected_offset:
+                moved.append(send.path)
+            cursor[send.partition] = first + send.rows
+        return moved
 
     def receipt(self, result: Any) -> Any:
         return result
@@ -398,8 +430,12 @@ class TransactionalProducer:
         Each file holds one partition with consecutive offsets; per partition the files tile
         ``[expected, expected + rows)`` (checked from their statistics now, as
         :meth:`storage.log.table.LogTable.commit_files` does). They live under :meth:`data_dir`, are
-        deleted if the transaction aborts, and commit as they are; if a partition's log end
-        is no longer ``expected`` at commit, the transaction aborts with ``OffsetMismatch``.
+        deleted if the transaction aborts, and commit as they are when they land where they were
+        numbered. With atomic multi-table commits, a partition whose log end is no longer
+        ``expected`` at commit aborts the transaction with ``OffsetMismatch``. Without them (the
+        journal decides, each table rolls forward later) the files go to the log end as it is at
+        the roll-forward, like every send there: a file numbered elsewhere is rewritten at its
+        new offsets then (``storage.log.files.renumbered_file``).
         """
 
         self._require_open(sending=True)
@@ -409,7 +445,6 @@ class TransactionalProducer:
         self._seen.put(name, current)
         if not files and not expected_offsets:
             return 0
-        self._refuse_fixed_offsets(name)
         partitions = LogState.from_metadata(current.metadata).partitions
         staged: list[StagedSend] = []
         for p, data_files in prewritten_files(current, name, partitions, files, expected_offsets).items():
@@ -847,7 +882,7 @@ def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared, now_ms: int
     def check(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Table]:
         table = LogTable.open(catalog, name).table()
         refuse_read_only(name, table.metadata)
-        TxnAppend(name, txn_id, list(sends), txn_id).decide(LogState.from_metadata(table.metadata), table)
+        TxnAppend(name, txn_id, list(sends), txn_id, renumber=True).decide(LogState.from_metadata(table.metadata), table)
         return name, table
 
     if prepared.offsets is not None:
@@ -902,7 +937,7 @@ def _roll_forward_tables(
     """
 
     def table_part(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Any]:
-        append = TxnAppend(name, txn_id, list(sends), txn_id)
+        append = TxnAppend(name, txn_id, list(sends), txn_id, renumber=True)
         loaded = seen.get(name) if seen is not None else None
         try:
             outcome = commit(catalog, name, append, commit_id=txn_id, resent=True, loaded=loaded)
@@ -913,9 +948,13 @@ def _roll_forward_tables(
             raise
         if seen is not None and outcome.table is not None:
             seen.put(name, outcome.table)
-        if not all(s.prewritten for s in sends):
+        moved = append.renumbered(outcome.result or {})
+        if moved or not all(s.prewritten for s in sends):
             table = outcome.table or LogTable.open(catalog, name).table()
             _delete_dir(table, staging_dir(table.metadata.location, txn_id))
+            for path in moved:  # the table holds their renumbered copies now
+                with contextlib.suppress(FileNotFoundError, OSError, IcelogError):
+                    table.io.delete(path)
         return name, outcome.result or {}
 
     def offsets_part() -> tuple[str, Any]:

@@ -19,6 +19,14 @@ def env_catalog(sqlite_spec, monkeypatch):
 
 
 @pytest.fixture
+def rest_env(rest_spec, monkeypatch):
+    """The SeaweedFS REST catalog, reachable by name through the environment (this test only)."""
+    for key, value in rest_spec.env().items():
+        monkeypatch.setenv(key, value)
+    return rest_spec
+
+
+@pytest.fixture
 def icelog(sqlite_spec) -> Cli:
     return Cli(sqlite_spec)
 

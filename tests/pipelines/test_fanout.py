@@ -80,6 +80,30 @@ def test_i5_fanout_copies_each_record_once_and_moves_the_group_in_the_same_commi
 
 
 @pytest.mark.integration
+def test_i5_fanout_on_rest_copies_each_record_once_in_a_decided_transaction(spark, rest_env, monkeypatch):
+    """On a REST catalog the executors' files go through ``send_files`` into the journal's
+    decision; a target another writer moved after they were numbered takes them at its new end."""
+    catalog = rest_env.open()
+    source = make_tables(catalog)
+    add_source(source, 0, 60)
+    real = faults.checkpoint
+
+    def other_writer(point: str) -> None:  # after the sends, before the decision
+        if point == faults.AFTER_TXN_STAGE:
+            LogTable.open(catalog, "db.out_a").append({p: [{"key": "other", "route": "a", "id": -1}] for p in range(3)})
+        real(point)
+
+    monkeypatch.setattr(faults, "checkpoint", other_writer)
+    result = fanout(spark, "db.src", "copier", ROUTES, route_column="route", catalog_name=rest_env.name)
+    monkeypatch.setattr(faults, "checkpoint", real)
+    assert result.rows == 40 and all(r[0] == 1 for r in result.written["db.out_a"].values())
+    assert output_ids(catalog) == expected_ids(0, 60) + Counter({-1: 3})
+    assert committed_offsets(catalog, "copier", "db.src") == {0: 30, 1: 30}
+    for table in ROUTES.values():
+        assert run_checks(catalog.load_table(table), ["contiguity-deep"]).ok
+
+
+@pytest.mark.integration
 @pytest.mark.fault
 @pytest.mark.parametrize("point", [pytest.param(faults.AFTER_TXN_STAGE, marks=pytest.mark.slow), faults.AFTER_TXN_PREPARE])
 def test_i9_fanout_killed_then_rerun_writes_each_record_exactly_once(spark, env_catalog, tmp_path, point):

@@ -5,13 +5,13 @@ Single-table commits run on REST: each proves its exact base with the table's ta
 loads (I9) and the mirror (I6) work there, and a mirror carries a log from a SQL catalog to
 REST and, after promotion, back (the disaster-recovery case). An atomic commit across tables
 is refused before anything changes (I5): the server's ``transactions/commit`` is not atomic.
-(Transactions and the ingest job run on REST without one: tests/storage/producers and
-tests/pipelines/test_spark_ingest_rest.py.)
+(Transactions, the ingest job and the Spark group job run on REST without one:
+tests/storage/producers, tests/pipelines/test_spark_ingest_rest.py and
+tests/pipelines/test_group_job_rest.py.)
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -220,34 +220,6 @@ def test_i9_ingest_data_and_ledger_in_one_commit_refused_on_rest(rest_catalog, u
         data = AppendRequest(t.identifier, t.conform({0: batch(1)}), {}, "c1", None)
         with pytest.raises(AtomicCommitUnsupported):
             commit_tables(rest_catalog, [(t.identifier, data), (ledger.LEDGER_TABLE, ledger.LedgerAppend((), 0))])
-
-
-def test_i5_consume_produce_refused_on_rest_before_the_group_or_spark(rest_spec, monkeypatch, unchanged):
-    """consume-produce commits its output and its consumed offsets at once: the CLI refuses it
-    with AtomicCommitUnsupported (exit 2) before it joins the group or starts Spark, and so does
-    the job itself (no Spark session given: the refusal comes first)."""
-    import pyiceberg.catalog
-    from pyiceberg.utils.config import Config
-
-    from icelog.pipelines.group_job import group_job
-    from tests.support.cli import Cli
-
-    catalog = rest_spec.open()
-    source, out = _log(catalog, n=5), LogTable.create(catalog, "db.out", 1)
-    with unchanged(source), unchanged(out), unchanged(catalog=catalog):  # no group table, no group state
-        started = time.monotonic()
-        run = Cli(rest_spec).process("--output", "json", "consume-produce", "db.events", "db.out", "--group", "g")
-        seconds = time.monotonic() - started
-        assert run.returncode == 2, (run.returncode, run.stdout, run.stderr[-2000:])
-        error = json.loads(run.stdout)
-        assert error["error"] == "AtomicCommitUnsupported" and error["catalog"] == rest_spec.name, error
-        assert seconds < 30, f"refused after {seconds:.1f} s: something started first"
-        for name, value in rest_spec.env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read once at import: read again
-        with pytest.raises(AtomicCommitUnsupported):
-            group_job(None, "db.events", "db.out", "g", catalog_name=rest_spec.name)
-    assert "g" not in group_state(catalog).members and committed_offsets(catalog, "g", "db.events") == {}
 
 
 def test_i9_bulk_load_resumes_by_load_id_on_rest(rest_catalog):

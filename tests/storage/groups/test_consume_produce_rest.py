@@ -242,7 +242,7 @@ def test_i8_rest_output_table_dropped_between_send_and_commit_is_refused_and_no_
     batches = c.poll(6)
     rows = [{"key": k, "value": "v"} for b in batches for k in b.column("key").to_pylist()]
     append = AppendRequest(out.identifier, out.conform({0: rows}), {})
-    producer = c._transactions()
+    producer = c.transactional_producer()
     real_send = producer.send
 
     def send_then_drop(*args, **kwargs):

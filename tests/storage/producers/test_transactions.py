@@ -853,8 +853,7 @@ def test_i5_a_decided_transaction_is_never_aborted(sqlite_catalog, monkeypatch):
     assert_committed_once(sqlite_catalog, a, b, txn_id)
 
 
-@pytest.mark.parametrize("send", ["expected offset", "pre-written files"])
-def test_i1_i5_fixed_offsets_are_refused_at_the_send_without_atomic_commits(sqlite_catalog, unchanged, send):
+def test_i1_i5_an_expected_offset_is_refused_at_the_send_without_atomic_commits(sqlite_catalog, unchanged):
     """Each table takes a decided transaction at its log end when it rolls forward: an expected
     offset could not be kept, so it is refused before anything is staged."""
     from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog
@@ -862,14 +861,60 @@ def test_i1_i5_fixed_offsets_are_refused_at_the_send_without_atomic_commits(sqli
     proxy, a, b, producer = decided_setup(sqlite_catalog)
     producer.begin_transaction()
     with unchanged(a), pytest.raises(ExpectedOffsetNeedsAtomicCatalog, match="SQL catalog") as caught:
-        if send == "expected offset":
-            producer.send("db.a", 0, [{"key": "k", "value": "1"}], expected_offset=1)
-        else:
-            producer.send_files("db.a", {0: ["/nowhere.parquet"]}, {0: 1})
+        producer.send("db.a", 0, [{"key": "k", "value": "1"}], expected_offset=1)
     assert isinstance(caught.value, InvalidInput)  # the CLI's exit 2
     assert staged_files(a) == []
     producer.send("db.b", 0, [{"key": "k", "value": "1"}])  # the transaction goes on
     assert producer.commit_transaction() == {"db.b": {"0": [0, 1]}}
+
+
+def _numbered_files(producer, log_table: LogTable, first: int, sizes: list[int]) -> list[str]:
+    """Data files in the transaction's folder of ``log_table`` (as executors write them for
+    ``send_files``), numbered from ``first``, ``sizes`` rows each: keys ``f<offset>``."""
+    from icelog.storage.log.files import write_log_files
+    from icelog.storage.log.table import with_system_columns
+
+    table = log_table.table()
+    paths, cursor = [], first
+    for n in sizes:
+        payload = log_table.conform({0: [{"key": f"f{cursor + i}", "value": str(i)} for i in range(n)]})[0]
+        (written,) = write_log_files(table, {0: with_system_columns(payload, 0, cursor, 0, None, None)})
+        path = f"{producer.data_dir(log_table.identifier)}/{len(paths)}.parquet"
+        with table.io.new_input(written.file_path).open() as src, table.io.new_output(path).create() as out:
+            out.write(src.read())
+        table.io.delete(written.file_path)
+        paths.append(path)
+        cursor += n
+    return paths
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_i1_i5_prewritten_files_of_a_decided_transaction_land_at_the_log_end(sqlite_catalog, moved):
+    """Without atomic multi-table commits, pre-written files go where the roll-forward finds the
+    log end: as they are if it is where they were numbered, else rewritten at their new offsets
+    (the other writer's records first, each record once, the table deep-checked contiguous) and
+    the originals deleted."""
+    proxy, a, b, producer = decided_setup(sqlite_catalog)  # db.a holds offset 0
+    txn_id = producer.begin_transaction()
+    paths = _numbered_files(producer, a, 1, [2, 3])
+    assert producer.send_files("db.a", {0: paths}, {0: 1}) == 5
+    producer.send_offsets_to_transaction({("db.src", 0): 4}, "g")
+    if moved:  # another writer between the files' numbering and the roll-forward
+        a.append({0: [{"key": "other", "value": "x"}, {"key": "other", "value": "y"}]})
+    first = 3 if moved else 1
+    assert producer.commit_transaction() == {"db.a": {"0": [first, first + 5]}}
+    producer.close()
+    assert [k for _, k, _ in rows(a)] == ["before", *(["other"] * 2 if moved else []), *[f"f{o}" for o in range(1, 6)]]
+    assert [o for o, _, _ in rows(a)] == list(range(first + 5))
+    stamps = a.read(0).column("log_timestamp").cast("int64").to_pylist()[first:]
+    assert all(t > 0 for t in stamps) if moved else stamps == [0] * 5  # rewritten: stamped when it landed
+    assert committed_offsets(sqlite_catalog, "g", "db.src") == {0: 4}
+    assert run_checks(a.table(), ["contiguity-deep", "transactions"]).ok
+    referenced = {f.file_path for f in a.table().scan().plan_files() for f in [f.file]}
+    exists = [os.path.exists(local_path(p)) for p in paths]
+    assert exists == [not moved, not moved]  # renumbered: the originals are no longer the table's
+    assert (set(paths) <= referenced) is not moved
+    assert journal_states(sqlite_catalog, txn_id)[-1] == "COMMITTED"
 
 
 @pytest.mark.parametrize("change", ["dropped", "re-created"])

@@ -5,8 +5,10 @@
 Consume–transform–produce, exactly once: each polled batch of ``src`` becomes rows of
 ``out`` (key, value ``"<source offset>"``), committed in one multi-table commit with the
 batch's offset ranges (``Consumer.commit(also=...)``). Prints one JSON line per event.
-Once ``arm_file`` exists, the worker arms ``ICELOG_PAUSE_AT`` (``pause_point``) after its
-next committed batch, so the commit after that stops at the fault point for the parent's SIGKILL.
+Once ``arm_file`` exists, the worker arms ``ICELOG_PAUSE_AT`` (``pause_point``) before its next
+commit, so that commit stops at the fault point for the parent's SIGKILL. (Armed only after a
+commit, a member whose share of the next round fits one batch would commit it, arm, and then sit
+idle: it would never reach the point.)
 Runs until ``stop_file`` exists and a poll comes back empty.
 """
 
@@ -59,6 +61,8 @@ def main(spec_json: str, args_json: str) -> None:
         ]
         time.sleep(args.get("work_s", 0.0))  # the "processing"
         append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)
+        if args.get("arm_file") and Path(args["arm_file"]).exists():
+            faults.set_pause(args["pause_point"])
         try:
             consumer.commit(also=[(out.identifier, append)])
         except StaleGeneration as e:
@@ -69,8 +73,6 @@ def main(spec_json: str, args_json: str) -> None:
             continue
         committed += 1
         emit(event="committed", member=args["member"], offsets=[int(r["value"]) for r in rows])
-        if args.get("arm_file") and Path(args["arm_file"]).exists():
-            faults.set_pause(args["pause_point"])
     consumer.close()
     emit(event="closed", member=args["member"])
 
