@@ -7,8 +7,8 @@ all. So the registry has two parts:
 
 * the **tail**, the newest entries, in the table property ``icelog.commits`` (JSON, oldest
   first), at most about ``TAIL_BYTES`` of text;
-* **registry files**, immutable JSON files beside the metadata files
-  (``icelog-commits-<version>-<uuid>.json``), listed oldest first in the property
+* **registry files**, immutable Avro files beside the metadata files
+  (``icelog-commits-<version>-<uuid>.avro``), listed oldest first in the property
   ``icelog.commits.files`` with each file's entry count and newest commit time. When the tail
   outgrows ``TAIL_BYTES``, the commit writes its older entries to a new file before the swap
   and lists it in the same swap.
@@ -25,7 +25,7 @@ wrong); ``icelog.commits.forgotten-ms`` moves only when entries leave.
 A lookup reads the tail first, then (only when it misses) the files that can hold the id:
 an id that carries its creation time (UUIDv7) can only be in a file whose newest commit
 came after it (less the clock skew). Files never change, so this process keeps the ones it
-read (``_CACHE_FILES``). A file belongs to one table: its content names the table's uuid,
+read (``_CACHE_FILES``). A file belongs to one table: it names the table's uuid,
 and a file of another table (copied properties, a table re-created at the same location)
 counts for nothing.
 
@@ -35,6 +35,7 @@ commit now moves it into one file (it is larger than ``TAIL_BYTES``).
 
 from __future__ import annotations
 
+import io
 import json
 import posixpath
 import random
@@ -248,7 +249,7 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     written = None
     if len(text) >= TAIL_BYTES:
         folder = listed.folder if listed else posixpath.dirname(table.metadata_location)
-        name = f"{FILE_PREFIX}{version:05d}-{uuid.uuid4().hex}.json"
+        name = f"{FILE_PREFIX}{version:05d}-{uuid.uuid4().hex}.avro"
         _write(table, f"{folder}/{name}", kept)
         written = f"{folder}/{name}"
         files.append(RegistryFile(name, len(kept), max(kept_times)))
@@ -266,12 +267,51 @@ def files_written(base: TableMetadata, properties: Mapping[str, str]) -> list[st
     return [p for p in after.paths() if p not in known] if after else []
 
 
+_SCHEMA = {
+    "type": "record",
+    "name": "commit",
+    "namespace": "icelog",
+    "fields": [
+        {"name": "commit_id", "type": "string"},
+        {"name": "receipt", "type": "string"},  # JSON: whatever the request's receipt holds
+        {"name": "snapshot_id", "type": ["null", "long"]},
+        {"name": "committed_ms", "type": ["null", "long"]},  # none in an older icelog's entries
+    ],
+}
+_OWNER = "icelog.table-uuid"
+
+
 def _write(table: Table, path: str, entries: list[Entry]) -> None:
-    body = json.dumps({"table-uuid": str(table.metadata.table_uuid), "entries": entries}, separators=(",", ":"))
+    """Avro, as Iceberg's own manifests: the one kind of file besides metadata JSON and data that
+    every store holding Iceberg tables takes under ``metadata/`` (S3 table buckets refuse others)."""
+    import fastavro
+
+    records = [
+        {
+            "commit_id": e[0],
+            "receipt": json.dumps(e[1], separators=(",", ":")),
+            "snapshot_id": e[2],
+            "committed_ms": e[3] if len(e) > 3 and isinstance(e[3], int) and not isinstance(e[3], bool) else None,
+        }
+        for e in entries
+    ]
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(_SCHEMA), records, metadata={_OWNER: str(table.metadata.table_uuid)})
     with table.io.new_output(path).create(overwrite=True) as out:
-        out.write(body.encode())
+        out.write(buffer.getvalue())
     _remember(path, str(table.metadata.table_uuid), entries)
     faults.checkpoint(faults.AFTER_REGISTRY_FILE)
+
+
+def _parse(data: bytes) -> tuple[str, list[Entry]]:
+    import fastavro
+
+    reader = fastavro.reader(io.BytesIO(data))
+    entries: list[Entry] = []
+    for r in reader:
+        entry = [r["commit_id"], json.loads(r["receipt"]), r["snapshot_id"]]
+        entries.append(entry if r["committed_ms"] is None else [*entry, r["committed_ms"]])
+    return str(reader.metadata.get(_OWNER)), entries
 
 
 # --- reading registry files: immutable, so kept once read ---------------------------------------
@@ -300,8 +340,7 @@ def _read(table: Table, path: str) -> tuple[list[Entry], dict[str, tuple[Any, An
             _cache.move_to_end(path)
     if value is None:
         with table.io.new_input(path).open() as f:
-            parsed = json.loads(f.read())
-        value = _remember(path, str(parsed.get("table-uuid")), parsed["entries"])
+            value = _remember(path, *_parse(f.read()))
     owner, entries, by_id = value
     if owner != str(table.metadata.table_uuid):
         log.warning("registry file of another table ignored", path=path, owner=owner, table=str(table.metadata.table_uuid))
