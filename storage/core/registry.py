@@ -8,7 +8,7 @@ all. So the registry has two parts:
 * the **tail**, the newest entries, in the table property ``icelog.commits`` (JSON, oldest
   first), at most about ``TAIL_BYTES`` of text;
 * **registry files**, immutable Avro files beside the metadata files
-  (``icelog-commits-<version>-<uuid>.avro``), listed oldest first in the property
+  (``icelog-commits-<version>-<random>.avro``), listed oldest first in the property
   ``icelog.commits.files`` with each file's entry count and newest commit time. When the tail
   outgrows ``TAIL_BYTES``, the commit writes its older entries to a new file before the swap
   and lists it in the same swap.
@@ -71,7 +71,7 @@ Entry = list[Any]  # [commit_id, receipt, snapshot_id, committed_ms]
 class RegistryFile:
     """One registry file as the list names it."""
 
-    name: str  # in the list's folder
+    stem: str  # ``<version>-<random>``: the file is ``icelog-commits-<stem>.avro`` in the list's folder
     count: int  # entries in it
     newest_ms: int  # the latest commit time among them (an upper bound for an older icelog's entries)
 
@@ -84,14 +84,14 @@ class FileList:
     files: tuple[RegistryFile, ...] = ()
 
     def path(self, f: RegistryFile) -> str:
-        return f"{self.folder}/{f.name}"
+        return f"{self.folder}/{FILE_PREFIX}{f.stem}.avro"
 
     def paths(self) -> list[str]:
         return [self.path(f) for f in self.files]
 
     def to_property(self) -> str:
         return json.dumps(
-            {"dir": self.folder, "files": [[f.name, f.count, f.newest_ms] for f in self.files]}, separators=(",", ":")
+            {"dir": self.folder, "files": [[f.stem, f.count, f.newest_ms] for f in self.files]}, separators=(",", ":")
         )
 
 
@@ -249,10 +249,11 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     written = None
     if len(text) >= TAIL_BYTES:
         folder = listed.folder if listed else posixpath.dirname(table.metadata_location)
-        name = f"{FILE_PREFIX}{version:05d}-{uuid.uuid4().hex}.avro"
-        _write(table, f"{folder}/{name}", kept)
-        written = f"{folder}/{name}"
-        files.append(RegistryFile(name, len(kept), max(kept_times)))
+        # The version, and randomness against a racing commit on the same base: the list stays short.
+        made = RegistryFile(f"{version:05d}-{uuid.uuid4().hex[:12]}", len(kept), max(kept_times))
+        written = FileList(folder).path(made)
+        _write(table, written, kept)
+        files.append(made)
         listed, kept = FileList(folder), []
     properties = {COMMITS: json.dumps([*kept, entry], separators=(",", ":"))}
     if listed is not None:

@@ -22,7 +22,7 @@ def files_referenced(table) -> set[str]:
     meta = table.metadata
     needed = {local_path(table.metadata_location)} | {local_path(e.metadata_file) for e in meta.metadata_log}
     listed = json.loads(meta.properties.get("icelog.commits.files") or '{"dir": "", "files": []}')
-    needed.update(local_path(f"{listed['dir']}/{name}") for name, *_ in listed["files"])  # commit-id registry files
+    needed.update(local_path(f"{listed['dir']}/icelog-commits-{stem}.avro") for stem, *_ in listed["files"])  # commit-id registry
     for snapshot in meta.snapshots:
         needed.add(local_path(snapshot.manifest_list))
         needed.update(local_path(m.manifest_path) for m in snapshot.manifests(table.io))
