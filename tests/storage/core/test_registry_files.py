@@ -320,3 +320,18 @@ def test_i4_registry_files_on_rest_and_s3(rest_catalog, small_tail):
     assert [e[0] for e in all_commits(t.table())][:3] == ["first", "c0", "c1"]
     assert t.append({0: rows("c0")}, commit_id="c0").duplicate
     assert t.watermarks()[0].end == 13
+
+
+def test_i6_a_mirror_target_keeps_its_own_registry_not_its_sources_files(source, target, small_tail):
+    from icelog.storage.replication.mirror import mirror
+    from tests.support.mirror import PRINCIPAL
+
+    src = LogTable.create(source, "orders", 1)
+    for i in range(12):
+        src.append({0: rows(str(i))}, commit_id=f"src{i}")
+    assert listed(src)
+    mirror(source, "orders", target, principal=PRINCIPAL)
+    dst = LogTable.open(target, "orders")
+    assert not set(listed(dst)) & set(listed(src))
+    assert find_commit(dst.table(), "src0") is NOT_FOUND
+    assert dst.watermarks()[0].end == 12
