@@ -97,12 +97,12 @@ class FileList:
 
 @dataclass(frozen=True)
 class Registered:
-    """What one commit writes to the registry: the properties to set (in the swap), the newest
-    commit time it dropped, if any, and the registry file it wrote, if any."""
+    """What one commit writes to the registry: the properties to set (in the swap), and the newest
+    commit time it dropped, if any (the registry file it wrote, if any, is the one the list adds:
+    :func:`files_written`)."""
 
     properties: dict[str, str]
     forgotten_ms: int | None
-    written: str | None
 
 
 def file_list(metadata: TableMetadata) -> FileList | None:
@@ -246,19 +246,17 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     forgotten = [f.newest_ms for f in gone_files] + times[:gone_entries]
     files, kept, kept_times = files[len(gone_files) :], old[gone_entries:], times[gone_entries:-1]
     text = json.dumps(kept, separators=(",", ":"))
-    written = None
     if len(text) >= TAIL_BYTES:
         folder = listed.folder if listed else posixpath.dirname(table.metadata_location)
         # The version, and randomness against a racing commit on the same base: the list stays short.
         made = RegistryFile(f"{version:05d}-{uuid.uuid4().hex[:12]}", len(kept), max(kept_times))
-        written = FileList(folder).path(made)
-        _write(table, written, kept)
+        _write(table, FileList(folder).path(made), kept)
         files.append(made)
         listed, kept = FileList(folder), []
     properties = {COMMITS: json.dumps([*kept, entry], separators=(",", ":"))}
     if listed is not None:
         properties[COMMIT_FILES] = FileList(listed.folder, tuple(files)).to_property()
-    return Registered(properties, max(forgotten, default=None), written)
+    return Registered(properties, max(forgotten, default=None))
 
 
 def files_written(base: TableMetadata, properties: Mapping[str, str]) -> list[str]:
