@@ -335,3 +335,22 @@ def test_i6_a_mirror_target_keeps_its_own_registry_not_its_sources_files(source,
     assert not set(listed(dst)) & set(listed(src))
     assert find_commit(dst.table(), "src0") is NOT_FOUND
     assert dst.watermarks()[0].end == 12
+
+
+def test_i4_an_unreadable_registry_file_never_lets_a_resent_id_write_again(sqlite_catalog, small_tail):
+    """A lookup that cannot read a listed file cannot prove the id new: the commit reads again
+    until its deadline and then fails as a catalog read does, writing nothing."""
+    from icelog.storage.core.commit import commit
+    from icelog.storage.errors import CatalogUnavailable
+    from icelog.storage.producers.idempotent import InitProducer
+
+    t = LogTable.create(sqlite_catalog, "db.unreadable", 1)
+    commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 7), commit_id="init-1")
+    for i in range(12):
+        t.append({0: rows(str(i))}, commit_id=f"c{i}")
+    os.remove(local_path(listed(t)[0]))  # the file holding init-1, lost by the store
+    registry.clear_cache()
+    before = t.table().metadata_location
+    with pytest.raises(CatalogUnavailable):
+        commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 8), commit_id="init-1", deadline_s=0.3)
+    assert t.table().metadata_location == before
