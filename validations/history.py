@@ -3,7 +3,7 @@
 Only the newest ``icelog.snapshots.keep`` snapshots (20) are retained, so their summaries
 cannot draw a table's history. Two durable sources can:
 
-* the commit registry (``icelog.commits``, a table property, the last ``icelog.commit-ids.keep``
+* the commit registry (``storage.core.registry``: table properties and registry files, the last ``icelog.commit-ids.keep``
   commits, 1,000 by default): each commit's id and, for appends, the offset ranges it added;
 * the rows themselves: every row carries its append time (``log_timestamp``). The time of a
   commit is the append time of the first row of its first range, found by a hash join of the
@@ -24,7 +24,7 @@ from typing import Any
 from pyiceberg.table import Table
 from pyiceberg.types import TimestamptzType
 
-from icelog.storage.core.commit import recent_commits
+from icelog.storage.core.registry import all_commits
 from icelog.storage.ingest.ledger import RECEIPT_KEY
 from icelog.storage.log import schema as cols
 from icelog.storage.log.scan import parquet_from, planned_paths
@@ -69,7 +69,7 @@ def _appended_ranges(receipt: Any) -> dict[int, tuple[int, int]]:
 def commit_log(table: Table, paths: list[str] | None = None) -> list[CommitEntry]:
     """Every commit the registry remembers, with rows added and commit time (see module doc)."""
     snapshot_ms = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
-    raw = [(cid, _appended_ranges(receipt), head) for cid, receipt, head, *_ in recent_commits(table.metadata)]
+    raw = [(cid, _appended_ranges(receipt), head) for cid, receipt, head, *_ in all_commits(table)]
     firsts = {(p, r[0]): i for i, (_, ranges, _) in enumerate(raw) for p, r in ranges.items() if r[1] > r[0]}
     appended_ms = _first_row_times(table, list(firsts), paths)
     times: dict[int, int] = {}

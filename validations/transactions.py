@@ -15,7 +15,7 @@ import time
 import duckdb
 from pyiceberg.table import Table
 
-from icelog.storage.core.commit import recent_commits
+from icelog.storage.core.registry import all_commits
 from icelog.storage.errors import JournalUnreadable, UnknownTable
 from icelog.storage.log.scan import parquet_from, planned_paths
 from icelog.storage.log.state import LogState
@@ -127,7 +127,7 @@ def check_transactions(table: Table, snapshot_id: int | None = None) -> CheckRep
         carried: set = set()
     else:
         carried = {s.summary.additional_properties.get(TXN_ID) for s in table.metadata.snapshots if s.summary} | {
-            c[0] for c in recent_commits(table.metadata)
+            c[0] for c in all_commits(table)
         }
     for txn_id in sorted(not_committed & carried):
         violations.append(

@@ -1,4 +1,5 @@
-"""Orphan cleanup: files under a table that no snapshot, metadata file or open transaction needs.
+"""Orphan cleanup: files under a table that no snapshot, metadata file, commit-id registry or open
+transaction needs.
 
 It sits above every writer that leaves files before its commit (appends, Spark executors,
 transactions), because it must know what each still needs.
@@ -11,17 +12,23 @@ import time
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from icelog.storage.core import metadata_files
+from icelog.storage.core import metadata_files, registry
 from icelog.storage.core.commit import load
 from icelog.storage.errors import InvalidInput
 from icelog.storage.producers.journal_state import pending_files
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Every file a live snapshot or the metadata log still needs, by its path in the table's
-    file system (a local path; ``bucket/key`` on S3), as orphan cleanup lists them."""
+    """Every file a live snapshot, the metadata log or the commit-id registry still needs, by its
+    path in the table's file system (a local path; ``bucket/key`` on S3), as orphan cleanup lists them.
+
+    Registry files count while the current metadata lists them: one a later commit dropped from
+    the list (its ids left the window) is dead, as is one written by a commit that never landed.
+    """
     meta = table.metadata
+    listed = registry.file_list(meta)
     locations = [table.metadata_location, *(entry.metadata_file for entry in meta.metadata_log)]
+    locations.extend(listed.paths() if listed else [])
     for snapshot in meta.snapshots:
         locations.append(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):

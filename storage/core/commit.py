@@ -5,8 +5,9 @@ is its one-table case.
 
 1. Load the tables (one catalog instant). If this commit id already landed (an earlier
    attempt whose outcome was unknown), return its recorded result: never write twice.
-   Every commit records its id in the table's ``icelog.commits`` registry, in the same
-   commit, so commits that add no snapshot are findable too, for the last
+   Every commit records its id in the table's commit-id registry (``storage.core.registry``:
+   its newest entries in ``icelog.commits``, older ones in registry files the same swap
+   lists), so commits that add no snapshot are findable too, for the last
    ``icelog.commit-ids.keep`` commits of the table (default 1,000), however many snapshots
    are retained.
 2. Refuse to build on a foreign commit: ``icelog.head`` names the snapshot icelog's last
@@ -47,7 +48,6 @@ import enum
 import json
 import random
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
@@ -76,8 +76,12 @@ from pyiceberg.table.update import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from icelog.storage import properties as props
-from icelog.storage.core import faults, metadata_files
+from icelog.storage.core import faults, metadata_files, registry
 from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
+from icelog.storage.core.registry import CLOCK_SKEW_MS, NOT_FOUND, commit_id_created_ms
+from icelog.storage.core.registry import find_commit as find_commit  # re-exported: the registry's lookup
+from icelog.storage.core.registry import new_commit_id as new_commit_id
+from icelog.storage.core.registry import was_committed as was_committed
 from icelog.storage.core.state import TableState
 from icelog.storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from icelog.storage.errors import (
@@ -93,7 +97,7 @@ from icelog.storage.errors import (
     StorageUnavailable,
     UnknownTable,
 )
-from icelog.storage.properties import COMMIT_ID, COMMITS, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
+from icelog.storage.properties import COMMIT_ID, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("commit")
@@ -101,14 +105,9 @@ log = get_logger("commit")
 KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
 METADATA_GRACE_MS = props.METADATA_DELETE_GRACE_MS.key
-COMMIT_IDS_MAX = 4000  # the time floor keeps at most this many ids (or commit-ids.keep): bounded metadata
-TRIM_FROM_BYTES = 16_384  # a registry this large is trimmed every TRIM_EVERY versions, not every commit
-TRIM_EVERY = 64
-CLOCK_SKEW_MS = 1000  # between the host that made a commit id and the one that recorded a commit
 LEASE_TTL_S = 10.0
 # Set on a mirror target (to its source) until promoted: only the mirror writes it (I6).
 EXCLUSIVE_AFTER = 3
-_NOT_FOUND = object()
 
 
 class AssertStateVersion(ValidatableTableRequirement):
@@ -252,78 +251,6 @@ def _version(metadata: TableMetadata) -> int:
     return int(metadata.properties.get(VERSION, "0"))
 
 
-def recent_commits(metadata: TableMetadata) -> list[list[Any]]:
-    """The commit-id registry: ``[[commit_id, receipt, snapshot_id, committed_ms], ...]``, oldest
-    first (entries written before commit times were recorded have no ``committed_ms``)."""
-    return json.loads(metadata.properties.get(COMMITS, "[]"))
-
-
-def new_commit_id() -> str:
-    """A fresh commit id that carries its creation time (a UUIDv7, RFC 9562).
-
-    A re-send of such an id can be judged after the registry forgot older commits: see
-    :class:`storage.errors.CommitIdForgotten`.
-    """
-    ms = time.time_ns() // 1_000_000
-    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | random.getrandbits(12) << 64 | 0b10 << 62 | random.getrandbits(62)
-    return uuid.UUID(int=value).hex
-
-
-def commit_id_created_ms(commit_id: str) -> int | None:
-    """The creation time in a UUIDv7 commit id (any spelling ``uuid.UUID`` reads); None for other ids."""
-    try:
-        parsed = uuid.UUID(commit_id)
-    except (ValueError, TypeError, AttributeError):
-        return None
-    return parsed.int >> 80 if parsed.version == 7 else None
-
-
-def _committed_times(registry: list[list[Any]], now_ms: int) -> list[int]:
-    """Each entry's commit time. An entry an older icelog wrote has none: it landed before the
-    next entry that has one (the registry is in commit order), so that time bounds it (``now_ms``
-    when none follows). "Now" for every such entry would mark each fresh id made before the
-    commit that drops one as possibly forgotten: refused on its first send."""
-    times, later = [now_ms] * len(registry), now_ms
-    for i in range(len(registry) - 1, -1, -1):
-        entry = registry[i]
-        if len(entry) > 3 and isinstance(entry[3], int) and not isinstance(entry[3], bool):
-            later = entry[3]
-        times[i] = later
-    return times
-
-
-def _trim_registry(registry: list[list[Any]], settings: props.CommitSettings, now_ms: int) -> tuple[list[list[Any]], int | None]:
-    """The newest ``commit-ids.keep`` entries, and older ones younger than ``commit-ids.min-retention-ms``
-    (``COMMIT_IDS_MAX`` in all at most); returns them and the newest commit time dropped, if any."""
-    cap = max(settings.commit_ids_keep, COMMIT_IDS_MAX)
-    floor_ms = now_ms - settings.commit_ids_min_retention_ms
-    times = _committed_times(registry, now_ms)
-    start = max(0, len(registry) - settings.commit_ids_keep)
-    while start > 0 and len(registry) - start < cap and times[start - 1] > floor_ms:
-        start -= 1
-    return registry[start:], max(times[:start], default=None)
-
-
-def _register(raw: str, entry: list[Any], version: int, settings: props.CommitSettings, now_ms: int) -> tuple[str, int | None]:
-    """The registry's text with ``entry`` appended and trimmed (:func:`_trim_registry`); and
-    the newest commit time dropped, if any.
-
-    A full registry (``COMMIT_IDS_MAX`` entries, ~300 KB) costs ~13 ms to parse and write
-    back: more than the rest of a commit, and growing with history. So above
-    ``TRIM_FROM_BYTES`` the entry is appended to the text unparsed, and only every
-    ``TRIM_EVERY``-th table version trims: a registry holds at most ``TRIM_EVERY - 1``
-    entries beyond its bound. Keeping more ids is never wrong: ``icelog.commits.forgotten-ms``
-    moves only when an entry is dropped.
-    """
-    text = raw.strip() or "[]"
-    if len(text) >= TRIM_FROM_BYTES and version % TRIM_EVERY and text.startswith("[") and text.endswith("]"):
-        body = text[1:-1].strip()
-        item = json.dumps(entry, separators=(",", ":"))
-        return (f"[{body},{item}]" if body else f"[{item}]"), None
-    registry, forgotten_ms = _trim_registry([*json.loads(text), entry], settings, now_ms)
-    return json.dumps(registry, separators=(",", ":")), forgotten_ms
-
-
 def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str) -> None:
     """Raise :class:`CommitIdForgotten` unless the registry proves ``commit_id`` never landed.
 
@@ -336,21 +263,6 @@ def check_not_forgotten(identifier: str, metadata: TableMetadata, commit_id: str
     forgotten_ms = int(metadata.properties.get(FORGOTTEN, "0") or 0)
     if created_ms is not None and forgotten_ms and created_ms - CLOCK_SKEW_MS <= forgotten_ms:
         raise CommitIdForgotten(table=identifier, commit_id=commit_id, created_ms=created_ms, forgotten_ms=forgotten_ms)
-
-
-def find_commit(metadata: TableMetadata, commit_id: str) -> Any:
-    """``(receipt, snapshot_id)`` recorded for ``commit_id``, or ``_NOT_FOUND``."""
-    raw = metadata.properties.get(COMMITS, "")
-    if commit_id not in raw:  # cheap test first: the registry is rewritten by every commit
-        return _NOT_FOUND
-    for cid, receipt, snapshot_id, *_ in reversed(json.loads(raw)):
-        if cid == commit_id:
-            return receipt, snapshot_id
-    return _NOT_FOUND
-
-
-def was_committed(metadata: TableMetadata, commit_id: str) -> bool:
-    return find_commit(metadata, commit_id) is not _NOT_FOUND
 
 
 def icelog_head(metadata: TableMetadata) -> int | None | Literal["unknown"]:
@@ -622,9 +534,18 @@ class _Run:
         return None
 
     def _look_up(self, callers_base: bool) -> _Turn | list[CommitOutcome] | None:
-        """Step 1: an earlier attempt (or send) of this commit id that landed is the answer."""
-        receipts = {ident: find_commit(self.tables[ident].metadata, self.commit_id) for ident in self.identifiers}
-        if all(r is _NOT_FOUND for r in receipts.values()):
+        """Step 1: an earlier attempt (or send) of this commit id that landed is the answer.
+
+        A registry file that cannot be read (a stale base whose file a later commit dropped and
+        orphan cleanup deleted, a store restarting) is a failed read: read again.
+        """
+        try:
+            receipts = {ident: find_commit(self.tables[ident], self.commit_id) for ident in self.identifiers}
+        except OSError as e:
+            self.bound.warning("commit-id registry file unreadable", attempt=self.attempt, error=repr(e))
+            self.read_error = e
+            return _Turn.LATER
+        if all(r is NOT_FOUND for r in receipts.values()):
             return None
         if callers_base:
             # A hit on the caller's base speaks for that table only: the name may since hold a
@@ -915,7 +836,7 @@ def _release_lease(catalog: Catalog, identifiers: list[str], commit_id: str, bou
 
 def _landed(request: CommitRequest, found: Any, attempt: int) -> CommitOutcome:
     """The outcome of a commit found in the registry (a table it did not write gets None)."""
-    if found is _NOT_FOUND:
+    if found is NOT_FOUND:
         return CommitOutcome(None, None, attempt, True)
     receipt, snapshot_id = found
     result = request.from_receipt(receipt)
@@ -939,14 +860,22 @@ def _delete_superseded_metadata(base: Table, response: CommitTableResponse, grac
 
 
 def _discard_snapshot_files(swaps: Sequence[TableSwap]) -> None:
-    """After a lost race: delete the manifest lists and the new manifests the attempt staged.
+    """After a lost race: delete the manifest lists, the new manifests and the commit-id registry
+    files the attempt staged.
 
     A manifest is new when the parent snapshot's list does not name it (merged manifests
-    included). Best effort: what stays is an orphan for maintenance, never a loss.
+    included); a registry file, when the base's list does not. Best effort: what stays is an
+    orphan for maintenance, never a loss.
     """
     for s in swaps:
         io = s.base.io
         for update in s.updates:
+            if isinstance(update, SetPropertiesUpdate):
+                for path in registry.files_written(s.base.metadata, update.updates):
+                    try:
+                        io.delete(path)
+                    except OSError:
+                        pass
             if not isinstance(update, AddSnapshotUpdate):
                 continue
             snapshot = update.snapshot
@@ -1034,20 +963,16 @@ def _stage(
         head = None
     now_ms = int(time.time() * 1000)
     version = _version(metadata) + 1
-    registry, forgotten_ms = _register(
-        metadata.properties.get(COMMITS, "[]"),
-        [commit_id, request.receipt(decision.result), head, now_ms],
-        version,
-        settings,
-        now_ms,
-    )
+    entry = [commit_id, request.receipt(decision.result), head, now_ms]
+    registered = registry.register(table, entry, version, settings, now_ms)  # may write a registry file
+    forgotten_ms = registered.forgotten_ms
     properties = {
         **({LEASE: ""} if metadata.properties.get(LEASE) else {}),  # a lease ends with its holder's commit, or any later one
         **decision.properties,
         **decision.state.to_properties(),
         VERSION: str(version),
         HEAD: "" if head is None else str(head),
-        COMMITS: registry,
+        **registered.properties,
     }
     if forgotten_ms is not None or FORGOTTEN in decision.properties:  # it only ever moves forward
         known = (forgotten_ms, decision.properties.get(FORGOTTEN), metadata.properties.get(FORGOTTEN))

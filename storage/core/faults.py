@@ -27,6 +27,8 @@ AFTER_DATA_FILES = "after_data_files"
 AFTER_METADATA_WRITE = "after_metadata_write"
 AFTER_CATALOG_SWAP = "after_catalog_swap"
 POINTS = (AFTER_DATA_FILES, AFTER_METADATA_WRITE, AFTER_CATALOG_SWAP)
+# A commit has written a commit-id registry file (its tail outgrew the metadata), not swapped yet.
+AFTER_REGISTRY_FILE = "after_registry_file"
 # A multi-table commit only: inside the database transaction, between two tables' pointer swaps.
 BETWEEN_TABLE_SWAPS = "between_table_swaps"
 # Transactions: a new partition sent to (registered in the journal without atomic multi-table

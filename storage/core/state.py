@@ -4,8 +4,8 @@ Properties are one copy per table (not one per snapshot), so they survive snapsh
 and they change in the same catalog commit as the data they describe. Each commit request
 names its state type (a log table's is ``storage.log.state.LogState``; a system table's is
 :class:`SystemState`); the commit core decodes the base with it and writes ``to_properties()``
-back. The core's own bookkeeping (``icelog.version``, ``icelog.head``, ``icelog.commits``) is
-written by ``storage.core.commit`` for every table.
+back. The core's own bookkeeping (``icelog.version``, ``icelog.head``, the commit-id registry
+``icelog.commits`` and ``icelog.commits.files``) is written by ``storage.core.commit`` for every table.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from icelog.storage.core.commit import recent_commits
+from icelog.storage.core.registry import all_commits
 from icelog.storage.errors import InvalidInput, OffsetMismatch, UnknownPartition
 from icelog.storage.log.keys import split_by_key
 from icelog.storage.log.schema import conform_payload, declared_key_column
@@ -177,7 +177,7 @@ def _lines_landed(log_table: Any, prefix: str, partition: int, start_offset: int
     offset the log has passed and fails with ``OffsetMismatch``, never writing twice.
     """
     landed = 0
-    for commit_id, receipt, *_ in recent_commits(log_table.table().metadata):
+    for commit_id, receipt, *_ in all_commits(log_table.table()):
         if commit_id.startswith(prefix) and receipt and str(partition) in receipt:
             landed = max(landed, receipt[str(partition)][1] - start_offset)
     return landed

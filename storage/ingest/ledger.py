@@ -61,7 +61,8 @@ from pyiceberg.types import (
 )
 
 from icelog.storage.core.catalog import ensure_namespace
-from icelog.storage.core.commit import Decision, Request, commit, load, recent_commits, was_committed
+from icelog.storage.core.commit import Decision, Request, commit, load, was_committed
+from icelog.storage.core.registry import all_commits
 from icelog.storage.core.state import SystemState
 from icelog.storage.core.swap import is_atomic, load_tables
 from icelog.storage.core.system import NAMESPACE, PROPERTIES
@@ -385,13 +386,13 @@ def roll_forward(catalog: Catalog, data: Table, table: str) -> dict[str, int]:
     """
     carried = {
         cid: receipt[RECEIPT_KEY]
-        for cid, receipt, *_ in recent_commits(data.metadata)
+        for cid, receipt, *_ in all_commits(data)
         if isinstance(receipt, dict) and RECEIPT_KEY in receipt
     }
     if not carried:
         return {}
     book = load(catalog, LEDGER_TABLE)
-    unproven = [cid for cid in carried if not was_committed(book.metadata, cid)]
+    unproven = [cid for cid in carried if not was_committed(book, cid)]
     if not unproven:
         return {}
     done = _recorded(book, table, unproven)  # ids the ledger's own registry has forgotten

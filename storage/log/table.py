@@ -361,7 +361,7 @@ class LogTable:
                 and writes nothing while the id is in the table's commit-id registry: the last
                 ``icelog.commit-ids.keep`` commits (1,000), and older ones for
                 ``icelog.commit-ids.min-retention-ms`` (7 days), at most
-                ``storage.core.commit.COMMIT_IDS_MAX`` ids in all. Make ids with
+                ``storage.core.registry.COMMIT_IDS_MAX`` ids in all. Make ids with
                 :func:`storage.core.commit.new_commit_id` (a UUIDv7): past the window, a re-send of
                 such an id raises :class:`CommitIdForgotten` instead of writing again. An id
                 without a time cannot be judged there and is written as new.

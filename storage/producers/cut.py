@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
-from icelog.storage.core.commit import recent_commits
+from icelog.storage.core.registry import all_commits
 from icelog.storage.core.swap import is_atomic, load_tables
 from icelog.storage.errors import TransactionRollingForward
 from icelog.storage.producers.journal import PREPARE_COMMIT
@@ -88,7 +88,7 @@ def _chain(table: Table, snapshot_id: int | None) -> list[tuple[int, str | None]
 def _registered(table: Table) -> dict[str, int | None]:
     """The commit-id registry as ``{commit id: snapshot id}`` (None: the commit added no
     snapshot, such as a group offsets or properties commit)."""
-    return {cid: snapshot_id for cid, _, snapshot_id, *_ in recent_commits(table.metadata)}
+    return {cid: snapshot_id for cid, _, snapshot_id, *_ in all_commits(table)}
 
 
 def consistent_cut(

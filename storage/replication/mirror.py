@@ -88,6 +88,7 @@ from icelog.storage.log.maintenance import _read_file, live_files
 from icelog.storage.log.state import LogState
 from icelog.storage.producers.idempotent import producer_id_floor, reserve_producer_ids_below
 from icelog.storage.properties import (
+    COMMIT_FILES,
     COMMITS,
     FORGOTTEN,
     FORMAT,
@@ -109,7 +110,7 @@ from icelog.storage.telemetry import get_logger
 log = get_logger("mirror")
 
 # Never copied from the source: the target's own state, bookkeeping and mirror marks.
-_OWN_PROPERTIES = {VERSION, HEAD, COMMITS, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
+_OWN_PROPERTIES = {VERSION, HEAD, COMMITS, COMMIT_FILES, PARTITIONS, WATERMARKS, PRODUCERS, MIRROR, PROMOTED, READ_ONLY}
 COPY_CHUNK = 8 << 20
 Copier = Callable[[Sequence[Tuple[str, str]]], None]
 

@@ -393,7 +393,7 @@ def _latency_summary(latencies: list[float]) -> dict[str, float]:
 
 def table_shape(log_table: LogTable) -> dict[str, int]:
     """What commit cost grows with: the metadata JSON's size and what it lists."""
-    from icelog.storage.core.commit import recent_commits
+    from icelog.storage.core.registry import all_commits
 
     table = log_table.table()
     snapshot = table.current_snapshot()
@@ -401,7 +401,7 @@ def table_shape(log_table: LogTable) -> dict[str, int]:
         "metadata_bytes": len(table.io.new_input(table.metadata_location)),  # a local file or an S3 object
         "snapshots": len(table.metadata.snapshots),
         "manifests": len(snapshot.manifests(table.io)) if snapshot else 0,
-        "commit_ids": len(recent_commits(table.metadata)),
+        "commit_ids": len(all_commits(table)),
     }
 
 

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from icelog.storage import properties as props
-from icelog.storage.core import commit as core
-from icelog.storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id, recent_commits
+from icelog.storage.core import registry
+from icelog.storage.core.commit import KEEP_COMMIT_IDS, KEEP_SNAPSHOTS, commit, new_commit_id
+from icelog.storage.core.registry import all_commits
 from icelog.storage.errors import CommitIdForgotten, DuplicateSequence, ExpectedOffsetRequired, ProducerFenced
 from icelog.storage.log.table import AppendRequest, LogTable
 from icelog.storage.producers.idempotent import InitProducer, LeaseProducerIds, Producer, lease_producer_ids
@@ -60,7 +57,7 @@ def test_i4_registry_is_bounded_by_the_table_property(sqlite_catalog):
     t = LogTable.create(sqlite_catalog, "db.bounded", 1, properties={KEEP_COMMIT_IDS: "10", MIN_RETENTION_MS: "0"})
     for i in range(15):
         t.append({0: rows(str(i))}, commit_id=f"c{i}")
-    registry = recent_commits(t.table().metadata)
+    registry = all_commits(t.table())
     assert [entry[0] for entry in registry] == [f"c{i}" for i in range(5, 15)]
     assert len(t.table().metadata.properties[COMMITS]) < 2000
 
@@ -118,7 +115,7 @@ def test_i4_registry_keeps_commit_ids_for_the_time_floor_beyond_the_count(sqlite
     first = t.append({0: rows("first")}, commit_id="first")
     for i in range(8):  # far past the count, well inside the 7-day floor
         t.append({0: rows(str(i))})
-    assert len(recent_commits(t.table().metadata)) == 9
+    assert len(all_commits(t.table())) == 9
     again = t.append({0: rows("first")}, commit_id="first")
     assert again.duplicate and again.ranges == first.ranges and t.watermarks()[0].end == 9
 
@@ -159,71 +156,19 @@ def test_i4_a_first_send_is_never_judged_by_the_registrys_window(sqlite_catalog)
 def test_i4_a_registry_written_by_an_older_icelog_never_refuses_a_fresh_commit_id(sqlite_catalog, monkeypatch):
     """Entries without a commit time (an older icelog's) landed before the first entry with
     one: dropping them must not mark every id made before that drop as possibly forgotten."""
-    import json
 
-    from icelog.storage.core import commit as core
-
-    monkeypatch.setattr(core, "COMMIT_IDS_MAX", 4)
+    monkeypatch.setattr(registry, "COMMIT_IDS_MAX", 4)
     t = LogTable.create(sqlite_catalog, "db.upgraded", 1, properties={KEEP_COMMIT_IDS: "2"})
     for i in range(3):
         t.append({0: rows(f"old{i}")}, commit_id=f"old{i}")
-    legacy = [entry[:3] for entry in recent_commits(t.table().metadata)]  # as an older icelog wrote them
+    legacy = [entry[:3] for entry in all_commits(t.table())]  # as an older icelog wrote them
     sqlite_catalog.load_table(t.identifier).transaction().set_properties({COMMITS: json.dumps(legacy)}).commit_transaction()
     time.sleep(1.1)
     t.append({0: rows("after-upgrade")})
     time.sleep(1.1)  # past the clock-skew margin
     fresh = new_commit_id()  # made after every commit the registry will drop
     t.append({0: rows("busy")})  # drops the oldest legacy entry
-    assert len(recent_commits(t.table().metadata)) == 4
+    assert len(all_commits(t.table())) == 4
     assert t.append({0: rows("fresh")}, commit_id=fresh).ranges == {0: (5, 6)}  # its first send
     with pytest.raises(CommitIdForgotten):  # an id made before the dropped commits still is refused
         t.append({0: rows("old0")}, commit_id="0" * 12 + "7000" + "8" + "0" * 15)
-
-
-registry_entries = st.lists(
-    st.tuples(
-        st.text(min_size=1, max_size=8),
-        st.none() | st.dictionaries(st.text(max_size=4), st.lists(st.integers(), max_size=3), max_size=2) | st.text(),
-        st.none() | st.integers(0, 2**62),
-        st.integers(0, 2**41),
-    ).map(list),
-    max_size=30,
-)
-
-
-@given(registry_entries, registry_entries.filter(bool), st.sampled_from(["", " ", "[]", " [ ] "]))
-def test_i4_registry_appended_unparsed_reads_back_as_every_entry_in_order(old, new, empty):
-    """Between trims the registry's text is extended without parsing it: the text
-    must still read back as exactly the entries appended, whatever their receipts hold."""
-    settings = props.CommitSettings.of({}, "db.t")
-    text = json.dumps(old) if old else empty  # an older icelog's spacing, or no registry yet
-    for entry in new:
-        text, forgotten = core._register(text, entry, 1, settings, 10**12)  # version 1: no trim
-        assert forgotten is None
-    assert json.loads(text) == [*old, *new]
-
-
-def commit_id_made_at(ms: int) -> str:
-    """A UUIDv7 commit id carrying ``ms`` as its creation time."""
-    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0b10 << 62)).hex
-
-
-def test_i4_a_large_registry_is_trimmed_every_few_versions_and_never_far_past_its_bound(sqlite_catalog, monkeypatch):
-    monkeypatch.setattr(core, "TRIM_FROM_BYTES", 0)  # every registry counts as large
-    monkeypatch.setattr(core, "TRIM_EVERY", 4)
-    t = LogTable.create(sqlite_catalog, "db.trimmed", 1, properties={KEEP_COMMIT_IDS: "3", MIN_RETENTION_MS: "0"})
-    sizes = []
-    for i in range(12):
-        t.append({0: rows(str(i))}, commit_id=f"c{i}")
-        metadata = t.table().metadata
-        registry = recent_commits(metadata)
-        sizes.append(len(registry))
-        assert len(registry) <= 3 + 4 - 1
-        if int(metadata.properties["icelog.version"]) % 4 == 0:  # a trimming version: exactly the bound
-            assert [e[0] for e in registry] == [f"c{j}" for j in range(i - 2, i + 1)]
-    assert max(sizes) > 3  # it grew past the bound between trims
-    forgotten = int(t.table().metadata.properties["icelog.commits.forgotten-ms"])
-    end = t.watermarks()[0].end
-    with pytest.raises(CommitIdForgotten):  # the trims dropped ids: an old one cannot be proven new
-        t.append({0: rows("c0")}, commit_id=commit_id_made_at(forgotten - 5000))
-    assert t.watermarks()[0].end == end

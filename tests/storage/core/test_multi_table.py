@@ -42,7 +42,7 @@ def test_i5_two_tables_commit_together_and_record_the_commit_id(catalog):
     assert [o.result.ranges for o in outcomes] == [{0: (0, 1)}, {0: (0, 1)}]
     for t in (a, b):
         metadata = t.table().metadata
-        assert was_committed(metadata, "txn-1")
+        assert was_committed(t.table(), "txn-1")
         assert metadata.current_snapshot().summary.additional_properties["icelog.commit-id"] == "txn-1"
     # Re-sent after an unknown outcome: found in the tables, nothing written twice.
     again = two_table_append(catalog, a.identifier, b.identifier, "t1", commit_id="txn-1")

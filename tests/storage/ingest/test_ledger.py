@@ -99,7 +99,7 @@ def test_carried_rows_roll_forward_once_by_commit_id(sqlite_catalog, tmp_path):
     data = AppendRequest("db.t", t.conform({0: pa.table({"key": ["x", "y"], "value": ["1", "2"]})}), {0: 0}, "c1")
     appended = commit(sqlite_catalog, "db.t", ledger.carrying(data, rows), commit_id="c1")
     assert appended.result.ranges == {0: (0, 2)}
-    receipt, _ = find_commit(t.table().metadata, "c1")
+    receipt, _ = find_commit(t.table(), "c1")
     assert ledger.carrying(data, rows).from_receipt(receipt).ranges == {0: (0, 2)}
     assert [e.rows for e in commit_log(t.table()) if e.commit_id == "c1"] == [2]
 
