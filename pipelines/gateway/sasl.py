@@ -24,6 +24,7 @@ PLAIN = "PLAIN"
 SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISMS = (PLAIN, *SCRAM_HASHES)
 ITERATIONS = 4096  # Kafka's minimum for SCRAM-SHA-256 and -512
+MAX_UNAUTHENTICATED_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
 
 
 class AuthenticationFailed(Exception):

@@ -116,7 +116,7 @@ class Gateway:
         session = Session(self.users)
         try:
             while not self.stopping:
-                frame = await self._frame(reader, smallest=0 if session.raw else 8)
+                frame = await self._frame(reader, *session.frame_sizes())
                 if frame is None:
                     break
                 handler = self._raw_token(session, frame) if session.raw else self._dispatch(frame, queueing, session)
@@ -139,9 +139,8 @@ class Gateway:
                 await writer.wait_closed()
             self.connections.discard(task)
 
-    async def _frame(self, reader: asyncio.StreamReader, smallest: int = 8) -> bytes | None:
-        """The next request frame (a raw SASL token may be shorter than a request header), or
-        None for a closed or unacceptable stream."""
+    async def _frame(self, reader: asyncio.StreamReader, smallest: int = 8, largest: int = wire.MAX_FRAME_BYTES) -> bytes | None:
+        """The next request frame, or None for a closed or unacceptable stream."""
         assert self._stop is not None
         stop = asyncio.ensure_future(self._stop.wait())
         read = asyncio.ensure_future(reader.readexactly(4))
@@ -151,7 +150,7 @@ class Gateway:
             read.cancel()
             return None
         (size,) = struct.unpack(">i", read.result())
-        if not smallest <= size <= wire.MAX_FRAME_BYTES:
+        if not smallest <= size <= largest:
             log.warning("closing a connection: frame size %d", size)
             return None
         return await reader.readexactly(size)
@@ -178,6 +177,9 @@ class Gateway:
         if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
             # As a Kafka broker does: no answer, which would tell an unauthenticated client something.
             log.warning("closing a connection: api key %d before SASL authentication", api_key)
+            return None
+        if self.users is not None and session.authenticated and api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            log.warning("closing a connection: SASL again after authenticating (re-authentication is not served)")
             return None
         if not wire.supported(api_key, version):
             if api_key == API_VERSIONS:
@@ -347,10 +349,17 @@ class Session:
         self.raw = False  # a v0 handshake: the next frames are raw SASL tokens
         self.closing = False  # answer this request, then close
 
+    def frame_sizes(self) -> tuple[int, int]:
+        """(smallest, largest) size of the next frame: a raw SASL token may be shorter than a
+        request header, and before authentication a frame is small (as Kafka's
+        ``sasl.server.max.receive.size``), so a stranger cannot make the gateway buffer 64 MiB."""
+        largest = wire.MAX_FRAME_BYTES if self.authenticated else sasl.MAX_UNAUTHENTICATED_BYTES
+        return (0 if self.raw else 8), largest
+
     def handshake(self, mechanism: str, version: int) -> dict[str, Any]:
         if self.users is None:  # what a broker's listener without SASL answers
             return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
-        if self.authenticated or self.exchange is not None:  # re-authentication (KIP-368) is not served
+        if self.exchange is not None:  # a second handshake mid-exchange
             self.closing = True
             return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": list(sasl.MECHANISMS)}
         if mechanism not in sasl.MECHANISMS:

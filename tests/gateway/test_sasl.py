@@ -172,6 +172,24 @@ def test_an_authenticated_connection_is_served_after_either_handshake_version(se
         assert _metadata_answered(conn)
 
 
+def test_a_large_frame_before_authentication_closes_the_connection(secured):
+    with _authenticated(secured.bootstrap) as witness:
+        with Connection(secured.bootstrap) as conn:
+            conn.send(struct.pack(">i", 512 * 1024 + 1) + frame(18, 3, API_VERSIONS)[4:])
+            assert conn.closed_by_server()
+        assert _metadata_answered(witness)
+        big = frame(3, 9, {"topics": [{"name": "x" * 30_000}] * 20})  # 600 kB: fine once authenticated
+        witness.send(big)
+        assert witness.read_frame() is not None
+
+
+def test_sasl_again_after_authenticating_closes_the_connection(secured):
+    for version in (0, 1):
+        with _authenticated(secured.bootstrap, version) as conn:
+            conn.send(frame(17, 1, {"mechanism": "PLAIN"}))
+            assert conn.closed_by_server()
+
+
 def test_an_unknown_mechanism_is_refused_with_the_served_list(secured):
     with Connection(secured.bootstrap) as conn:
         answer = conn.call(17, 1, {"mechanism": "GSSAPI"})
