@@ -52,8 +52,8 @@ def check_loopback(host: str) -> None:
     "--sasl-users",
     "sasl_users",
     type=click.Path(dir_okay=False),
-    envvar="ICELOG_SERVE_SASL_USERS",
-    help="A file of user:password lines (mode 600); clients must then authenticate (SASL PLAIN, SCRAM-SHA-256/512).",
+    help="A file of user:password lines (mode 600); clients must then authenticate (SASL PLAIN, SCRAM-SHA-256/512). "
+    "Default: ICELOG_SERVE_SASL_USERS.",
 )
 @click.option(
     "--advertised-host", help="The host clients are told to connect to (default: --host; a wildcard: this machine's name)."
@@ -78,6 +78,7 @@ def serve(ctx: Context, host: str, port: int, linger_ms: float, sasl_users: str 
     from icelog.pipelines.gateway.sasl import load_users
     from icelog.pipelines.gateway.server import Gateway
 
+    sasl_users = sasl_users or ctx.settings.serve_sasl_users
     users = load_users(sasl_users) if sasl_users else None
     check_listener(host, users is not None)
     catalog = ctx.catalog
