@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from icelog.pipelines.gateway.records import Batch
+from icelog.pipelines.gateway.records import decode_batches, encode_batch
 from icelog.pipelines.gateway.topics import batch_rows, create_topic
 from icelog.storage.log.scan import planned_paths
 from icelog.storage.log.table import LogTable
@@ -36,8 +36,9 @@ def fill(spec, records: int) -> None:
     now = int(time.time() * 1000)
     for start in range(0, records, APPEND_BATCH):
         n = min(APPEND_BATCH, records - start)
-        keys = [f"k{start + i}".encode() for i in range(n)]
-        log_table.append({0: batch_rows(Batch(0, 0, -1, -1, -1, keys, [VALUE] * n, [()] * n, [now] * n))})
+        # Through the wire format, as a producer's batch arrives (the rows of the Kafka record schema).
+        (batch,) = decode_batches(encode_batch(0, [(i, now, f"k{start + i}".encode(), VALUE, ()) for i in range(n)]))
+        log_table.append({0: batch_rows(batch)})
 
 
 def through_gateway(spec, records: int) -> dict:
