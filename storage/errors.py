@@ -642,8 +642,16 @@ class UnsafeListener(InvalidInput):
     since any client reaching it could write every log table of the catalog."""
 
     host: str
-    reason = "icelog serve listens on loopback addresses only until it authenticates clients (SASL)"
+    reason = "icelog serve listens beyond loopback addresses only with SASL users (--sasl-users)"
     message = "refusing to listen on {host}: {reason}"
+
+
+class SaslUsersFile(InvalidInput):
+    """A SASL users file that cannot be used (unreadable, open to other users, a malformed line):
+    nothing is served."""
+
+    path: str
+    message = "SASL users file {path}: {reason}"
 
 
 # --- consumer groups (I10) ------------------------------------------------------------------

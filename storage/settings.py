@@ -156,6 +156,7 @@ EXPECTATIONS = Variable("ICELOG_EXPECTATIONS", "expectations", resolved_path, "e
 WEB_ASSETS = Variable("ICELOG_WEB_ASSETS", "web_assets", path, None)
 AIRFLOW_HOST = Variable("ICELOG_AIRFLOW_HOST", "airflow_host", stripped, "127.0.0.1", empty_is_unset=False)
 AIRFLOW_PORT = Variable("ICELOG_AIRFLOW_PORT", "airflow_port", whole_number(1, 65535), "8080")
+SERVE_SASL_USERS = Variable("ICELOG_SERVE_SASL_USERS", "serve_sasl_users", text, None)
 # Fault injection for tests (storage.core.faults): read once, when a process imports that module.
 PAUSE_AT = Variable("ICELOG_PAUSE_AT", "pause_at", text, None)
 PAUSE_FILE = Variable("ICELOG_PAUSE_FILE", "pause_file", text, None)
@@ -181,6 +182,7 @@ VARIABLES: tuple[Variable, ...] = (
     WEB_ASSETS,
     AIRFLOW_HOST,
     AIRFLOW_PORT,
+    SERVE_SASL_USERS,
     PAUSE_AT,
     PAUSE_FILE,
     DELAY_AT,
@@ -210,6 +212,7 @@ class Settings:
     web_assets: Path | None  # the Data Docs' offline assets; None: the ones make setup installed
     airflow_host: str
     airflow_port: int
+    serve_sasl_users: str | None  # icelog serve's users file; None: no SASL (loopback only)
     pause_at: str | None
     pause_file: str | None
     delay_at: dict[str, float] | None

@@ -6,6 +6,11 @@ holds up only the requests after it on its own connection. Blocking catalog and 
 in threads. A frame that cannot be a request (a size out of bounds, bytes that do not decode, a
 (key, version) the gateway does not serve other than ApiVersions) closes its connection and
 nothing else.
+
+With SASL users, a connection must authenticate (SaslHandshake, then SaslAuthenticate or, after
+a v0 handshake, raw SASL tokens) before anything but ApiVersions is answered; any other request
+first, or a failed authentication, closes it. Until it is in, each request is answered before
+the next frame is read, since the SASL state decides what the next frame may be.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from pyiceberg.catalog import Catalog
 
-from icelog.pipelines.gateway import admin, fetch, metadata, wire
+from icelog.pipelines.gateway import admin, fetch, metadata, sasl, wire
 from icelog.pipelines.gateway.groups import Coordinator
 from icelog.pipelines.gateway.produce import Acked, Appender
 from icelog.pipelines.gateway.records import CorruptRecords, decode_batches
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 15, 16, 20, 32, 60
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+BEFORE_AUTHENTICATION = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 GROUP_APIS = {OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP}
 GROUP_APIS |= {DESCRIBE_GROUPS, LIST_GROUPS}
@@ -45,10 +52,20 @@ GROUP_APIS |= {DESCRIBE_GROUPS, LIST_GROUPS}
 class Gateway:
     """One ``icelog serve`` process: a listening socket over one catalog."""
 
-    def __init__(self, catalog: Catalog, host: str = "127.0.0.1", port: int = 0, linger_ms: float = 5.0) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        linger_ms: float = 5.0,
+        users: sasl.Users | None = None,
+        advertised_host: str | None = None,
+    ) -> None:
         self.catalog = catalog
         self.host = host
         self.port = port
+        self.users = users  # None: no authentication (loopback only, checked by the CLI)
+        self.advertised_host = advertised_host or host  # the address Metadata and FindCoordinator name
         self.appender = Appender(catalog, linger_ms)
         self.partitions: dict[str, int] = {}  # partition counts seen (they only grow)
         self.stopping = False
@@ -96,15 +113,21 @@ class Gateway:
         # requests, and its sequences must reach the table in the order sent): the lock is fair,
         # and handlers start in the order their requests arrived.
         queueing = asyncio.Lock()
+        session = Session(self.users)
         try:
             while not self.stopping:
-                frame = await self._frame(reader)
+                frame = await self._frame(reader, *session.frame_sizes())
                 if frame is None:
                     break
-                handler = self._dispatch(frame, queueing)
+                handler = self._raw_token(session, frame) if session.raw else self._dispatch(frame, queueing, session)
                 if handler is None:
                     break
-                answers.put_nowait(asyncio.create_task(handler))
+                answer = asyncio.create_task(handler)
+                answers.put_nowait(answer)
+                if not session.authenticated:
+                    await asyncio.wait({answer})
+                    if session.closing:
+                        break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -116,7 +139,7 @@ class Gateway:
                 await writer.wait_closed()
             self.connections.discard(task)
 
-    async def _frame(self, reader: asyncio.StreamReader) -> bytes | None:
+    async def _frame(self, reader: asyncio.StreamReader, smallest: int = 8, largest: int = wire.MAX_FRAME_BYTES) -> bytes | None:
         """The next request frame, or None for a closed or unacceptable stream."""
         assert self._stop is not None
         stop = asyncio.ensure_future(self._stop.wait())
@@ -127,7 +150,7 @@ class Gateway:
             read.cancel()
             return None
         (size,) = struct.unpack(">i", read.result())
-        if not 8 <= size <= wire.MAX_FRAME_BYTES:
+        if not smallest <= size <= largest:
             log.warning("closing a connection: frame size %d", size)
             return None
         return await reader.readexactly(size)
@@ -145,11 +168,18 @@ class Gateway:
             writer.write(data)
             await writer.drain()
 
-    def _dispatch(self, frame: bytes, queueing: asyncio.Lock):
+    def _dispatch(self, frame: bytes, queueing: asyncio.Lock, session: Session):
         """A coroutine answering ``frame`` (bytes or None for no answer), or None to close."""
         try:
             api_key, version, correlation_id = wire.peek(frame)
         except wire.FrameError:
+            return None
+        if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
+            # As a Kafka broker does: no answer, which would tell an unauthenticated client something.
+            log.warning("closing a connection: api key %d before SASL authentication", api_key)
+            return None
+        if self.users is not None and session.authenticated and api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            log.warning("closing a connection: SASL again after authenticating (re-authentication is not served)")
             return None
         if not wire.supported(api_key, version):
             if api_key == API_VERSIONS:
@@ -161,11 +191,15 @@ class Gateway:
         except wire.FrameError as e:
             log.warning("closing a connection: %s", e)
             return None
-        return self._answer(request, queueing)
+        return self._answer(request, queueing, session)
 
-    async def _answer(self, request: wire.Request, queueing: asyncio.Lock) -> bytes | None:
+    async def _answer(self, request: wire.Request, queueing: asyncio.Lock, session: Session) -> bytes | None:
         body = request.body
-        if request.api_key == PRODUCE:
+        if request.api_key == SASL_HANDSHAKE:
+            data = session.handshake(body.mechanism, request.api_version)
+        elif request.api_key == SASL_AUTHENTICATE:
+            data = await session.authenticate(body.auth_bytes)
+        elif request.api_key == PRODUCE:
             data = await self._produce(body, queueing)
             if body.acks == 0:
                 return None
@@ -174,7 +208,7 @@ class Gateway:
         elif request.api_key == LIST_OFFSETS:
             data = await asyncio.to_thread(fetch.list_offsets, self.catalog, body)
         elif request.api_key == METADATA:
-            data = await asyncio.to_thread(metadata.metadata, self.catalog, body, self.host, self.port)
+            data = await asyncio.to_thread(metadata.metadata, self.catalog, body, self.advertised_host, self.port)
         elif request.api_key == CREATE_TOPICS:
             data = await asyncio.to_thread(metadata.create_topics, self.catalog, body)
         elif request.api_key == INIT_PRODUCER_ID and body.transactional_id is not None:
@@ -198,17 +232,23 @@ class Gateway:
         elif request.api_key == DESCRIBE_CONFIGS:
             data = await asyncio.to_thread(admin.describe_configs, self.catalog, body)
         elif request.api_key == DESCRIBE_CLUSTER:
-            data = admin.describe_cluster(self.catalog, self.host, self.port)
+            data = admin.describe_cluster(self.catalog, self.advertised_host, self.port)
         else:
             data = metadata.api_versions(body)
         return wire.encode_response(request.api_key, request.api_version, request.correlation_id, data)
+
+    async def _raw_token(self, session: Session, token: bytes) -> bytes | None:
+        """After a v0 SaslHandshake: a token without a Kafka header, answered the same way, or
+        None (the connection closes) when authentication fails."""
+        answer = await session.step(token)
+        return None if answer is None else struct.pack(">i", len(answer)) + answer
 
     # --- consumer groups ---------------------------------------------------------------------------
 
     async def _group(self, request: wire.Request) -> dict[str, Any]:
         body, version, groups = request.body, request.api_version, self.coordinator
         if request.api_key == FIND_COORDINATOR:
-            return metadata.find_coordinator(body, version, self.host, self.port)
+            return metadata.find_coordinator(body, version, self.advertised_host, self.port)
         if request.api_key == JOIN_GROUP:
             return await groups.join(body, version, request.client_id)
         if request.api_key == SYNC_GROUP:
@@ -297,3 +337,61 @@ async def _first_offset(futures: list[asyncio.Future]) -> Acked:
 
 async def _ready(data: bytes) -> bytes:
     return data
+
+
+class Session:
+    """One connection's SASL state: in at once without users, else after an exchange succeeds."""
+
+    def __init__(self, users: sasl.Users | None) -> None:
+        self.users = users
+        self.authenticated = users is None
+        self.exchange: sasl.Exchange | None = None
+        self.raw = False  # a v0 handshake: the next frames are raw SASL tokens
+        self.closing = False  # answer this request, then close
+
+    def frame_sizes(self) -> tuple[int, int]:
+        """(smallest, largest) size of the next frame: a raw SASL token may be shorter than a
+        request header, and before authentication a frame is small (as Kafka's
+        ``sasl.server.max.receive.size``), so a stranger cannot make the gateway buffer 64 MiB."""
+        largest = wire.MAX_FRAME_BYTES if self.authenticated else sasl.MAX_UNAUTHENTICATED_BYTES
+        return (0 if self.raw else 8), largest
+
+    def handshake(self, mechanism: str, version: int) -> dict[str, Any]:
+        if self.users is None:  # what a broker's listener without SASL answers
+            return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+        if self.exchange is not None:  # a second handshake mid-exchange
+            self.closing = True
+            return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": list(sasl.MECHANISMS)}
+        if mechanism not in sasl.MECHANISMS:
+            self.closing = True
+            return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": list(sasl.MECHANISMS)}
+        self.exchange = sasl.Exchange(self.users, mechanism)
+        self.raw = version == 0
+        return {"error_code": ErrorCode.none, "mechanisms": list(sasl.MECHANISMS)}
+
+    async def authenticate(self, token: bytes) -> dict[str, Any]:
+        if self.exchange is None or self.authenticated:
+            self.closing = True
+            return {"error_code": ErrorCode.illegal_sasl_state, "error_message": "SaslAuthenticate without a SaslHandshake"}
+        answer = await self.step(token)
+        if answer is None:
+            return {
+                "error_code": ErrorCode.sasl_authentication_failed,
+                "error_message": "Authentication failed: invalid credentials",
+            }
+        return {"error_code": ErrorCode.none, "auth_bytes": answer}  # session lifetime 0: no re-authentication
+
+    async def step(self, token: bytes) -> bytes | None:
+        """The server's next token, or None (and ``closing``) when the client failed."""
+        assert self.exchange is not None
+        try:
+            # In a thread: checking a PLAIN password runs PBKDF2.
+            answer = await asyncio.to_thread(self.exchange.step, token)
+        except sasl.AuthenticationFailed as e:
+            log.warning("closing a connection: SASL %s authentication failed (%s)", self.exchange.mechanism, e)
+            self.closing = True
+            return None
+        if self.exchange.done:
+            log.info("authenticated %r by SASL %s", self.exchange.user, self.exchange.mechanism)
+            self.authenticated, self.raw = True, False
+        return answer

@@ -36,6 +36,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups: v6 answers an unknown group with an error, not Dead
     16: (0, 4),  # ListGroups: v5 filters by group type
+    17: (0, 1),  # SaslHandshake: v0 is followed by raw SASL tokens, v1 by SaslAuthenticate
     18: (0, 3),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 5),  # DeleteTopics: v6 names topics by id
@@ -45,6 +46,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     26: (0, 3),  # EndTxn: v4 is KIP-890's
     28: (0, 3),  # TxnOffsetCommit: v4 is KIP-890's
     32: (1, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
     60: (0, 1),  # DescribeCluster
 }
 API_VERSIONS = 18

@@ -13,8 +13,9 @@ from icelog.validations.checks import run_checks
 from tests.gateway.conftest import quiet_logs
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, expect: int, wait: float = 20) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every record of both partitions a consumer reads from 0."""
+def read_all(bootstrap: str, topic: str, isolation: str, expect: int, wait: float = 20, **config) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record of both partitions a consumer reads from 0
+    (``config``: more librdkafka settings, such as SASL's)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -23,6 +24,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, expect: int, wait: floa
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             **quiet_logs(),
+            **config,
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])

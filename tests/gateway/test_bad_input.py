@@ -124,6 +124,8 @@ def _seeds(topic: str) -> list[bytes]:
         frame(2, 7, list_offsets),
         frame(22, 4, {"transactional_id": None, "transaction_timeout": 1000}),
         produce_frame(topic, 0, [b"seed"]),
+        frame(17, 1, {"mechanism": "PLAIN"}),
+        frame(36, 2, {"auth_bytes": b"\0user\0password"}),
         *_group_seeds(topic),
     ]
 
