@@ -205,7 +205,7 @@ def _made_ahead(chunks: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield chunk
 
 
-def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataFile]:
+def write_log_files(table: Table, batches: Mapping[int, pa.Table], directory: str | None = None) -> list[DataFile]:
     """Write Parquet data files for rows already carrying their system columns.
 
     The files are written by icelog's own Parquet writer, not pyiceberg's ``write_file``, for the
@@ -217,6 +217,8 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
     Args:
         table: The log table (its current metadata gives schema, spec and location).
         batches: Rows per log partition, sorted by offset and contiguous.
+        directory: Write the files here (a transaction's folder) instead of where the table's
+            location provider puts data files.
     """
     metadata = table.metadata
     schema, spec = metadata.schema(), metadata.spec()
@@ -229,7 +231,7 @@ def write_log_files(table: Table, batches: Mapping[int, pa.Table]) -> list[DataF
         for chunk in file_slices(rows, ways):
             task = WriteTask(write_uuid=write_uuid, task_id=next(counter), schema=schema, record_batches=[], partition_key=key)
             jobs.append((task, chunk))
-    writer = _FileWriter(table.io, metadata)
+    writer = _FileWriter(table.io, metadata, directory)
     return list(ExecutorFactory.get_or_create().map(lambda job: writer.write(*job), jobs))
 
 
@@ -252,12 +254,12 @@ class _FileWriter:
     table's location provider and ``write.parquet.*`` properties, its statistics), plus the key
     hash, the encodings and the row groups of the key-hash layout."""
 
-    def __init__(self, io: FileIO, metadata: TableMetadata) -> None:
+    def __init__(self, io: FileIO, metadata: TableMetadata, directory: str | None = None) -> None:
         # lazy, here and below: pyiceberg.io.pyarrow loads pyarrow.dataset and pandas, which reading
         # offsets never needs (it keeps the CLI's start-up short)
         from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, schema_to_pyarrow
 
-        self.io, self.metadata = io, metadata
+        self.io, self.metadata, self.directory = io, metadata, directory
         self.schema = metadata.schema()
         self.key_column = cols.key_column(self.schema, metadata.properties)
         self.arrow_schema = self.schema.as_arrow()
@@ -273,8 +275,11 @@ class _FileWriter:
     def write(self, task: WriteTask, rows: pa.Table) -> DataFile:
         from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
 
-        path = self.locations.new_data_location(
-            data_file_name=task.generate_data_file_filename("parquet"), partition_key=task.partition_key
+        name = task.generate_data_file_filename("parquet")
+        path = (
+            f"{self.directory}/{name}"
+            if self.directory is not None
+            else self.locations.new_data_location(data_file_name=name, partition_key=task.partition_key)
         )
         output = self.io.new_output(path)
         rows, keys = _with_key_hash(rows, self.key_column)

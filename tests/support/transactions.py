@@ -159,7 +159,12 @@ def _mtimes(table, paths):
 
 
 def staged_files(log_table: LogTable) -> list[str]:
-    return _files_under(log_table.table(), "data/staging")
+    """Files of transactions not (yet) in the table: staged payloads, and data files written
+    into a transaction's folder (``data/txn-<id>``) that no snapshot references."""
+    table = log_table.table()
+    keep = referenced_files(table)
+    written = [p for p in _files_under(table, "data") if "/data/txn-" in p and p not in keep]
+    return sorted(_files_under(table, "data/staging") + written)
 
 
 def unreferenced_data_files(log_table: LogTable) -> list[str]:

@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from icelog.storage.admin.maintenance import maintain
+from icelog.storage.admin.orphans import referenced_files
 from icelog.storage.core import faults
 from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog, IcelogError, TransientError
 from icelog.storage.groups.offsets import committed_offsets
@@ -85,6 +86,30 @@ def test_i5_i7_rest_maintenance_between_the_decision_and_the_roll_forward_loses_
     assert staged_files(a) + staged_files(b) == staged
     assert tx.recover(catalog, clock=past_timeout()) == {"rolled_forward": [txn_id], "aborted": []}
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
+
+
+def test_i1_i5_rest_a_send_writes_its_data_file_once_and_a_moved_partition_renumbers_it(rest_catalog):
+    """A send writes its data file at the log end it sees; the roll-forward commits that very
+    file where no other writer moved the partition, and a renumbered copy where one did."""
+    a = LogTable.create(rest_catalog, "db.a", 1)
+    b = LogTable.create(rest_catalog, "db.b", 1)
+    a.append({0: [{"key": "k", "value": "0"}]})
+    producer = TransactionalProducer(rest_catalog, "writer")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "x", "value": "1"}] * 2)
+    producer.send("db.b", 0, [{"key": "y", "value": "2"}])
+    (written_a,), (written_b,) = staged_files(a), staged_files(b)
+    assert "/data/txn-" in written_a and "/data/txn-" in written_b  # data files, in the transaction's folder
+    b.append({0: [{"key": "z", "value": "other"}]})  # another writer moves db.b's log end
+    assert producer.commit_transaction() == {"db.a": {"0": [1, 3]}, "db.b": {"0": [1, 2]}}
+    assert written_a in referenced_files(a.table())  # committed as written: nothing read back or rewritten
+    assert written_b not in referenced_files(b.table())  # numbered at 0, placed at 1: a renumbered copy
+    assert rows(a) == [(0, "k", "0"), (1, "x", "1"), (2, "x", "1")]
+    assert rows(b) == [(0, "z", "other"), (1, "y", "2")]
+    for t in (a, b):
+        assert run_checks(t.table(), ["contiguity-deep", "transactions"]).ok
+        assert staged_files(t) == []
 
 
 def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_catalog, unchanged):
