@@ -203,16 +203,20 @@ def _decode_records(body: bytes, count: int, base_ts: int) -> Columns:
 
 def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's fields begin and where the record ends."""
-    starts, ends, at = [], [], 0
+    starts, ends, at, size = [], [], 0, len(body)
     for _ in range(count):
-        length, at = _varint(body, at)
-        if length < 0 or at + length > len(body):
+        if at + 1 < size and body[at] >= 0x80 and body[at + 1] < 0x80:  # two bytes: records of 64 to 8,191 bytes
+            raw = (body[at] & 0x7F) | (body[at + 1] << 7)
+            length, at = (raw >> 1) ^ -(raw & 1), at + 2
+        else:
+            length, at = _varint(body, at)
+        if length < 0 or at + length > size:
             raise CorruptRecords(f"record of {length} bytes runs past the batch")
         starts.append(at)
         at += length
         ends.append(at)
-    if at != len(body):
-        raise CorruptRecords(f"{len(body) - at} bytes after the batch's {count} records")
+    if at != size:
+        raise CorruptRecords(f"{size - at} bytes after the batch's {count} records")
     return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
 
 
