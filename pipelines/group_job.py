@@ -48,7 +48,6 @@ import contextlib
 import hashlib
 import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -57,7 +56,7 @@ from icelog.pipelines.ingest import remove_staging
 from icelog.pipelines.spark import file_io_properties, is_local, read_log
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
-from icelog.storage.core.commit import commit_tables
+from icelog.storage.core.commit import commit_tables, new_commit_id
 from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import CommitOutcomeUnknown, IcelogError, InvalidInput, OffsetMismatch
 from icelog.storage.groups import membership
@@ -486,14 +485,14 @@ def _write_and_commit(
     consumed: Mapping[tuple[str, int], list[OffsetRange]],
 ) -> list[Any]:
     """Executors write the output; one atomic commit lands it with the consumed ranges, or nothing."""
-    commit_id = uuid.uuid4().hex
+    commit_id = new_commit_id()  # sent once, by the one commit below: a first send
     staging = f"{tgt.table().metadata.location.removeprefix('file://')}/data/_group-job-{commit_id}"
     try:
         files, expected = write_target(out, tgt, out_key, staging)
         faults.checkpoint(faults.AFTER_INGEST_WRITE)
         parts = [(tgt.identifier, tgt.files_request(files, expected, commit_id=commit_id))] if files else []
         parts.append((GROUPS_TABLE, ranges_request(catalog, group, consumed, member=me.member, generation=me.generation)))
-        return commit_tables(catalog, parts, commit_id=commit_id)
+        return commit_tables(catalog, parts, commit_id=commit_id, resent=False)
     except CommitOutcomeUnknown:
         raise  # the files may have landed: keep them (a re-run finds the commit id or orphans them)
     except Exception:

@@ -41,7 +41,7 @@ from pyiceberg.catalog import Catalog
 from icelog.pipelines.spark import executor_filesystem, file_io_properties, is_local, spark_schema, sparkable_schema
 from icelog.storage.core import faults
 from icelog.storage.core.catalog import open_catalog
-from icelog.storage.core.commit import commit, commit_tables
+from icelog.storage.core.commit import commit, commit_tables, new_commit_id
 from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from icelog.storage.ingest import ledger
@@ -278,7 +278,9 @@ def ingest(
 
     # Pass 2: executors number each split's rows from its slices' bases and write them.
     say("pass 2: numbering and writing data files")
-    commit_id = uuid.uuid4().hex
+    # Sent once, by the one commit below (a re-run makes a new one): a first send, so its lookup
+    # reads only registry files younger than it, and a gone older one cannot refuse it.
+    commit_id = new_commit_id()
     location = iceberg.metadata.location
     staging = f"{location.removeprefix('file://') if is_local(location) else location}/data/_ingest-{commit_id}"
     staging_io = None if is_local(location) else file_io_properties(iceberg.io.properties)
@@ -302,10 +304,12 @@ def ingest(
         data = LogTable(catalog, ident).files_request(written, {p: ends[p] for p in written}, commit_id=commit_id)
         if atomic:  # the data and its ledger rows in one commit
             entries = _ledger_request(catalog, ident, plan, file_ranges, partitions, run_key, commit_id)
-            outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id)[0]
+            outcome = commit_tables(catalog, [(ident, data), (ledger.LEDGER_TABLE, entries)], commit_id=commit_id, resent=False)[
+                0
+            ]
         else:  # the data commit decides, carrying its ledger rows; the ledger rolls forward below
             rows_of_ledger = ledger.ledger_rows(ident, plan.load, file_ranges, plan.partitions, partitions, run_key, commit_id)
-            outcome = commit(catalog, ident, ledger.carrying(data, rows_of_ledger), commit_id=commit_id)
+            outcome = commit(catalog, ident, ledger.carrying(data, rows_of_ledger), commit_id=commit_id, resent=False)
     except (CommitOutcomeUnknown, CatalogUnavailable):
         raise  # the commit may have landed: its files stay (orphan cleanup removes them if not)
     except BaseException:
@@ -459,11 +463,12 @@ def _record_empty(
     catalog: Any, ident: str, plan: ledger.Plan, run_key: str | None, partitions: int, result: IngestResult, started: float
 ) -> IngestResult:
     """New files without rows (for the wanted partitions): record them, so they count as loaded."""
-    commit_id = uuid.uuid4().hex
+    commit_id = new_commit_id()  # a first send, as the data commit's
     outcome = commit_tables(
         catalog,
         [(ledger.LEDGER_TABLE, _ledger_request(catalog, ident, plan, {}, partitions, run_key, commit_id))],
         commit_id=commit_id,
+        resent=False,
     )[0]
     result.loaded = [{"path": f.path, "rows": 0, "ranges": {}} for f in plan.load]
     result.seconds = time.perf_counter() - started

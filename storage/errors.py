@@ -477,6 +477,24 @@ class CommitIdForgotten(TerminalError):
     )
 
 
+class RegistryFileGone(CommitIdForgotten):
+    """A commit-id registry file the table's current metadata lists is gone from the store
+    (another engine's orphan cleanup deletes files no Iceberg metadata references, registry
+    files included), and the re-sent id may be in it. As for an id older than the window: icelog
+    neither writes it again nor says it landed. The table forgets the file's ids (its list drops
+    it and ``icelog.commits.forgotten-ms`` moves past them), so later commits go on."""
+
+    path: str
+    created_ms: int | None  # type: ignore[assignment]  # None: the id carries no time
+    message = (
+        "{table}: commit id {commit_id} may be in the commit-id registry file {path}, which the table lists "
+        "but the store no longer holds (deleted by an orphan cleanup that does not know icelog's registry "
+        "files?): whether it landed cannot be proven, and the table now forgets that file's commits (up to "
+        "{forgotten_ms} ms). Check the log (offsets, producer sequences) before sending the rows again under "
+        "a new commit id; give foreign orphan cleanups an older_than of at least icelog.commit-ids.min-retention-ms"
+    )
+
+
 class StorageUnavailable(TransientError):
     """The warehouse could not be written (e.g. a full disk) before the pointer swap: nothing was
     committed, so the same request may be re-sent, with the same commit id, once it can be."""

@@ -94,10 +94,11 @@ from icelog.storage.errors import (
     InvalidIdentifier,
     InvalidInput,
     ReadOnlyTable,
+    RegistryFileGone,
     StorageUnavailable,
     UnknownTable,
 )
-from icelog.storage.properties import COMMIT_ID, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
+from icelog.storage.properties import COMMIT_FILES, COMMIT_ID, FORGOTTEN, HEAD, LEASE, RANGES, READ_ONLY, VERSION
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("commit")
@@ -537,10 +538,13 @@ class _Run:
         """Step 1: an earlier attempt (or send) of this commit id that landed is the answer.
 
         A registry file that cannot be read (a stale base whose file a later commit dropped and
-        orphan cleanup deleted, a store restarting) is a failed read: read again.
+        orphan cleanup deleted, a store restarting) is a failed read: read again. One that is gone
+        while the table still lists it (:class:`RegistryFileGone`) cannot prove a re-sent id new:
+        refused as a forgotten one, after the table drops the file. A first send's id was never
+        sent: the gone file cannot hold it, and this commit drops the file.
         """
         try:
-            receipts = {ident: find_commit(self.tables[ident], self.commit_id) for ident in self.identifiers}
+            receipts = {ident: self._find(ident) for ident in self.identifiers}
         except OSError as e:
             self.bound.warning("commit-id registry file unreadable", attempt=self.attempt, error=repr(e))
             self.read_error = e
@@ -553,6 +557,15 @@ class _Run:
             return _Turn.FRESH
         self.landed = True  # the swap is atomic: every table has it
         return [_landed(request, receipts[ident], self.attempt) for ident, request in self.parts]
+
+    def _find(self, ident: str) -> Any:
+        try:
+            return find_commit(self.tables[ident], self.commit_id)
+        except RegistryFileGone as e:
+            if not self.resent:
+                return NOT_FOUND
+            _forget_gone(self.catalog, ident, self.bound)  # so that later commits on the table go on
+            raise RegistryFileGone(**{**e.fields, "table": ident}) from None
 
     def _guard(self, callers_base: bool) -> _Turn | None:
         """Before deciding: a re-sent id the registry may have forgotten, and the lease (step 7)."""
@@ -811,6 +824,27 @@ def _take_lease(catalog: Catalog, tables: list[Table], commit_id: str, bound: An
         return False
     bound.info("took the lease", ttl_s=LEASE_TTL_S)
     return True
+
+
+def _forget_gone(catalog: Catalog, identifier: str, bound: Any) -> None:
+    """Best effort: a property-only swap that drops the registry files this process found gone
+    from the table's list and moves ``icelog.commits.forgotten-ms`` past them. Failing, the
+    table's next commit that finds them drops them."""
+    try:
+        table = load(catalog, identifier)
+        healed = registry.without_gone(table.metadata)
+        if healed is None:
+            return
+        files, newest_ms = healed
+        forgotten_ms = max(newest_ms, int(table.metadata.properties.get(FORGOTTEN, "0") or 0))
+        version = _version(table.metadata)
+        updates = {COMMIT_FILES: files, FORGOTTEN: str(forgotten_ms), VERSION: str(version + 1)}
+        requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), AssertStateVersion(version=version))
+        swap(catalog, [TableSwap(table, requirements, (SetPropertiesUpdate(updates=updates),))])
+    except Exception as e:  # noqa: BLE001 - the table's next commit drops them
+        bound.warning("gone registry files not dropped yet", error=repr(e))
+        return
+    bound.warning("dropped gone registry files; their ids are forgotten", forgotten_ms=forgotten_ms)
 
 
 def _release_lease(catalog: Catalog, identifiers: list[str], commit_id: str, bound: Any) -> None:

@@ -29,6 +29,15 @@ read (``_CACHE_FILES``). A file belongs to one table: it names the table's uuid,
 and a file of another table (copied properties, a table re-created at the same location)
 counts for nothing.
 
+A listed file that is **gone** from the store (another engine's orphan cleanup deletes every
+file no Iceberg metadata references: it does not know these) while the table's current
+metadata still lists it cannot prove an id new. A lookup that could need it raises
+:class:`storage.errors.RegistryFileGone` (a ``CommitIdForgotten``); one that cannot (a UUIDv7
+id newer than the file) never reads it. The process remembers the file (``_gone``), and its
+next commit on the table drops it from the list and moves ``icelog.commits.forgotten-ms`` past
+its newest commit: the table heals, and the file's ids are forgotten, never "not landed".
+Any other read error stays an ``OSError``: the commit reads again.
+
 A table written by an older icelog holds the whole registry in ``icelog.commits``: its first
 commit now moves it into one file (it is larger than ``TAIL_BYTES``).
 """
@@ -51,6 +60,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from icelog.storage import properties as props
 from icelog.storage.core import faults
+from icelog.storage.errors import RegistryFileGone
 from icelog.storage.properties import COMMIT_FILES, COMMITS
 from icelog.storage.telemetry import get_logger
 
@@ -122,18 +132,29 @@ def tail(metadata: TableMetadata) -> list[Entry]:
     return json.loads(metadata.properties.get(COMMITS, "") or "[]")
 
 
-def all_commits(table: Table) -> list[Entry]:
+def all_commits(table: Table, skip_gone: bool = False) -> list[Entry]:
     """Every entry the registry holds, registry files and tail, oldest first (reads the files).
 
+    Args:
+        skip_gone: Leave out the entries of a listed file that is gone (for a caller that has
+            another record of them), instead of raising.
+
     Raises:
+        RegistryFileGone: a listed file is gone while the current metadata lists it.
         OSError: a listed file could not be read (a stale table whose file a later commit dropped
-            and orphan cleanup deleted: load the table again).
+            and orphan cleanup deleted: load the table again; a store restarting).
     """
     listed = file_list(table.metadata)
     entries: list[Entry] = []
     if listed is not None:
         for f in listed.files:
-            entries.extend(_read(table, listed.path(f))[0])
+            try:
+                entries.extend(_read(table, listed.path(f))[0])
+            except FileNotFoundError:
+                if not _confirmed_gone(table, listed.path(f)):
+                    raise
+                if not skip_gone:
+                    raise _gone_error(table, "<any>", listed.path(f), f.newest_ms) from None
     return [*entries, *tail(table.metadata)]
 
 
@@ -142,6 +163,7 @@ def find_commit(table: Table, commit_id: str) -> Any:
     first, then the registry files that can hold it, newest first.
 
     Raises:
+        RegistryFileGone: a file that can hold ``commit_id`` is gone (and no other holds it).
         OSError: a listed file could not be read (see :func:`all_commits`).
     """
     found = _in_tail(table.metadata.properties.get(COMMITS, ""), commit_id)
@@ -151,13 +173,62 @@ def find_commit(table: Table, commit_id: str) -> Any:
     if listed is None:
         return NOT_FOUND
     created_ms = commit_id_created_ms(commit_id)
+    gone: RegistryFile | None = None
     for f in reversed(listed.files):
         if created_ms is not None and f.newest_ms < created_ms - CLOCK_SKEW_MS:
             continue  # only commits made before the id could land
-        hit = _read(table, listed.path(f))[1].get(commit_id)
+        try:
+            hit = _read(table, listed.path(f))[1].get(commit_id)
+        except FileNotFoundError:
+            if not _confirmed_gone(table, listed.path(f)):
+                raise
+            gone = gone or f  # the newest gone file: the error names it; the others are remembered too
+            continue
         if hit is not None:
             return hit
+    if gone is not None:
+        raise _gone_error(
+            table, commit_id, listed.path(gone), max(g.newest_ms for g in listed.files if g is gone or _is_gone(listed.path(g)))
+        )
     return NOT_FOUND
+
+
+def _gone_error(table: Table, commit_id: str, path: str, newest_ms: int) -> RegistryFileGone:
+    return RegistryFileGone(
+        table=".".join(table.name()),
+        commit_id=commit_id,
+        path=path,
+        created_ms=commit_id_created_ms(commit_id),
+        forgotten_ms=newest_ms,
+    )
+
+
+_gone: set[str] = set()  # listed registry files this process found gone: its next commit drops them
+
+
+def _is_gone(path: str) -> bool:
+    with _cache_lock:
+        return path in _gone
+
+
+def _confirmed_gone(table: Table, path: str) -> bool:
+    """Whether ``path``, not found, is gone from a file list that is current: the table as the
+    catalog has it now still lists it (a stale table's file may have been dropped by a later
+    commit and deleted by icelog's own cleanup: that is no loss). Remembered for the next commit."""
+    if _is_gone(path):
+        return True
+    try:
+        current = table.catalog.load_table(table.name()).metadata
+    except Exception as e:  # noqa: BLE001 - the catalog unreadable: not proven gone, the caller reads again
+        log.warning("registry file not found; the table could not be reloaded", path=path, error=repr(e))
+        return False
+    listed = file_list(current)
+    if current.table_uuid != table.metadata.table_uuid or listed is None or path not in listed.paths():
+        return False
+    log.warning("commit-id registry file listed but gone: its ids are forgotten from the next commit", path=path)
+    with _cache_lock:
+        _gone.add(path)
+    return True
 
 
 def _in_tail(raw: str, commit_id: str) -> Any:
@@ -239,11 +310,16 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     old = tail(metadata)
     listed = file_list(metadata)
     files = list(listed.files) if listed else []
+    lost = [f for f in files if listed is not None and _is_gone(listed.path(f))]
+    if lost:
+        assert listed is not None
+        log.warning("dropping gone registry files: their ids are forgotten", files=[listed.path(f) for f in lost])
+        files = [f for f in files if f not in lost]
     times = committed_times([*old, entry], now_ms)
     units = [(f.count, f.newest_ms) for f in files] + [(1, t) for t in times]
     dropped = _dropped(units, settings, now_ms)
     gone_files, gone_entries = files[:dropped], max(0, dropped - len(files))
-    forgotten = [f.newest_ms for f in gone_files] + times[:gone_entries]
+    forgotten = [f.newest_ms for f in [*lost, *gone_files]] + times[:gone_entries]
     files, kept, kept_times = files[len(gone_files) :], old[gone_entries:], times[gone_entries:-1]
     text = json.dumps(kept, separators=(",", ":"))
     if len(text) >= TAIL_BYTES:
@@ -257,6 +333,17 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     if listed is not None:
         properties[COMMIT_FILES] = FileList(listed.folder, tuple(files)).to_property()
     return Registered(properties, max(forgotten, default=None))
+
+
+def without_gone(metadata: TableMetadata) -> tuple[str, int] | None:
+    """``icelog.commits.files`` without the listed files this process found gone, and the newest
+    commit time among those (for ``icelog.commits.forgotten-ms``); None when none is gone."""
+    listed = file_list(metadata)
+    lost = [f for f in listed.files if _is_gone(listed.path(f))] if listed else []
+    if not lost or listed is None:
+        return None
+    kept = tuple(f for f in listed.files if f not in lost)
+    return FileList(listed.folder, kept).to_property(), max(f.newest_ms for f in lost)
 
 
 def files_written(base: TableMetadata, properties: Mapping[str, str]) -> list[str]:
@@ -351,3 +438,4 @@ def clear_cache() -> None:
     """Forget the registry files this process read (tests: a file deleted behind its back)."""
     with _cache_lock:
         _cache.clear()
+        _gone.clear()

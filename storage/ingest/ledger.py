@@ -66,7 +66,7 @@ from icelog.storage.core.registry import all_commits
 from icelog.storage.core.state import SystemState
 from icelog.storage.core.swap import is_atomic, load_tables
 from icelog.storage.core.system import NAMESPACE, PROPERTIES
-from icelog.storage.errors import SourceFileChanged
+from icelog.storage.errors import RegistryFileGone, SourceFileChanged
 from icelog.storage.log.files import write_log_files
 from icelog.storage.log.table import AppendRequest, AppendResult
 
@@ -377,22 +377,35 @@ def record(catalog: Catalog, table: str, commit_id: str, rows: pa.Table) -> int:
     return 0 if outcome.already_committed else int(outcome.result["ledger_entries"])
 
 
+def _proven(book: Table, commit_id: str) -> bool:
+    """Whether the ledger's registry holds ``commit_id`` (False when a gone registry file might)."""
+    try:
+        return was_committed(book, commit_id)
+    except RegistryFileGone:
+        return False  # the ledger's rows decide (_recorded)
+
+
 def roll_forward(catalog: Catalog, data: Table, table: str) -> dict[str, int]:
     """Roll the ledger forward from every commit in ``data``'s registry that carries ledger rows
     the ledger lacks (a process killed between the data commit and :func:`record`).
+
+    A registry file of either table that an orphan cleanup of another engine deleted does not
+    stop ingest: the data table's gone entries are left out (commits old enough to be in such a
+    file were recorded right after they landed, unless killed in between), and an id the
+    ledger's own registry cannot prove is judged by the ledger's rows, as a forgotten one.
 
     Returns:
         Rows added per commit id rolled forward now.
     """
     carried = {
         cid: receipt[RECEIPT_KEY]
-        for cid, receipt, *_ in all_commits(data)
+        for cid, receipt, *_ in all_commits(data, skip_gone=True)
         if isinstance(receipt, dict) and RECEIPT_KEY in receipt
     }
     if not carried:
         return {}
     book = load(catalog, LEDGER_TABLE)
-    unproven = [cid for cid in carried if not was_committed(book, cid)]
+    unproven = [cid for cid in carried if not _proven(book, cid)]
     if not unproven:
         return {}
     done = _recorded(book, table, unproven)  # ids the ledger's own registry has forgotten

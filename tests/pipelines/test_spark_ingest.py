@@ -205,3 +205,26 @@ def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_
     (task,) = t.table().scan().plan_files()
     assert pq.ParquetFile(local_path(task.file.file_path)).metadata.num_row_groups > 1
     assert check_contiguity(t.table(), deep=True).ok
+
+
+def test_i4_ingest_lands_on_a_table_whose_oldest_registry_file_another_engine_deleted(spark, env_catalog, tmp_path, monkeypatch):
+    """A foreign orphan cleanup deleted a listed commit-id registry file: the ingest's commit id is a
+    first send made now (a UUIDv7), so no gone older file can refuse it, and the table drops the file."""
+    from icelog.storage.core import registry
+    from icelog.storage.properties import COMMIT_ID
+
+    monkeypatch.setattr(registry, "TAIL_BYTES", 300)
+    registry.clear_cache()
+    t = LogTable.create(env_catalog.open(), "db.events", partitions=3)
+    for i in range(14):
+        t.append({0: [{"key": f"k{i}", "value": "v"}]}, commit_id=f"c{i}")
+    gone = registry.file_list(t.table().metadata).paths()[0]
+    t.table().io.delete(gone)
+    registry.clear_cache()
+    write_landing(tmp_path / "landing")
+    result = ingest(spark, "db.events", str(tmp_path / "landing"), "run-1", catalog_name=env_catalog.name)
+    assert result.rows == 600 and not result.duplicate
+    snapshot = t.table().metadata.current_snapshot()
+    assert registry.commit_id_created_ms(snapshot.summary[COMMIT_ID]) is not None  # a UUIDv7
+    assert check_contiguity(t.table(), deep=True).ok
+    registry.clear_cache()

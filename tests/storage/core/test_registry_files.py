@@ -338,8 +338,9 @@ def test_i6_a_mirror_target_keeps_its_own_registry_not_its_sources_files(source,
 
 
 def test_i4_an_unreadable_registry_file_never_lets_a_resent_id_write_again(sqlite_catalog, small_tail):
-    """A lookup that cannot read a listed file cannot prove the id new: the commit reads again
-    until its deadline and then fails as a catalog read does, writing nothing."""
+    """A lookup that cannot read a listed file (a read error other than "not found": the store
+    failing, not the file gone) cannot prove the id new: the commit reads again until its
+    deadline and then fails as a catalog read does, writing nothing."""
     from icelog.storage.core.commit import commit
     from icelog.storage.errors import CatalogUnavailable
     from icelog.storage.producers.idempotent import InitProducer
@@ -348,9 +349,115 @@ def test_i4_an_unreadable_registry_file_never_lets_a_resent_id_write_again(sqlit
     commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 7), commit_id="init-1")
     for i in range(12):
         t.append({0: rows(str(i))}, commit_id=f"c{i}")
-    os.remove(local_path(listed(t)[0]))  # the file holding init-1, lost by the store
+    unreadable = local_path(listed(t)[0])  # the file holding init-1
+    os.remove(unreadable)
+    os.mkdir(unreadable)  # reading it fails with an OSError that is not FileNotFoundError
     registry.clear_cache()
     before = t.table().metadata_location
     with pytest.raises(CatalogUnavailable):
         commit(sqlite_catalog, t.identifier, InitProducer(t.identifier, "client-a", 8), commit_id="init-1", deadline_s=0.3)
-    assert t.table().metadata_location == before
+    assert t.table().metadata_location == before  # nothing written, and the file is not dropped
+
+
+def delete_listed(t: LogTable, path: str) -> None:
+    """The store loses a listed registry file, as another engine's orphan cleanup deletes it."""
+    t.table().io.delete(path)
+    registry.clear_cache()  # as a fresh process: nothing remembered
+
+
+def test_i2_i4_a_gone_registry_file_refuses_the_ids_it_may_hold_and_the_table_heals(catalog, small_tail):
+    """A listed file deleted by a foreign orphan cleanup: a re-sent id it may hold is refused
+    (never written twice, never a wedged table), an id newer than it is unaffected, and the
+    table drops the file and moves ``forgotten-ms`` past it, so its ids stay forgotten."""
+    from icelog.storage.errors import RegistryFileGone
+
+    t = LogTable.create(catalog, "db.gone", 1)
+    stamped = new_commit_id()
+    t.append({0: rows("stamped")}, commit_id=stamped)
+    t.append({0: rows("plain")}, commit_id="plain-id")  # an id without a time: every file may hold it
+    for i in range(12):
+        t.append({0: rows(str(i))})
+    gone = listed(t)[0]
+    assert {"plain-id", stamped} <= {e[0] for e in all_commits(t.table())}
+    newest_ms = file_list(t.table().metadata).files[0].newest_ms
+    delete_listed(t, gone)
+    end = t.watermarks()[0].end
+
+    newer_id = commit_id_made_at(newest_ms + registry.CLOCK_SKEW_MS + 1)  # made after the file's commits
+    newer = t.append({0: rows("newer")}, commit_id=newer_id)  # never reads the file
+    assert not newer.duplicate and gone in listed(t)
+    end += 1
+
+    with pytest.raises(RegistryFileGone) as caught:
+        t.append({0: rows("plain")}, commit_id="plain-id")
+    assert isinstance(caught.value, CommitIdForgotten)
+    assert caught.value.path == gone and gone in str(caught.value) and caught.value.table == t.identifier
+    assert t.watermarks()[0].end == end  # nothing written
+    metadata = t.table().metadata  # healed: the file is dropped, its commits forgotten
+    assert gone not in listed(t) and int(metadata.properties["icelog.commits.forgotten-ms"]) >= newest_ms
+    with pytest.raises(CommitIdForgotten):  # a UUIDv7 id of the file's stays refused, by the forgotten time
+        t.append({0: rows("stamped")}, commit_id=stamped)
+    assert t.watermarks()[0].end == end
+
+    assert not t.append({0: rows("fresh")}).duplicate  # not wedged
+    assert not t.append({0: rows("fresh")}, commit_id="another-plain-id").duplicate
+    assert t.append({0: rows("fresh")}, commit_id="another-plain-id").duplicate
+    assert t.watermarks()[0].end == end + 2
+    registry.clear_cache()
+    assert [e[0] for e in all_commits(t.table())][-1] == "another-plain-id"
+
+
+def test_i4_a_first_send_drops_a_gone_registry_file_in_its_own_commit(sqlite_catalog, small_tail):
+    """A first send (its id was never sent) cannot be in a gone file: it lands, and its swap
+    drops the file and moves ``forgotten-ms`` past it."""
+    import pyarrow as pa
+
+    from icelog.storage.core.commit import commit
+    from icelog.storage.log.table import AppendRequest
+
+    t = LogTable.create(sqlite_catalog, "db.first", 1)
+    for i in range(14):
+        t.append({0: rows(str(i))}, commit_id=f"c{i}")
+    gone = listed(t)[0]
+    newest_ms = file_list(t.table().metadata).files[0].newest_ms
+    delete_listed(t, gone)
+    request = AppendRequest(t.identifier, t.conform({0: pa.table({"key": ["k"], "value": ["v"]})}), {0: 14}, "")
+    outcome = commit(sqlite_catalog, t.identifier, request, commit_id="first-send", resent=False)
+    assert not outcome.already_committed and t.watermarks()[0].end == 15
+    assert gone not in listed(t)
+    assert int(t.table().metadata.properties["icelog.commits.forgotten-ms"]) >= newest_ms
+    with pytest.raises(CommitIdForgotten):  # a UUIDv7 id the file could have held is refused from now on
+        t.append({0: rows("again")}, commit_id=commit_id_made_at(newest_ms))
+
+
+def test_i4_a_stale_table_whose_file_a_later_commit_dropped_is_not_a_gone_file(sqlite_catalog, small_tail):
+    """A file missing from a stale table's list only (a later commit dropped it, icelog's cleanup
+    deleted it) is no loss: the lookup fails as a read (the commit reads again), nothing is forgotten."""
+    t = LogTable.create(sqlite_catalog, "db.stale", 1, properties={KEEP_COMMIT_IDS: "6", MIN_RETENTION_MS: "0"})
+    while not listed(t):
+        t.append({0: rows("x")}, commit_id=f"c{t.watermarks()[0].end}")
+    stale = t.table()
+    first = listed(t)[0]
+    while first in listed(t):
+        t.append({0: rows("x")})
+    remove_orphan_files(sqlite_catalog, t.identifier, older_than_s=0)
+    registry.clear_cache()
+    with pytest.raises(OSError):
+        find_commit(stale, "never-sent")
+    assert not registry._is_gone(first)
+    assert find_commit(t.table(), "never-sent") is NOT_FOUND
+
+
+def test_i4_a_gone_registry_file_on_rest_and_s3(rest_catalog, small_tail):
+    from icelog.storage.errors import RegistryFileGone
+
+    t = LogTable.create(rest_catalog, "db.gone", 1)
+    t.append({0: rows("first")}, commit_id="first")
+    for i in range(12):
+        t.append({0: rows(str(i))})
+    gone = listed(t)[0]
+    delete_listed(t, gone)
+    with pytest.raises(RegistryFileGone):
+        t.append({0: rows("first")}, commit_id="first")
+    assert gone not in listed(t) and t.watermarks()[0].end == 13
+    assert not t.append({0: rows("fresh")}, commit_id="fresh").duplicate

@@ -112,3 +112,48 @@ def test_carried_rows_roll_forward_once_by_commit_id(sqlite_catalog, tmp_path):
     request = ledger.LedgerRollForward("db.t", "c1", rows)
     assert not request.decide(SystemState.from_metadata(book.metadata), book).write
     assert ledger.LedgerRollForward("db.t", "c2", rows).decide(SystemState.from_metadata(book.metadata), book).write
+
+
+def test_i4_roll_forward_goes_on_when_registry_files_are_gone(sqlite_catalog, tmp_path, monkeypatch):
+    """A foreign orphan cleanup deleted a listed registry file of the data table and one of the
+    ledger's: rolling the ledger forward (every ingest plan on a non-atomic catalog) neither
+    wedges nor records a commit twice. The data table's gone entries are left out, the ledger's
+    rows judge an id its registry cannot prove, and the ledger's next commit drops its gone file."""
+    import pyarrow as pa
+
+    from icelog.storage.core import registry
+    from icelog.storage.core.commit import commit, load
+    from icelog.storage.log.table import AppendRequest, LogTable
+
+    monkeypatch.setattr(registry, "TAIL_BYTES", 300)
+    registry.clear_cache()
+    t = LogTable.create(sqlite_catalog, "db.t", 1)
+    ledger.ensure_ledger(sqlite_catalog)
+    when = dt.datetime(2020, 1, 2, tzinfo=dt.UTC)
+
+    def data_commit(i: int) -> tuple[str, pa.Table]:
+        f = source(tmp_path, f"f{i}", f"file {i}".encode()).with_fingerprint()
+        rows = ledger.ledger_rows("db.t", [f], {f.path: {0: [[i, i + 1]]}}, {f.path: {0}}, 1, None, f"c{i}", when)
+        data = AppendRequest("db.t", t.conform({0: pa.table({"key": [str(i)], "value": [str(i)]})}), {0: i}, f"c{i}")
+        commit(sqlite_catalog, "db.t", ledger.carrying(data, rows), commit_id=f"c{i}", resent=False)  # as ingest sends
+        return f"c{i}", rows
+
+    for i in range(10):
+        ledger.record(sqlite_catalog, "db.t", *data_commit(i))
+
+    def listed(identifier: str) -> list[str]:
+        files = registry.file_list(load(sqlite_catalog, identifier).metadata)
+        return files.paths() if files else []
+
+    gone = [listed("db.t")[0], listed(ledger.LEDGER_TABLE)[0]]
+    for identifier, path in zip(("db.t", ledger.LEDGER_TABLE), gone, strict=True):
+        load(sqlite_catalog, identifier).io.delete(path)
+    registry.clear_cache()
+    assert ledger.roll_forward(sqlite_catalog, load(sqlite_catalog, "db.t"), "db.t") == {}  # all recorded once
+
+    killed, rows = data_commit(10)  # killed before its ledger commit
+    assert ledger.roll_forward(sqlite_catalog, load(sqlite_catalog, "db.t"), "db.t") == {killed: 1}
+    assert gone[0] not in listed("db.t") and gone[1] not in listed(ledger.LEDGER_TABLE)  # their next commits dropped them
+    book = ledger.entries(load(sqlite_catalog, ledger.LEDGER_TABLE), "db.t")
+    assert sorted(len(v) for v in book.values()) == [1] * 11
+    registry.clear_cache()
