@@ -10,72 +10,21 @@ from collections import Counter
 
 import pytest
 
-from icelog.pipelines.group_job import _hash_expression, group_job, take
+from icelog.pipelines.group_job import _hash_expression, take
 from icelog.storage.admin.orphans import remove_orphan_files
 from icelog.storage.core import faults
 from icelog.storage.errors import StaleGeneration
 from icelog.storage.groups import membership
-from icelog.storage.groups.consumer import Consumer, key_hash
-from icelog.storage.groups.offsets import group_state
+from icelog.storage.groups.consumer import key_hash
 from icelog.storage.groups.ranges import RangeState
 from icelog.storage.log.table import LogTable
-from icelog.validations.checks import run_checks
 from tests.support.faults import kill_at
-from tests.support.spark import local_session
-
-PAYLOAD = [{"name": "key", "type": "string"}, {"name": "id", "type": "long"}]
-N = 120
-LONG = 600_000  # session timeout: no member lapses during a test
-
-
-def make_tables(catalog) -> LogTable:
-    source = LogTable.create(catalog, "db.src", 1, payload=PAYLOAD)
-    LogTable.create(catalog, "db.out", 2, payload=PAYLOAD)
-    source.append({0: [{"key": f"k{i % 23}", "id": i} for i in range(N)]})
-    return source
-
-
-def join(catalog, *members: str) -> None:
-    for m in members:
-        Consumer(catalog, "g", member_id=m, session_timeout_ms=LONG).subscribe("db.src")
-
-
-def run(env_catalog, member: str | None, **options):
-    return group_job(
-        local_session(),
-        "db.src",
-        "db.out",
-        "g",
-        member_id=member,
-        session_timeout_ms=LONG,
-        catalog_name=env_catalog.name,
-        **options,
-    )
-
-
-def output(catalog) -> list[dict]:
-    out = LogTable.open(catalog, "db.out")
-    return [r for p in range(2) for r in out.read(p).to_pylist()]
-
-
-def stable(catalog) -> RangeState:
-    return group_state(catalog).range_state("g", "db.src", 0, 0)
+from tests.support.group_job import LONG, N, assert_each_record_once, join, make_tables, output, run, stable
 
 
 def staged_files(catalog) -> list[str]:
     location = LogTable.open(catalog, "db.out").table().metadata.location.removeprefix("file://")
     return [os.path.join(d, f) for d, _, fs in os.walk(location + "/data") for f in fs if "_group-job-" in d]
-
-
-def assert_each_record_once(catalog) -> None:
-    rows = output(catalog)
-    assert Counter(r["id"] for r in rows) == Counter(range(N))
-    by_key: dict = {}
-    for r in sorted(rows, key=lambda r: (r["log_partition"], r["log_offset"])):
-        by_key.setdefault(r["key"], []).append(r["id"])
-    assert all(ids == sorted(ids) for ids in by_key.values())  # per-key order kept
-    assert run_checks(catalog.load_table("db.out"), ["contiguity-deep"]).ok
-    assert stable(catalog) == RangeState(N - 1, ())  # the group is done up to the log end
 
 
 def hashes_of(catalog, offsets: list[tuple[int, int]]) -> set[int]:

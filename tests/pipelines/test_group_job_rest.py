@@ -20,8 +20,8 @@ from icelog.storage.log.table import LogTable
 from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers import transactional as tx
 from icelog.validations.checks import run_checks
-from tests.pipelines.test_group_job import LONG, N, assert_each_record_once, join, make_tables, output, run, stable
 from tests.support.faults import kill_at
+from tests.support.group_job import LONG, N, assert_each_record_once, join, make_tables, output, run, stable
 from tests.support.transactions import journal
 
 pytestmark = pytest.mark.integration

@@ -106,7 +106,7 @@ def test_ctrl_c_is_an_error_line_and_exit_130_not_clicks_aborted(events, json_ou
         [sys.executable, "-m", "icelog.pipelines.cli", "consume", "db.events", "--follow", *output],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=events.env,
+        env={**events.env, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack
         cwd=ROOT,
     )
     try:
@@ -118,7 +118,12 @@ def test_ctrl_c_is_an_error_line_and_exit_130_not_clicks_aborted(events, json_ou
                 assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
                 time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # where it hangs, for the next reader of this failure
+            proc.send_signal(signal.SIGABRT)
+            _, stacks = proc.communicate(timeout=60)
+            raise AssertionError(f"no exit 120 s after SIGINT; its threads:\n{stacks.decode()}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
