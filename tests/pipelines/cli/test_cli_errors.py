@@ -108,6 +108,9 @@ def test_ctrl_c_is_an_error_line_and_exit_130_not_clicks_aborted(events, json_ou
         stderr=subprocess.PIPE,
         env={**events.env, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack
         cwd=ROOT,
+        # As in a terminal: a suite started in the background by a non-interactive shell runs with
+        # SIGINT ignored, which children inherit, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         if not json_output:
