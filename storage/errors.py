@@ -563,6 +563,20 @@ class OutOfOrderSequence(TerminalError):
     message = "{table} partition {partition}: producer {producer_id} sent sequence {sequence}, expected {expected}"
 
 
+class PartlyDuplicate(OutOfOrderSequence):
+    """One append's batch was already written on some of its partitions and not on others.
+
+    Commits are atomic, so a multi-partition batch is all new or all a re-send; for the Python API
+    this is a protocol error. The gateway, whose batches per partition are independent, commits
+    each part alone instead."""
+
+    written: list[int]
+    message = (
+        "{table}: producer {producer_id}'s batch was already written on partitions {written} "
+        "but not on partition {partition} (sequence {sequence})"
+    )
+
+
 class DuplicateSequence(TerminalError):
     """The batch was written, but too long ago for its offsets to be remembered."""
 

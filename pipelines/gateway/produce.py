@@ -3,7 +3,8 @@
 Every batch waits in its table's queue for the linger window; then the queue is cut, in arrival
 order, into commits: the batches of plain producers (no producer id) all go into one append, an
 idempotent producer's batches into one append per run in which no partition repeats (each keeps
-its own sequence range, so a re-sent batch is recognised by identity). Batches of different
+its own sequence range, so a re-sent batch is recognised by identity; an append that is a re-send
+on some partitions only is split into one append per partition). Batches of different
 idempotent producers commit one after another. A batch is acknowledged with the offsets its
 commit gave it, or with the error its commit raised; nothing is acknowledged before it landed.
 
@@ -158,6 +159,10 @@ class Appender:
                 self._register(log_table, *producer)
                 batch = ProducerBatch(producer[0], producer[1], {i.partition: i.batch.base_sequence for i in group})
             result = log_table.append({p: pa.concat_tables(ts) for p, ts in rows.items()}, producer=batch)
+        except errors.PartlyDuplicate:
+            # A client re-sends its unanswered batches one partition at a time, so a re-send can
+            # share a window with the next new batch of another partition. Nothing was written.
+            return [ack for item in group for ack in self._commit(table, [item])]
         except Exception as e:  # noqa: BLE001 - every failure is an answer to the batches, never a crash
             if not isinstance(e, errors.IcelogError):
                 log.exception("append to %s failed", table)

@@ -18,6 +18,7 @@ from icelog.storage.errors import (
     InvalidInput,
     InvalidProducerEpoch,
     OutOfOrderSequence,
+    PartlyDuplicate,
     ProducerFenced,
     UnknownProducer,
 )
@@ -122,8 +123,13 @@ def admit(
     if duplicates:
         if len(duplicates) != len(ranges):  # commits are atomic, so a half-duplicate is a protocol error
             p = next(p for p in ranges if p not in duplicates)
-            raise OutOfOrderSequence(
-                table=table, partition=p, producer_id=batch.producer_id, sequence=batch.first_sequences[p], expected=-1
+            raise PartlyDuplicate(
+                table=table,
+                partition=p,
+                producer_id=batch.producer_id,
+                sequence=batch.first_sequences[p],
+                expected=-1,
+                written=sorted(duplicates),
             )
         return Admission(state=state, duplicate_of=duplicates)
     producers = producers.with_entry(pid, replace(entry, last_ms=now_ms, partitions=partitions))

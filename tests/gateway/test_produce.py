@@ -85,6 +85,32 @@ def test_an_idempotent_producer_resend_is_a_duplicate_and_a_gap_or_new_epoch_is_
     assert LogTable.open(module_spec.open(), topic).read(0)["value"].to_pylist() == [b"a", b"b", b"c", b"d"]
 
 
+def test_a_resend_sharing_a_window_with_a_new_batch_of_another_partition_is_answered_per_partition(
+    slow_linger, module_spec, topic
+):
+    """librdkafka re-sends its unanswered batches after a reconnect one partition at a time: a
+    re-send of partition 0 can share the linger window with partition 1's next batch. Each is
+    answered on its own: the re-send with its original offsets, the new batch appended."""
+    with Connection(slow_linger.bootstrap) as conn:
+        pid = conn.call(22, 4, {"transactional_id": None, "transaction_timeout": 60_000}).producer_id
+
+        def both(batches: dict[int, tuple[list[bytes], int]]):
+            data = [
+                {"index": p, "records": encode_batch(0, [(i, 1_000 + i, None, v, ()) for i, v in enumerate(vs)], (pid, 0, seq))}
+                for p, (vs, seq) in batches.items()
+            ]
+            conn.send(frame(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [{"name": topic, "partition_data": data}]}))
+            answer = parse(0, 9, conn.read_frame()).responses[0].partition_responses
+            return {r.index: (r.error_code, r.base_offset) for r in answer}
+
+        assert both({0: ([b"a0", b"a1"], 0), 1: ([b"b0"], 0)}) == {0: (ErrorCode.none, 0), 1: (ErrorCode.none, 0)}
+        assert both({0: ([b"a0", b"a1"], 0), 1: ([b"b1", b"b2"], 1)}) == {0: (ErrorCode.none, 0), 1: (ErrorCode.none, 1)}
+        assert both({1: ([b"b1", b"b2"], 1), 0: ([b"a2"], 2)}) == {1: (ErrorCode.none, 1), 0: (ErrorCode.none, 2)}
+    log_table = LogTable.open(module_spec.open(), topic)
+    assert log_table.read(0)["value"].to_pylist() == [b"a0", b"a1", b"a2"]
+    assert log_table.read(1)["value"].to_pylist() == [b"b0", b"b1", b"b2"]
+
+
 def test_a_transactional_id_keeps_its_producer_id_and_each_init_bumps_its_epoch(slow_linger, topic):
     with Connection(slow_linger.bootstrap) as conn:
         body = {"transactional_id": f"txn-{topic}", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
