@@ -17,6 +17,7 @@ from icelog.storage.errors import (
     InvalidProducerEpoch,
     OffsetMismatch,
     OutOfOrderSequence,
+    PartlyDuplicate,
     ProducerFenced,
     UnknownProducer,
 )
@@ -77,6 +78,17 @@ def test_i4_sequence_gap_is_out_of_order_and_unknown_id_is_refused(catalog, tabl
         with pytest.raises(InvalidProducerEpoch):
             table.append({0: batch(1)}, producer=ProducerBatch(me.producer_id, 7, {0: 2}))
     assert table.read(0).num_rows == 2
+
+
+def test_i4_an_append_that_is_a_resend_on_one_partition_and_new_on_another_is_refused_whole(catalog, table, unchanged):
+    me = init_producer(catalog, "db.p")
+    table.append({0: batch(2), 1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 0, 1: 0}))
+    with unchanged(table):
+        with pytest.raises(PartlyDuplicate) as e:
+            table.append({0: batch(2), 1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {0: 0, 1: 1}))
+        assert (e.value.partition, e.value.written) == (1, [0])
+        assert isinstance(e.value, OutOfOrderSequence)
+    assert table.append({1: batch(1)}, producer=ProducerBatch(me.producer_id, 0, {1: 1})).ranges == {1: (1, 2)}
 
 
 @pytest.mark.parametrize(
