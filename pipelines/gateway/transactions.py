@@ -87,6 +87,29 @@ class Transactions:
         self.sessions: dict[str, Session] = {}
         self.by_producer: dict[int, str] = {}  # producer id -> transactional id
 
+    async def close(self) -> None:
+        """What each session still owes the journal, written when the gateway stops.
+
+        Without atomic multi-table commits a transaction's COMMITTED record is written with its
+        producer's next journal step: the last one of each session is written here. A transaction
+        still open is aborted (its staged batches live in this process, which a restart loses):
+        its staged files are deleted and the client's next request meets the lost-transaction
+        answers. One decided but not yet rolled forward is left to recovery, which finishes it.
+        """
+        for tid, session in list(self.sessions.items()):
+            async with session.lock:
+                try:
+                    await asyncio.to_thread(self._close, session)
+                except errors.IcelogError as e:  # the journal is behind, never wrong: recovery catches up
+                    log.warning("closing transactional id %r: %s", tid, e)
+
+    @staticmethod
+    def _close(session: Session) -> None:
+        producer = session.producer
+        if session.open and not producer.prepared:
+            producer.abort_transaction()
+        producer.close()
+
     # --- InitProducerId ----------------------------------------------------------------------
 
     async def init(self, request: Any) -> dict[str, Any]:

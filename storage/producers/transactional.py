@@ -342,6 +342,12 @@ class TransactionalProducer:
         # A decided transaction rolled forward whose COMMITTED record the next journal step writes.
         self._applied: Applied | None = None
 
+    @property
+    def prepared(self) -> bool:
+        """The open transaction's commit started and its outcome is unknown: it can only be
+        committed (``commit_transaction`` again), never aborted."""
+        return self._prepared is not None
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def init_transactions(self) -> dict[str, int]:

@@ -131,3 +131,29 @@ def test_rest_a_group_of_two_reads_a_topic_and_commits_its_offsets(rest_gateway,
     assert committed_offsets(rest_spec.open(), group, TOPIC) == {0: 10, 1: 10}
     described = describe(rest_spec, group)
     assert {(e["partition"], e["committed_offset"]) for e in described["partitions"]} == {(0, 10), (1, 10)}
+
+
+def test_rest_the_last_transaction_is_recorded_committed_when_the_gateway_stops(rest_gateway, rest_spec):
+    """Without atomic commits COMMITTED is written after the roll-forward, with the producer's next
+    journal step: a gateway stopped with SIGTERM writes it for the transactions it committed last."""
+    producer = Producer({"bootstrap.servers": rest_gateway.bootstrap, "transactional.id": "rest-last", **quiet_logs()})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"last", partition=1)
+    producer.commit_transaction(60)
+    assert rest_gateway.stop() == 0, rest_gateway.stderr()
+    catalog = rest_spec.open()
+    assert [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-last"][-1] == "COMMITTED"
+    assert stored(rest_spec, TOPIC) == [(1, 0, b"last")]
+
+
+def test_rest_a_transaction_open_when_the_gateway_stops_is_aborted(rest_gateway, rest_spec):
+    producer = Producer({"bootstrap.servers": rest_gateway.bootstrap, "transactional.id": "rest-open", **quiet_logs()})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"never", partition=0)
+    producer.flush(30)  # staged at the gateway
+    assert rest_gateway.stop() == 0, rest_gateway.stderr()
+    catalog = rest_spec.open()
+    assert [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-open"][-1] == "ABORTED"
+    assert stored(rest_spec, TOPIC) == []
