@@ -5,10 +5,11 @@ consumer group of two members."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.groups.offsets import committed_offsets
@@ -19,6 +20,7 @@ from tests.gateway.conftest import Served, quiet_logs
 from tests.gateway.reading import read_all, stored
 from tests.gateway.test_confluent import consume, produce, table_rows
 from tests.gateway.test_groups import Member, _until, describe
+from tests.support.faults import kill_at
 from tests.support.transactions import journal
 
 pytestmark = pytest.mark.integration
@@ -157,3 +159,60 @@ def test_rest_a_transaction_open_when_the_gateway_stops_is_aborted(rest_gateway,
     catalog = rest_spec.open()
     assert [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-open"][-1] == "ABORTED"
     assert stored(rest_spec, TOPIC) == []
+
+
+def test_rest_a_gateway_killed_between_the_roll_forwards_of_a_decided_transaction(rest_spec, tmp_path):
+    """Killed after the journal decided (PREPARE_COMMIT) and one table took its part: the client's
+    commit meets the restarted gateway, which does not hold the transaction (abortable, with an
+    epoch bump); the bump's InitProducerId rolls the decided transaction forward: both tables
+    hold it once, and the journal records it COMMITTED."""
+    catalog = rest_spec.open()
+    other = "db.other"
+    for name in (TOPIC, other):
+        create_topic(catalog, name, 2)
+    served = Served(rest_spec, tmp_path)
+    pause = tmp_path / "paused"
+    served.start(ICELOG_PAUSE_AT="between_table_swaps", ICELOG_PAUSE_FILE=str(pause))
+    try:
+        producer = Producer(
+            {
+                "bootstrap.servers": served.bootstrap,
+                "transactional.id": "rest-killed",
+                "reconnect.backoff.max.ms": 500,
+                "metadata.recovery.strategy": "none",
+                **quiet_logs(),
+            }
+        )
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"decided-a", partition=0)
+        producer.produce(other, value=b"decided-b", partition=1)
+        outcome: list = []
+
+        def commit() -> None:
+            try:
+                producer.commit_transaction(120)
+                outcome.append(None)
+            except KafkaException as e:
+                outcome.append(e.args[0])
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        kill_at(served.proc, pause, timeout=60)
+        served.proc.stdout.close()
+        served.restart()
+        committer.join(150)
+        assert outcome, "commit_transaction did not return"
+        if outcome[0] is not None:  # the restarted gateway did not hold it: the client aborts, with a bump
+            assert outcome[0].txn_requires_abort(), outcome[0]
+            producer.abort_transaction(60)
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"next", partition=0)
+        producer.commit_transaction(60)
+        assert stored(rest_spec, TOPIC) == [(0, 0, b"decided-a"), (0, 1, b"next")]
+        assert stored(rest_spec, other) == [(1, 0, b"decided-b")]
+        states = [r["txn_state"] for r in journal(rest_spec.open()) if r["transactional_id"] == "rest-killed"]
+        assert states.count("COMMITTED") >= 1 and "ABORTED" not in states
+    finally:
+        if served.proc.poll() is None:
+            assert served.stop() == 0, served.stderr()
