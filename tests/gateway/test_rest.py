@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.groups.offsets import committed_offsets
@@ -216,3 +216,61 @@ def test_rest_a_gateway_killed_between_the_roll_forwards_of_a_decided_transactio
     finally:
         if served.proc.poll() is None:
             assert served.stop() == 0, served.stderr()
+
+
+def _group_consumer(bootstrap: str, group: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10_000,
+            **quiet_logs(),
+        }
+    )
+
+
+def test_rest_offsets_fetched_while_a_decided_transaction_rolls_forward_are_its_own(rest_spec, tmp_path):
+    """The journal decided a transaction with a group's offsets and its tables are still to roll
+    forward (held 4 s after the decision here; a gateway killed there leaves it so until someone
+    finishes it): the group's committed offsets asked meanwhile, as a consumer taking over asks
+    them, roll it forward first and are the transaction's, never the ones before it (which
+    would read its input again and write its output twice)."""
+    catalog = rest_spec.open()
+    source, group = "db.source", "rest-takeover"
+    for name in (TOPIC, source):
+        create_topic(catalog, name, 2)
+    served = Served(rest_spec, tmp_path)
+    served.start(ICELOG_DELAY_AT="after_txn_prepare:4")
+    try:
+        produce(served.bootstrap, source, [(i % 2, None, f"in-{i}".encode(), [], 1_000 + i) for i in range(4)])
+        producer = Producer({"bootstrap.servers": served.bootstrap, "transactional.id": "rest-held", **quiet_logs()})
+        producer.init_transactions(60)
+        offsets = [TopicPartition(source, 0, 2), TopicPartition(source, 1, 2)]
+        outside = _group_consumer(served.bootstrap, group)  # never joins: no member, generation -1
+        metadata = outside.consumer_group_metadata()
+        outside.close()
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"out", partition=0)
+        producer.send_offsets_to_transaction(offsets, metadata, 60)
+        committer = threading.Thread(target=producer.commit_transaction, args=(60,))
+        committer.start()
+        deadline = time.monotonic() + 30
+        while not any(r["txn_state"] == "PREPARE_COMMIT" for r in journal(catalog) if r["transactional_id"] == "rest-held"):
+            assert time.monotonic() < deadline, "the transaction was never decided"
+            time.sleep(0.2)
+        taker = _group_consumer(served.bootstrap, group)
+        try:
+            committed = taker.committed([TopicPartition(source, 0), TopicPartition(source, 1)], timeout=30)
+        finally:
+            taker.close()
+        assert [(tp.partition, tp.offset) for tp in committed] == [(0, 2), (1, 2)]
+        assert stored(rest_spec, TOPIC) == [(0, 0, b"out")]  # rolled forward with them
+        committer.join(60)
+        assert not committer.is_alive()
+        assert committed_offsets(rest_spec.open(), group, source) == {0: 2, 1: 2}
+        assert stored(rest_spec, TOPIC) == [(0, 0, b"out")]  # once
+    finally:
+        assert served.stop() == 0, served.stderr()
