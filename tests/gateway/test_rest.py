@@ -1,7 +1,9 @@
 """``icelog serve`` over an Iceberg REST catalog (SeaweedFS REST + S3) with unmodified confluent-kafka:
 an idempotent producer, a transactional producer with a consumer group's offsets (multi-table
 commits are not atomic there: the coordinator journal decides, each table rolls forward), and a
-consumer group of two members."""
+consumer group of two members; then what is owed to the journal at SIGTERM, a gateway killed
+between the roll-forwards of a decided transaction, and a group's offsets fetched before its
+roll-forward."""
 
 from __future__ import annotations
 
