@@ -38,6 +38,7 @@ from icelog.storage.groups.offsets import (
     validate_group_id,
 )
 from icelog.storage.log.table import LogTable
+from icelog.storage.producers.transactional import settle_decided
 
 log = logging.getLogger(__name__)
 
@@ -398,9 +399,19 @@ class Coordinator:
         return {k: failed if c == ErrorCode.none else c for k, c in codes.items()}
 
     def fetch_offsets(self, request: Any, version: int) -> dict[str, Any]:
-        """Committed offsets (the next to read; -1 for none) of the asked groups (in a thread)."""
-        state = group_state(self.catalog)
+        """Committed offsets (the next to read; -1 for none) of the asked groups (in a thread).
+
+        Without atomic multi-table commits, a decided transaction's offsets land in a roll-forward
+        of their own: every one registered with an asked group is rolled forward first, so a
+        consumer that takes over after a crash never starts from offsets about to move. While
+        one is still undecided, a client that requires stable offsets (KIP-447, a read_committed
+        consumer) is answered UNSTABLE_OFFSET_COMMIT, which it retries.
+        """
         asked = [(g.group_id, g.topics) for g in request.groups] if version >= 8 else [(request.group_id, request.topics)]
+        unstable = {group for group, _ in asked if valid_group(group) and self._pending(group)}
+        if not getattr(request, "require_stable", False):
+            unstable = set()
+        state = group_state(self.catalog)
         answers = []
         for group, topics in asked:
             if not valid_group(group):
@@ -416,7 +427,7 @@ class Coordinator:
                 name = table_name(topic)
                 rows = []
                 for p in partitions:
-                    known = name is not None and str(p) in stored.get(name, {})
+                    known = name is not None and str(p) in stored.get(name, {}) and group not in unstable
                     committed = state.range_state(group, name, p, 0).committed if known else -1  # type: ignore[arg-type]
                     rows.append(
                         {
@@ -424,7 +435,7 @@ class Coordinator:
                             "committed_offset": committed,
                             "committed_leader_epoch": -1,
                             "metadata": "",
-                            "error_code": ErrorCode.none,
+                            "error_code": ErrorCode.unstable_offset_commit if group in unstable else ErrorCode.none,
                         }
                     )
                 answer.append({"name": topic, "partitions": rows})
@@ -437,6 +448,16 @@ class Coordinator:
                      "metadata": "", "error_code": first["error_code"]} for p in t.partition_indexes]}
                                for t in request.topics or ()]}  # fmt: skip
         return {"topics": first["topics"], "error_code": first["error_code"]}
+
+    def _pending(self, group: str) -> bool:
+        """Roll forward the decided transactions registered with ``group``; whether one that is
+        not decided yet remains (always False on an atomic catalog)."""
+        try:
+            _, undecided = settle_decided(self.catalog, group)
+        except errors.IcelogError as e:  # its offsets may be about to move: not stable
+            log.warning("group %r: a transaction registered with it cannot be finished now: %s", group, e)
+            return True
+        return bool(undecided)
 
     # --- ListGroups, DescribeGroups -------------------------------------------------------------
 

@@ -86,7 +86,8 @@ class Gateway:
         self._reaper = asyncio.create_task(self.coordinator.run())
 
     async def stop(self, grace: float = 10.0) -> None:
-        """Stop accepting, commit every queued batch and send its answer, then close the connections."""
+        """Stop accepting, commit every queued batch and send its answer, close the connections,
+        then bring the transaction journal up to date (``Transactions.close``)."""
         self.stopping = True
         if self._stop is not None:
             self._stop.set()
@@ -100,6 +101,8 @@ class Gateway:
             await asyncio.wait(self.connections, timeout=grace)
         for task in self.connections:
             task.cancel()
+        await self.transactions.close()
+        await self.transactions.close()
 
     # --- connections ---------------------------------------------------------------------------
 

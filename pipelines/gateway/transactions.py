@@ -35,9 +35,9 @@ from icelog.pipelines.gateway.topics import SYSTEM_NAMESPACE, batch_rows, table_
 from icelog.storage import errors
 from icelog.storage.groups.offsets import check_member, group_state
 from icelog.storage.log.table import LogTable
-from icelog.storage.producers.journal import TransactionAborted
+from icelog.storage.producers.journal import PREPARE_COMMIT, TransactionAborted
 from icelog.storage.producers.journal_state import JOURNAL, JournalState, TransactionalIdState
-from icelog.storage.producers.transactional import TransactionalProducer, abort
+from icelog.storage.producers.transactional import TransactionalProducer, abort, roll_forward
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,29 @@ class Transactions:
         self.catalog = catalog
         self.sessions: dict[str, Session] = {}
         self.by_producer: dict[int, str] = {}  # producer id -> transactional id
+
+    async def close(self) -> None:
+        """What each session still owes the journal, written when the gateway stops.
+
+        Without atomic multi-table commits a transaction's COMMITTED record is written with its
+        producer's next journal step: the last one of each session is written here. A transaction
+        still open is aborted (its staged batches live in this process, which a restart loses):
+        its staged files are deleted and the client's next request meets the lost-transaction
+        answers. One decided but not yet rolled forward is left to recovery, which finishes it.
+        """
+        for tid, session in list(self.sessions.items()):
+            async with session.lock:
+                try:
+                    await asyncio.to_thread(self._close, session)
+                except errors.IcelogError as e:  # the journal is behind, never wrong: recovery catches up
+                    log.warning("closing transactional id %r: %s", tid, e)
+
+    @staticmethod
+    def _close(session: Session) -> None:
+        producer = session.producer
+        if session.open and not producer.prepared:
+            producer.abort_transaction()
+        producer.close()
 
     # --- InitProducerId ----------------------------------------------------------------------
 
@@ -331,17 +354,19 @@ class Transactions:
             if not e.lost or commit:
                 log.info("EndTxn refused: %s", e)
                 return {"error_code": e.code}
-            # An abort of a transaction this process lost: nothing of it is visible. The identity
-            # is the journal's current one (checked), so the client goes on with it here.
+            # An abort of a transaction this process lost. The identity is the journal's current
+            # one (checked), so once it is ended there the client goes on with it here; until
+            # then a retried abort comes this way again.
             producer = TransactionalProducer(self.catalog, tid)
             producer.producer_id, producer.epoch = request.producer_id, request.producer_epoch
-            session = self._adopt(tid, producer)
-            async with session.lock:
-                try:  # without atomic commits the journal may hold it open: end it there too
-                    await asyncio.to_thread(abort, self.catalog, tid)
+            lock = asyncio.Lock()
+            async with lock:
+                try:
+                    await asyncio.to_thread(self._end_lost, tid)
                 except errors.IcelogError as e:
                     log.warning("EndTxn abort of %r: %s", tid, e)
                     return {"error_code": ErrorCode.concurrent_transactions}
+                self._adopt(tid, producer, lock)
             return {"error_code": ErrorCode.none}
         async with session.lock:
             if not session.open:
@@ -355,6 +380,22 @@ class Transactions:
                 if not commit:
                     session.sequences.clear()  # the client numbers its next batches afresh after an abort
             return {"error_code": code}
+
+    def _end_lost(self, tid: str) -> None:
+        """End in the journal the transaction of ``tid`` this process lost (in a thread).
+
+        Without atomic commits the journal holds an open transaction: it is aborted there (nothing
+        of it is visible). One it holds decided (PREPARE_COMMIT: a commit whose answer was lost)
+        is never aborted, since some tables may hold it already: it is rolled forward, as the
+        journal's decision says, and the client's abort is answered as for any commit that
+        landed unanswered (its rewind to the group's committed offsets skips what it wrote).
+        """
+        entry = self._entry(tid)
+        txn = entry.txn if entry is not None else None
+        if entry is not None and txn is not None and txn.state == PREPARE_COMMIT:
+            roll_forward(self.catalog, tid, entry)
+        else:
+            abort(self.catalog, tid)
 
     def _end(self, session: Session, commit: bool) -> ErrorCode:
         """Commit or abort the open transaction (in a thread); the Kafka answer."""

@@ -342,6 +342,12 @@ class TransactionalProducer:
         # A decided transaction rolled forward whose COMMITTED record the next journal step writes.
         self._applied: Applied | None = None
 
+    @property
+    def prepared(self) -> bool:
+        """The open transaction's commit started and its outcome is unknown: it can only be
+        committed (``commit_transaction`` again), never aborted."""
+        return self._prepared is not None
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def init_transactions(self) -> dict[str, int]:
@@ -1117,37 +1123,53 @@ def settle_group(
         ``{"rolled_forward": [txn ids], "aborted": [txn ids]}`` (empty on an atomic catalog).
     """
     report: dict[str, list[str]] = {"rolled_forward": [], "aborted": []}
-    if is_atomic(catalog) or not catalog.table_exists(JOURNAL):
-        return report  # one atomic commit: the offsets land with the decision, or never
-    clock = clock or database_clock(catalog)
     while True:
-        state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
-        registered = {
-            tid: entry
-            for tid, entry in state.transactions.items()
-            if entry.txn is not None and entry.txn.group is not None and entry.txn.group.group == group
-        }
-        if not registered:
+        done, undecided = settle_decided(catalog, group, clock=clock)
+        for key in report:
+            report[key] += done[key]
+        if not undecided:
             return report
-        undecided = False
-        for tid, entry in sorted(registered.items()):
-            txn = entry.txn
-            assert txn is not None
-            if txn.state == PREPARE_COMMIT:
-                done = roll_forward(catalog, tid, entry, clock)
-                if done["action"] != "finished_elsewhere":
-                    report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(txn.id)
-            else:
-                undecided = True
-        if undecided:
-            result = commit(catalog, JOURNAL, ExpireTransactions(clock=clock)).result
-            _clean_aborted(catalog, result)
-            report["aborted"] += [a["txn"].id for a in result.get("aborted", []) if a["txn"].id in _ids(registered)]
-            time.sleep(poll_s)
+        time.sleep(poll_s)
 
 
-def _ids(entries: Mapping[str, TransactionalIdState]) -> set[str]:
-    return {entry.txn.id for entry in entries.values() if entry.txn is not None}
+def settle_decided(
+    catalog: Catalog, group: str, *, clock: Callable[[], int] | None = None
+) -> tuple[dict[str, list[str]], set[str]]:
+    """One pass of :func:`settle_group` that waits for nothing: roll forward every decided
+    transaction registered with ``group``, and abort those idle past their timeout (on a catalog
+    without atomic multi-table commits).
+
+    Returns:
+        ``({"rolled_forward": [txn ids], "aborted": [txn ids]}, undecided)``: ``undecided`` are
+        the ids of the transactions still registered with the group and not decided (their
+        offsets may yet land). Both empty on an atomic catalog.
+    """
+    report: dict[str, list[str]] = {"rolled_forward": [], "aborted": []}
+    if is_atomic(catalog) or not catalog.table_exists(JOURNAL):
+        return report, set()  # one atomic commit: the offsets land with the decision, or never
+    state = JournalState.from_metadata(LogTable.open(catalog, JOURNAL).table().metadata)
+    registered = {
+        tid: entry
+        for tid, entry in state.transactions.items()
+        if entry.txn is not None and entry.txn.group is not None and entry.txn.group.group == group
+    }
+    undecided: set[str] = set()
+    for tid, entry in sorted(registered.items()):
+        txn = entry.txn
+        assert txn is not None
+        if txn.state == PREPARE_COMMIT:
+            done = roll_forward(catalog, tid, entry, clock)
+            if done["action"] != "finished_elsewhere":
+                report["rolled_forward" if done["action"] == "rolled_forward" else "aborted"].append(txn.id)
+        else:
+            undecided.add(txn.id)
+    if undecided:
+        result = commit(catalog, JOURNAL, ExpireTransactions(clock=clock or database_clock(catalog))).result
+        _clean_aborted(catalog, result)
+        expired = {a["txn"].id for a in result.get("aborted", [])} & undecided
+        report["aborted"] += sorted(expired)
+        undecided -= expired
+    return report, undecided
 
 
 def abort(catalog: Catalog, transactional_id: str, *, missing_files: bool = False) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import time
 import duckdb
 from confluent_kafka import Consumer, TopicPartition
 
-from icelog.storage.log.scan import planned_paths
+from icelog.storage.log.scan import parquet_from, planned_paths
 from icelog.storage.log.table import LogTable
 from icelog.validations.checks import run_checks
 from tests.gateway.conftest import quiet_logs
@@ -45,10 +45,13 @@ def read_all(bootstrap: str, topic: str, isolation: str, expect: int, wait: floa
 
 
 def stored(spec, topic: str) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of the Iceberg table, read by DuckDB from the planned files."""
+    """(partition, offset, value) of the Iceberg table, read by DuckDB from the planned files (local,
+    or on S3 through the table's FileIO: DuckDB's httpfs extension cannot be installed here)."""
     table = LogTable.open(spec.open(), topic).table()
     assert run_checks(table).violations == []
     paths = planned_paths(table)
     if not paths:
         return []
-    return sorted(duckdb.sql(f"SELECT log_partition, log_offset, value FROM read_parquet({paths!r})").fetchall())
+    con = duckdb.connect()
+    source = parquet_from(con, paths, table.io)
+    return sorted(con.sql(f"SELECT log_partition, log_offset, value FROM {source}").fetchall())
