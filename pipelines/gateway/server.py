@@ -102,7 +102,6 @@ class Gateway:
         for task in self.connections:
             task.cancel()
         await self.transactions.close()
-        await self.transactions.close()
 
     # --- connections ---------------------------------------------------------------------------
 
