@@ -20,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from icelog.storage.core import faults
-from icelog.storage.core.commit import commit, find_commit
+from icelog.storage.core.commit import commit, commit_tables, find_commit
 from icelog.storage.core.registry import NOT_FOUND
 from icelog.storage.core.swap import _locked_out
 from icelog.storage.errors import CatalogBusy, CommitOutcomeUnknown, TransientError
@@ -110,6 +110,27 @@ def test_i2_a_swap_refused_by_a_readers_lock_until_the_deadline_wrote_nothing_an
         catalog, t.identifier, AppendRequest(t.identifier, {0: payload("b")}, {}, "c1"), commit_id="c1"
     ).result.duplicate
     assert LogTable.open(sqlite_spec.open(), t.identifier).read(0).column("key").to_pylist() == ["a", "b"]
+
+
+def test_i5_a_refused_multi_table_swap_moves_no_table_and_lands_whole_once(sqlite_spec):
+    catalog = sqlite_spec.open()
+    short_busy_timeout(catalog)
+    tables = [LogTable.create(catalog, f"db.t{i}", 1) for i in range(2)]
+    before = [pointer(sqlite_spec, t.identifier) for t in tables]
+
+    def parts():
+        return [(t.identifier, AppendRequest(t.identifier, {0: payload("x")}, {}, "txn")) for t in tables]
+
+    with reader(catalog.properties["uri"].removeprefix("sqlite:///")):
+        with pytest.raises(CatalogBusy) as refused:
+            commit_tables(catalog, parts(), commit_id="txn", deadline_s=0.5)
+    assert refused.value.table == "db.t0,db.t1"
+    assert [pointer(sqlite_spec, t.identifier) for t in tables] == before
+
+    outcomes = commit_tables(catalog, parts(), commit_id="txn")
+    assert [o.result.ranges for o in outcomes] == [{0: (0, 1)}, {0: (0, 1)}]
+    assert all(o.result.duplicate for o in commit_tables(catalog, parts(), commit_id="txn"))
+    assert [LogTable.open(sqlite_spec.open(), t.identifier).watermarks()[0].end for t in tables] == [1, 1]
 
 
 def test_i4_the_attempt_after_a_refused_swap_lands_exactly_once_and_leaves_no_orphan(sqlite_spec, monkeypatch):
