@@ -452,6 +452,13 @@ class CatalogUnavailable(TransientError):
     message = "{table}: catalog unavailable ({reason})"
 
 
+class CatalogBusy(CatalogUnavailable):
+    """SQLite refused a commit's pointer swap for a lock another connection held ("database is
+    locked"): a definite no, nothing was written. The commit core tries again until its deadline."""
+
+    message = "{table}: catalog database busy, nothing written ({reason})"
+
+
 class CommitOutcomeUnknown(TransientError):
     """The catalog call failed and icelog could not tell whether the commit landed."""
 

@@ -85,6 +85,7 @@ from icelog.storage.core.registry import was_committed as was_committed
 from icelog.storage.core.state import TableState
 from icelog.storage.core.swap import TableSwap, apply_updates, check_atomic, load_tables, swap
 from icelog.storage.errors import (
+    CatalogBusy,
     CatalogUnavailable,
     CommitConflict,
     CommitIdForgotten,
@@ -649,6 +650,13 @@ class _Run:
             self.lost += 1
             _discard_snapshot_files(swaps)  # nothing references a lost attempt's manifests
             return _Turn.LATER
+        except CatalogBusy as e:
+            # A definite no (SQLite's "database is locked"): not a lost race, and nothing to look
+            # for. Its files are nobody's, as a lost race's; the swap deleted its metadata files.
+            self.bound.info("catalog busy, swap refused", attempt=self.attempt, error=str(e))
+            self.in_doubt, self.unknown, self.read_error = self.ever_unknown, None, e
+            _discard_snapshot_files(swaps)
+            return _Turn.LATER
         except (CommitStateUnknownException, SQLAlchemyError, OSError) as e:
             # The swap may or may not have happened: the next attempt looks for commit_id.
             self.bound.warning("commit outcome unknown", attempt=self.attempt, error=repr(e))
@@ -664,6 +672,8 @@ class _Run:
         where = ",".join(self.identifiers)
         if self.unknown is not None:
             return CommitOutcomeUnknown(table=where, commit_id=self.commit_id, reason=repr(self.unknown))
+        if isinstance(self.read_error, CatalogBusy):
+            return CatalogBusy(table=where, reason=self.read_error.reason)
         if self.read_error is not None:
             return CatalogUnavailable(table=where, reason=repr(self.read_error))
         return CommitConflict(table=where, attempts=self.attempt)
@@ -819,7 +829,7 @@ def _take_lease(catalog: Catalog, tables: list[Table], commit_id: str, bound: An
     ]
     try:
         swap(catalog, swaps)
-    except (CommitFailedException, CommitStateUnknownException, SQLAlchemyError, OSError) as e:
+    except (CommitFailedException, CatalogBusy, CommitStateUnknownException, SQLAlchemyError, OSError) as e:
         bound.debug("lease not taken", reason=repr(e))
         return False
     bound.info("took the lease", ttl_s=LEASE_TTL_S)

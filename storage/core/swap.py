@@ -19,6 +19,7 @@ pins each one, so an upgrade fails loudly.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,7 +50,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from icelog.storage.core import faults
-from icelog.storage.errors import AtomicCommitUnsupported
+from icelog.storage.errors import AtomicCommitUnsupported, CatalogBusy
 from icelog.storage.properties import HEAD
 
 SPEC_REQUIREMENTS = frozenset(  # the REST spec's table requirements
@@ -130,6 +131,8 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
 
     Raises:
         CommitFailedException: a base is no longer current (a lost race); nothing changed.
+        CatalogBusy: SQLite refused a statement or the COMMIT for a lock another connection
+            holds; nothing changed.
         AtomicCommitUnsupported: several tables on a catalog that cannot swap them at once.
         sqlalchemy.exc.SQLAlchemyError, OSError: the outcome may be unknown.
     """
@@ -155,19 +158,32 @@ def swap(catalog: Catalog, swaps: Sequence[TableSwap]) -> list[CommitTableRespon
         connection = session.connection()
         try:
             _swap_pointers(catalog, session, ordered, staged)
-        except SQLAlchemyError:
+        except SQLAlchemyError as e:
             # A COMMIT that failed (SQLite's "database is locked" while a reader holds its lock)
             # can leave the driver's transaction open on this connection; back in the pool, a
             # later read on it would see this swap's uncommitted pointers, and the commit-id
             # lookup would acknowledge a commit that never became durable. Closing it rolls back.
             with contextlib.suppress(Exception):
                 connection.invalidate()
+            if _locked_out(e):
+                _delete_metadata_files(staged)  # as after a lost race: no pointer names them
+                raise CatalogBusy(table=",".join(".".join(_key(s.base)) for s in swaps), reason=repr(e.orig)) from e
             raise
     by_name = {
         _key(s.base): CommitTableResponse(metadata=t.metadata, metadata_location=t.metadata_location)
         for s, t in zip(ordered, staged, strict=True)
     }
     return [by_name[_key(s.base)] for s in swaps]
+
+
+def _locked_out(error: SQLAlchemyError) -> bool:
+    """Whether SQLite refused for another connection's lock (SQLITE_BUSY, SQLITE_LOCKED, and their
+    extended codes). Such a statement or COMMIT wrote nothing: the transaction stays open and
+    closing the connection rolls it back. A PostgreSQL error is never this: a connection lost
+    during its COMMIT leaves the outcome unknown."""
+    orig = getattr(error, "orig", None)
+    code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _swap_pointers(catalog: SqlCatalog, session: Session, ordered: Sequence[TableSwap], staged: Sequence[StagedTable]) -> None:
