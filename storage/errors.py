@@ -524,6 +524,25 @@ class AtomicCommitUnsupported(TerminalError):
     )
 
 
+class TransactionPartUnsupported(AtomicCommitUnsupported):
+    """A part of ``Consumer.commit(also=...)`` that a transaction cannot carry on a catalog without
+    atomic multi-table commits (REST). There the output is a transaction: the journal decides,
+    then each table rolls forward in its own commit and takes its part at its log end of that
+    moment. Payload appends and pre-written files (rewritten at their new offsets if the table
+    moved) fit; a payload append at expected offsets, or an idempotent producer's batch (whose
+    sequence numbers are checked against the log end as it is at the commit), cannot. Refused
+    before anything is written."""
+
+    table: str
+    part: str
+    why: str
+    message = (
+        "catalog {catalog!r} ({kind}) commits `also` parts as a transaction that each table takes at its log end "
+        "when it rolls forward; the part for {table} has {part}: {why}. Send it without, or use a SQL catalog "
+        "(SQLite or PostgreSQL)"
+    )
+
+
 # --- idempotent producers (I4) ------------------------------------------------------------
 
 
