@@ -626,6 +626,23 @@ class TransactionRollingForward(TransientError):
     )
 
 
+class SentFilesMissing(AbortableError):
+    """Data files a transaction's sends wrote are gone before its decision (a catalog without atomic
+    multi-table commits), deleted by hand or by an orphan cleanup whose age limit is shorter than
+    the transaction: it is aborted before it decides, and nothing of it is visible. Send it again."""
+
+    table: str
+    txn_id: str
+    missing: list[str]
+
+    def describe(self) -> str:
+        return (
+            f"transaction {self.txn_id}: {len(self.missing)} data files its sends wrote to {self.table} are gone "
+            f"(e.g. {self.missing[0] if self.missing else '?'}), so it was aborted before its decision and nothing "
+            "of it is visible; send it again (and give orphan cleanup an age limit longer than any transaction)"
+        )
+
+
 class PreparedFilesMissing(TerminalError):
     """A prepared transaction's staged files are gone (deleted by hand, or by an older orphan
     cleanup): it can never commit. Left prepared until an operator aborts it, since files
