@@ -573,6 +573,9 @@ class TransactionalProducer:
             OffsetMismatch: an expected offset no longer holds; the transaction is aborted.
             ProducerFenced: a newer instance took over; nothing of this transaction is visible.
             TransactionAborted: it timed out or was aborted by recovery.
+            SentFilesMissing: (a catalog without atomic multi-table commits) data files of its
+                sends are gone before the decision (orphan cleanup's age limit shorter than the
+                transaction); the transaction is aborted.
             TransientError: the outcome is unknown; the transaction stays open for a retry.
         """
         txn_id = self._require_open()
@@ -680,6 +683,8 @@ class TransactionalProducer:
             )
         if not self._recorded:  # the journal never heard of it: nothing to record
             self._discard_staged()
+            if not is_atomic(self.catalog):  # only this producer knows its folders (executors' files too)
+                _delete_staging(self.catalog, self._held(self.txn_id))
             self.txn_id = None
             return
         try:
@@ -916,7 +921,8 @@ def _in_parallel(jobs: list[Callable[[], Any]]) -> Iterator[Any]:
 def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared, now_ms: int | None = None) -> dict[str, Table]:
     """Decide every table's part on the table as it is, writing nothing: each refusal a roll-forward
     could meet from the transaction itself (a table dropped or re-created since the send, a partition
-    it lacks, a foreign partition spec, a read-only mirror) is raised before the decision.
+    it lacks, a foreign partition spec, a read-only mirror, a file of its sends gone) is raised
+    before the decision.
     Returns the tables as read, the roll-forward's first bases."""
 
     def check(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Table]:

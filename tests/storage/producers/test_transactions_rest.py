@@ -197,6 +197,29 @@ def test_i5_rest_files_orphan_cleanup_took_before_the_decision_abort_it_with_not
     assert [r[1] for r in rows(a)] == ["again"]
 
 
+def test_i5_rest_abort_before_the_decision_deletes_the_files_executors_wrote_for_it(rest_catalog, unchanged):
+    """The journal never heard of a transaction aborted before its decision: its producer alone
+    knows its tables, and deletes their transaction folders, with the files executors wrote there
+    for ``send_files`` (the journal would otherwise have named them to whoever aborted it)."""
+    from icelog.storage.log.files import write_log_files
+    from icelog.storage.log.table import with_system_columns
+
+    a, _ = two_tables(rest_catalog)
+    producer = TransactionalProducer(rest_catalog, "job")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    table = a.table()
+    payload = a.conform({0: [{"key": "k", "value": "1"}]})[0]
+    (written,) = write_log_files(
+        table, {0: with_system_columns(payload, 0, 0, 0, None, None)}, directory=producer.data_dir("db.a")
+    )
+    assert producer.send_files("db.a", {0: [written.file_path]}, {0: 0}) == 1
+    assert staged_files(a) and journal_states(rest_catalog, txn_id) == []
+    with unchanged(a):
+        producer.abort_transaction()
+    assert staged_files(a) == [], "the executors' files of an aborted transaction stay behind"
+
+
 def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_catalog, unchanged):
     a = LogTable.create(rest_catalog, "db.a", 2)
     b = LogTable.create(rest_catalog, "db.b", 1)
