@@ -531,6 +531,25 @@ class AtomicCommitUnsupported(TerminalError):
     )
 
 
+class TransactionPartUnsupported(AtomicCommitUnsupported):
+    """A part of ``Consumer.commit(also=...)`` that a transaction cannot carry on a catalog without
+    atomic multi-table commits (REST). There the output is a transaction: the journal decides,
+    then each table rolls forward in its own commit and takes its part at its log end of that
+    moment. Payload appends and pre-written files (rewritten at their new offsets if the table
+    moved) fit; a payload append at expected offsets, or an idempotent producer's batch (whose
+    sequence numbers are checked against the log end as it is at the commit), cannot. Refused
+    before anything is written."""
+
+    table: str
+    part: str
+    why: str
+    message = (
+        "catalog {catalog!r} ({kind}) commits `also` parts as a transaction that each table takes at its log end "
+        "when it rolls forward; the part for {table} has {part}: {why}. Send it without, or use a SQL catalog "
+        "(SQLite or PostgreSQL)"
+    )
+
+
 # --- idempotent producers (I4) ------------------------------------------------------------
 
 
@@ -612,6 +631,23 @@ class TransactionRollingForward(TransientError):
         "before its part here has expired, so no consistent read exists yet; retry, or finish it with "
         "`icelog transactions recover`"
     )
+
+
+class SentFilesMissing(AbortableError):
+    """Data files a transaction's sends wrote are gone before its decision (a catalog without atomic
+    multi-table commits), deleted by hand or by an orphan cleanup whose age limit is shorter than
+    the transaction: it is aborted before it decides, and nothing of it is visible. Send it again."""
+
+    table: str
+    txn_id: str
+    missing: list[str]
+
+    def describe(self) -> str:
+        return (
+            f"transaction {self.txn_id}: {len(self.missing)} data files its sends wrote to {self.table} are gone "
+            f"(e.g. {self.missing[0] if self.missing else '?'}), so it was aborted before its decision and nothing "
+            "of it is visible; send it again (and give orphan cleanup an age limit longer than any transaction)"
+        )
 
 
 class PreparedFilesMissing(TerminalError):

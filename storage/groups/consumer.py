@@ -35,7 +35,7 @@ from pyiceberg.catalog import Catalog
 
 from icelog.storage.core.commit import CommitRequest, commit_tables
 from icelog.storage.core.swap import is_atomic
-from icelog.storage.errors import AtomicCommitUnsupported, InvalidInput, StaleGeneration, UnknownPartition
+from icelog.storage.errors import InvalidInput, StaleGeneration, TransactionPartUnsupported, UnknownPartition
 from icelog.storage.groups import membership
 from icelog.storage.groups.membership import HashRange
 from icelog.storage.groups.offsets import (
@@ -67,6 +67,25 @@ def parse_key_range(text: str) -> HashRange:
     if not 0 <= lo <= hi < membership.HASH_SPACE:
         raise InvalidInput(reason=f"a key range is LO:HI with 0 <= LO <= HI <= 65535, not {text!r}")
     return lo, hi
+
+
+def _transaction_part(catalog: Catalog, table: str, part: CommitRequest) -> None:
+    """Refuse an ``also`` part a transaction cannot carry where each table rolls forward on its own
+    (a REST catalog): it takes its rows at its log end of that moment, so offsets named now
+    (expected offsets of payload rows) or sequence numbers checked against the log end now (an
+    idempotent producer's batch) could not be kept. Pre-written files name offsets too, but only
+    as their numbering: the roll-forward rewrites them where the table moved."""
+    if not isinstance(part, AppendRequest):
+        what, why = f"a {type(part).__name__}", "only log appends (payload rows or pre-written files) roll forward"
+    elif part.producer is not None:
+        what = "an idempotent producer's batch"
+        why = "its sequence numbers are checked against the log end at the commit, and the part reaches the log end only when it rolls forward"
+    elif part.expected_offsets and not part.files:
+        what = f"expected offsets {dict(part.expected_offsets)}"
+        why = "the offsets are chosen when the table rolls forward, at its log end then"
+    else:
+        return
+    raise TransactionPartUnsupported(catalog=catalog.name, kind=type(catalog).__name__, table=table, part=what, why=why)
 
 
 def _known(log_table: LogTable, partitions: Sequence[int], marks: Mapping[int, Any]) -> list[int]:
@@ -332,8 +351,10 @@ class Consumer:
                 whoever owns it now.
             TransactionAborted: (a catalog without atomic multi-table commits) the commit's
                 transaction timed out or was aborted: nothing committed, handled as above.
-            AtomicCommitUnsupported: (idem) an ``also`` part that is not a payload append
-                without expected offsets; nothing written.
+            TransactionPartUnsupported: (idem) an ``also`` part that is no log append, a payload
+                append at expected offsets, or an idempotent producer's batch (offsets are
+                chosen when each table rolls forward); nothing written. Payload appends and
+                pre-written files (``LogTable.files_request``) fit.
             InvalidRange, RangeLimitExceeded: see ``storage.groups.offsets.commit_ranges``.
         """
         request, done = self.commit_request(offsets)
@@ -356,19 +377,24 @@ class Consumer:
     def _commit_in_transaction(self, request: CommitRanges, also: Sequence[tuple[str, CommitRequest]]) -> dict[str, Any]:
         """``commit(also=...)`` on a catalog without atomic multi-table commits (REST): one
         transaction of this member's transactional producer (``storage.producers.transactional``)
-        stages the output appends, registers the group with the member's generation, checks that
-        generation, and decides in the coordinator journal; each table then rolls forward in its
-        own commit carrying the transaction id, the range commit too. Only payload appends fit
-        (offsets are chosen at roll-forward); anything else is refused before anything is written.
+        sends the output appends (payload rows with ``send``, pre-written files with ``send_files``),
+        registers the group with the member's generation, checks that generation, and decides in
+        the coordinator journal; each table then rolls forward in its own commit carrying the
+        transaction id, the range commit too. Offsets are chosen at the roll-forward (a pre-written
+        file numbered elsewhere is rewritten at its new offsets), so a part that names offsets or
+        sequence numbers is refused before anything is written (:func:`_transaction_part`).
         """
-        for _, part in also:
-            if not isinstance(part, AppendRequest) or part.files or part.expected_offsets or part.producer is not None:
-                raise AtomicCommitUnsupported(catalog=self.catalog.name, kind=type(self.catalog).__name__)
+        for table, part in also:
+            _transaction_part(self.catalog, table, part)
         producer = self.transactional_producer()
         producer.begin_transaction()
         try:
             for table, part in also:
-                for partition, rows in sorted(part.payload.items()):  # type: ignore[attr-defined]
+                append: AppendRequest = part  # type: ignore[assignment]  # checked above
+                if append.files:
+                    paths = {p: [f.file_path for f in files] for p, files in append.files.items()}
+                    producer.send_files(table, paths, append.expected_offsets)
+                for partition, rows in sorted(append.payload.items()):
                     producer.send(table, partition, rows)
             producer.send_ranges_to_transaction(
                 dict(request.ranges), self.group, member=request.member, generation=request.generation, now_ms=request.now_ms

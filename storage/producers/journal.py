@@ -285,9 +285,51 @@ class _ProducerStep(JournalStep):
 
 
 @dataclass
+class _HeldStep(_ProducerStep):
+    """A step that may decide a transaction the journal does not hold yet, or holds ONGOING with
+    fewer partitions than it sent to (``unprepared``: the transaction as its producer holds it;
+    ``recorded``: the journal holds it ONGOING). The producer registered nothing at its sends: this
+    step is the journal's first word on them. Its epoch check fences zombies (``_check_epoch``),
+    and the timeout is judged here, by the journal's clock, on the producer's last activity (read
+    from the same clock)."""
+
+    unprepared: OpenTxn | None = None
+    recorded: bool = False  # the producer registered the transaction in the journal (ONGOING)
+
+    def _unprepared(
+        self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None, held: OpenTxn
+    ) -> tuple[TransactionalIdState, OpenTxn | None]:
+        """The journal's entry and the transaction this step decides (not yet in the journal, or ONGOING there)."""
+        tid = self.transactional_id
+        if self.recorded:  # the journal's entry speaks (its timeout was judged in apply); add what it lacks
+            if txn is None or txn.id != held.id:
+                return entry, txn  # aborted meanwhile: _ongoing raises
+            partitions = {
+                t: tuple(sorted({*txn.partitions.get(t, ()), *held.partitions.get(t, ())}))
+                for t in {*txn.partitions, *held.partitions}
+            }
+            return entry, replace(txn, partitions=partitions)
+        if txn is not None and txn.id == held.id:
+            return entry, txn  # an earlier attempt of this very step landed (its outcome was unknown)
+        if txn is not None:
+            # An ONGOING leftover of this producer's own (same epoch) earlier transaction that never
+            # reached the journal's end: it can no longer commit. A prepared one is never aborted here.
+            if txn.state != ONGOING:
+                raise InvalidTxnState(transactional_id=tid, reason=f"transaction {txn.id} is {txn.state}")
+            entry = step.abort(tid, entry, txn, "superseded by a later transaction of its producer")
+        if entry.last_committed is not None and entry.last_committed.id == held.id:
+            raise InvalidTxnState(transactional_id=tid, reason=f"transaction {held.id} is already committed")
+        timeout = step.default_timeout if entry.timeout_ms is None else entry.timeout_ms
+        if held.last_ms < step.now - timeout:
+            raise TransactionAborted(transactional_id=tid, txn_id=held.id, reason="timed out")
+        return entry, held
+
+
+@dataclass
 class RegisterPartitions(_ProducerStep):
-    """BEGIN (the first send) or ADD_PARTITIONS (Kafka's AddPartitionsToTxn), or ADD_OFFSETS
-    (Kafka's AddOffsetsToTxn: ``group`` registered before the decision checks its generation)."""
+    """BEGIN or ADD_PARTITIONS (Kafka's AddPartitionsToTxn: an atomic catalog's transaction of
+    pre-written files), or ADD_OFFSETS (Kafka's AddOffsetsToTxn: ``group`` registered before the
+    decision checks its generation; the first record of a transaction that registered nothing before)."""
 
     partitions: Mapping[str, list[int]] = field(default_factory=dict)
     begins: bool = True  # the producer has registered nothing in this transaction yet
@@ -300,7 +342,7 @@ class RegisterPartitions(_ProducerStep):
             if not self.begins:  # it had registered partitions: it ended (timed out, aborted) meanwhile
                 raise TransactionAborted(transactional_id=self.transactional_id, txn_id=self.txn_id, reason="aborted")
             txn = OpenTxn(id=self.txn_id, state=ONGOING, started_ms=step.now, last_ms=step.now, partitions={})
-            kind = "BEGIN"
+            kind = "ADD_OFFSETS" if self.group is not None else "BEGIN"  # the group's registration begins it
         elif txn.id != self.txn_id or txn.state != ONGOING:
             raise InvalidTxnState(transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}")
         else:
@@ -323,12 +365,18 @@ class RegisterPartitions(_ProducerStep):
 
 
 @dataclass
-class PrepareCommit(_ProducerStep):
-    """PREPARE_COMMIT: records the staged files; from here on recovery rolls it forward."""
+class PrepareCommit(_HeldStep):
+    """PREPARE_COMMIT: records the staged files; from here on recovery rolls it forward.
+
+    ``unprepared``: (a catalog without atomic multi-table commits) the transaction as its producer
+    holds it, every table and partition it sent to: its sends registered nothing, and this record
+    registers them all, judged and fenced as :class:`_HeldStep` says."""
 
     prepared: Prepared = field(default_factory=lambda: Prepared(sends={}))
 
     def apply_own(self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None) -> None:
+        if self.unprepared is not None:
+            entry, txn = self._unprepared(step, entry, txn, self.unprepared)
         txn = self._ongoing(txn, step)
         if txn.state == PREPARE_COMMIT and txn.prepared == self.prepared:
             return  # an earlier attempt whose outcome was unknown landed
@@ -353,7 +401,7 @@ class PrepareCommit(_ProducerStep):
 
 
 @dataclass
-class CommitTransaction(_ProducerStep):
+class CommitTransaction(_HeldStep):
     """COMMITTED, in the same atomic commit as the data tables and group offsets.
 
     Decided after the data tables' appends (``reads_decisions``): the record names the offsets
@@ -370,8 +418,6 @@ class CommitTransaction(_ProducerStep):
     tables: tuple[str, ...] = ()  # the data tables of the commit
     ranges: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)  # their decided offsets
     lost: Mapping[str, str] = field(default_factory=dict)  # tables that could not take their part, and why
-    unprepared: OpenTxn | None = None
-    recorded: bool = False  # the producer registered the transaction in the journal (ONGOING)
     reads_decisions = True
     commits_data = True
 
@@ -388,35 +434,6 @@ class CommitTransaction(_ProducerStep):
                 transactional_id=self.transactional_id, reason=f"transaction {txn.id} is {txn.state}, not prepared"
             )
         step.commit(self.transactional_id, entry, txn, self.ranges, self.lost)
-
-    def _unprepared(
-        self, step: _Step, entry: TransactionalIdState, txn: OpenTxn | None, held: OpenTxn
-    ) -> tuple[TransactionalIdState, OpenTxn | None]:
-        """The journal's entry and the transaction this swap commits (not yet in the journal, or ONGOING there)."""
-        tid = self.transactional_id
-        if self.recorded:  # the journal's entry speaks (its timeout was judged in apply); add what it lacks
-            if txn is None or txn.id != held.id:
-                return entry, txn  # aborted meanwhile: _ongoing raises
-            partitions = {
-                t: tuple(sorted({*txn.partitions.get(t, ()), *held.partitions.get(t, ())}))
-                for t in {*txn.partitions, *held.partitions}
-            }
-            return entry, replace(txn, partitions=partitions)
-        if txn is not None and txn.id != held.id:
-            # An ONGOING leftover of this producer's own (same epoch) earlier transaction that never
-            # reached the journal's end: it can no longer commit. A prepared one is never aborted here.
-            if txn.state != ONGOING:
-                raise InvalidTxnState(transactional_id=tid, reason=f"transaction {txn.id} is {txn.state}")
-            entry = step.abort(tid, entry, txn, "superseded by a later transaction of its producer")
-            txn = None
-        if txn is None:
-            if entry.last_committed is not None and entry.last_committed.id == held.id:
-                raise InvalidTxnState(transactional_id=tid, reason=f"transaction {held.id} is already committed")
-            timeout = step.default_timeout if entry.timeout_ms is None else entry.timeout_ms
-            if held.last_ms < step.now - timeout:
-                raise TransactionAborted(transactional_id=tid, txn_id=held.id, reason="timed out")
-            txn = held
-        return entry, txn
 
 
 @dataclass

@@ -26,10 +26,14 @@ Design (docs/transactions.md):
   only staged files no reader sees (orphan cleanup deletes them), a crash after it a committed
   transaction. Only a transaction with pre-written files (:meth:`TransactionalProducer.send_files`,
   committed as they are) registers in the journal first (BEGIN), so that orphan cleanup keeps them.
-* **Without atomic multi-table commits** (a REST catalog) the first send to a partition registers
-  it in the journal (Kafka's AddPartitionsToTxn), and PREPARE_COMMIT is the decision itself
-  (``Prepared.decided``), recorded only after every table's part was decided on the table as it
-  is; each table then rolls forward in its own commit whose commit id is the transaction id (a
+* **Without atomic multi-table commits** (a REST catalog) sends write nothing to the journal
+  either, and PREPARE_COMMIT is the decision itself (``Prepared.decided``), recorded only after
+  every table's part was decided on the table as it is and its files were found: it registers
+  every partition (Kafka's AddPartitionsToTxn, folded into it), checks the epoch and judges the
+  timeout by the journal's clock, as the SQL swap does. A crash before it leaves only data files
+  in ``data/txn-<id>/`` that no reader sees and orphan cleanup removes. (A group whose offsets
+  the transaction commits is registered before, ADD_OFFSETS: see :meth:`_add_group`.) Each table
+  then rolls forward in its own commit whose commit id is the transaction id (a
   second run finds it done), the group offsets likewise, and COMMITTED is recorded last. Sends
   there take no expected offset: each table places them at its log end when it rolls forward
   (pre-written files too: one numbered elsewhere is rewritten at its new offsets then).
@@ -42,7 +46,8 @@ Design (docs/transactions.md):
   fast host would abort everyone's transactions, a slow one its own.
 
 On an SQL catalog a transaction therefore commits to the journal table once (its swap); without
-atomic commits, once per new partition, PREPARE, and COMMITTED.
+atomic commits, once for its decision (which writes the previous transaction's COMMITTED too),
+plus ADD_OFFSETS for a group.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ from icelog.storage.errors import (
     ProducerFenced,
     RangeLimitExceeded,
     RecoveryIncomplete,
+    SentFilesMissing,
     StorageUnavailable,
     TerminalError,
     TransactionTableChanged,
@@ -325,8 +331,9 @@ class TransactionalProducer:
         self._sends: dict[str, list[StagedSend]] = {}
         self._written: set[str] = set()  # data files this instance's sends wrote (see _prewrite)
         self._registered: dict[str, set[int]] = {}  # the partitions sent to
-        self._recorded = False  # the journal holds the open transaction (always, without atomic commits)
-        self._last_ms: int | None = None  # the last new partition's send, by ``clock`` (atomic catalogs)
+        self._recorded = False  # the journal holds the open transaction (ONGOING)
+        self._started_ms: int | None = None  # its first send, by ``clock``
+        self._last_ms: int | None = None  # the last new partition's send, by ``clock``
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
         self._ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}  # a group member's range commits
         self._group: GroupRegistration | None = None  # the group of its offsets, member and generation
@@ -386,7 +393,7 @@ class TransactionalProducer:
         self.txn_id = new_commit_id()  # the commit id of its atomic commit
         self._sends, self._registered, self._offsets, self._prepared = {}, {}, None, None
         self._written = set()
-        self._recorded, self._last_ms = False, None
+        self._recorded, self._started_ms, self._last_ms = False, None, None
         self._ranges, self._group, self._group_now = {}, None, None
         return self.txn_id
 
@@ -486,9 +493,10 @@ class TransactionalProducer:
                 cursor += f.record_count
         new = sorted({s.partition for s in staged} - self._registered.get(name, set()))
         if new or not self._recorded:
-            # Files committed as they are: the journal must know the open transaction, or orphan
-            # cleanup (which keeps the files of open transactions at any age) could delete one
-            # between the commit's read of it and the swap.
+            # Files committed as they are in an atomic catalog's one swap: the journal must know the
+            # open transaction, or orphan cleanup (which keeps the files of open transactions at any
+            # age) could delete one between the commit's read of it and the swap. (Without atomic
+            # commits PREPARE_COMMIT registers them, as every send's.)
             self._register(name, new, record=True)
         self._sends.setdefault(name, []).extend(staged)
         return sum(s.rows for s in staged)
@@ -551,8 +559,9 @@ class TransactionalProducer:
             if self._group != registration:
                 raise InvalidInput(reason=f"one group, member and generation per transaction: {self._group} already sent")
             return
-        if not is_atomic(self.catalog):
-            self._journal(RegisterPartitions, partitions={}, group=registration)
+        if not is_atomic(self.catalog):  # with the partitions sent so far: an abort then deletes their files
+            every = {t: sorted(ps) for t, ps in self._registered.items()} if not self._recorded else {}
+            self._journal(RegisterPartitions, partitions=every, group=registration)
             self._recorded = True
         self._group = registration
 
@@ -570,6 +579,9 @@ class TransactionalProducer:
             OffsetMismatch: an expected offset no longer holds; the transaction is aborted.
             ProducerFenced: a newer instance took over; nothing of this transaction is visible.
             TransactionAborted: it timed out or was aborted by recovery.
+            SentFilesMissing: (a catalog without atomic multi-table commits) data files of its
+                sends are gone before the decision (orphan cleanup's age limit shorter than the
+                transaction); the transaction is aborted.
             TransientError: the outcome is unknown; the transaction stays open for a retry.
         """
         txn_id = self._require_open()
@@ -579,8 +591,6 @@ class TransactionalProducer:
             if not self._sends and self._group is None:
                 self.txn_id = None  # nothing was sent: nothing to commit
                 return {}
-            if not self._recorded:  # offsets alone still go through the journal
-                self._journal(RegisterPartitions, partitions={})
             offsets = self._txn_offsets()
             prepared = Prepared(
                 sends={t: tuple(sends) for t, sends in self._sends.items()}, offsets=offsets, decided=not is_atomic(self.catalog)
@@ -594,8 +604,10 @@ class TransactionalProducer:
                     raise
                 for name, table in checked.items():
                     self._seen.put(name, table)
-            self._journal(PrepareCommit, prepared=prepared)
-            self._prepared = prepared
+            # The journal's first word on the sends: this record registers every partition, and its
+            # step fences a zombie (the epoch) and judges the timeout by the journal's clock.
+            self._journal(PrepareCommit, prepared=prepared, unprepared=self._held(txn_id), recorded=self._recorded)
+            self._prepared, self._recorded = prepared, True
             faults.checkpoint(faults.AFTER_TXN_PREPARE)
         try:
             if self._prepared.decided:  # COMMITTED goes with the next journal step (or recover, or close)
@@ -638,14 +650,7 @@ class TransactionalProducer:
         else:
             resent = True  # an earlier attempt's outcome was unknown: found by its id, or judged by the registry
         faults.checkpoint(faults.AFTER_TXN_PREPARE)  # nothing written yet: a crash here leaves nothing visible
-        now = self._last_ms if self._last_ms is not None else self.clock()
-        held = OpenTxn(
-            id=txn_id,
-            state=ONGOING,
-            started_ms=now,
-            last_ms=now,
-            partitions={t: tuple(sorted(ps)) for t, ps in self._registered.items()},
-        )
+        held = self._held(txn_id)
         try:
             ranges = _commit_prepared(
                 self.catalog,
@@ -682,8 +687,10 @@ class TransactionalProducer:
                 transactional_id=self.transactional_id,
                 reason=f"transaction {self.txn_id} is prepared: it will commit; call commit_transaction() again",
             )
-        if not self._recorded and is_atomic(self.catalog):  # the journal never heard of it: nothing to record
+        if not self._recorded:  # the journal never heard of it: nothing to record
             self._discard_staged()
+            if not is_atomic(self.catalog):  # only this producer knows its folders (executors' files too)
+                _delete_staging(self.catalog, self._held(self.txn_id))
             self.txn_id = None
             return
         try:
@@ -778,21 +785,32 @@ class TransactionalProducer:
     def _register(self, table: str, partitions: list[int], record: bool = False) -> None:
         """Note partitions the transaction sends to (Kafka's AddPartitionsToTxn).
 
-        Without atomic multi-table commits the journal registers each new partition: the journal
-        decides there, and recovery needs to know every open transaction. With them, nothing is
-        written: the commit's one swap fences zombies and judges the timeout (on ``_last_ms``, the
-        database clock's time of this send), and a crash before it leaves only staged files, which
-        no reader sees and orphan cleanup removes. ``record``: register the transaction anyway
-        (its pre-written files must be known to orphan cleanup); once registered, it stays so.
+        Nothing is written to the journal: the decision carries every partition (the one swap of an
+        atomic catalog, or PREPARE_COMMIT without one), fences zombies by the epoch and judges the
+        timeout on ``_last_ms`` (the journal clock's time of this send). A crash before it leaves
+        only staged or pre-written files that no reader sees and orphan cleanup removes once past
+        its age limit. ``record`` (an atomic catalog's pre-written files, committed as they are in
+        the one swap): register the transaction anyway, so that orphan cleanup keeps its files at
+        any age. Once the journal holds the transaction (that, or a group's registration), each new
+        partition is registered too: the journal's record is then what every coordinator judges
+        its timeout on.
         """
-        if record or self._recorded or not is_atomic(self.catalog):
+        if self._recorded or (record and is_atomic(self.catalog)):
             every = {t: sorted(ps) for t, ps in self._registered.items()} if not self._recorded else {}
             new = sorted({*every.get(table, ()), *partitions})
             self._journal(RegisterPartitions, partitions={**every, table: new})
             self._recorded = True
         else:
             self._last_ms = self.clock()
+            self._started_ms = self._started_ms if self._started_ms is not None else self._last_ms
         self._registered.setdefault(table, set()).update(partitions)
+
+    def _held(self, txn_id: str) -> OpenTxn:
+        """The open transaction as this producer holds it: what its decision registers in the journal."""
+        now = self._last_ms if self._last_ms is not None else self.clock()
+        started = self._started_ms if self._started_ms is not None else now
+        partitions = {t: tuple(sorted(ps)) for t, ps in self._registered.items()}
+        return OpenTxn(id=txn_id, state=ONGOING, started_ms=started, last_ms=now, partitions=partitions)
 
     def _journal(self, step: type[JournalStep], **fields: Any) -> dict[str, Any]:
         if step is RegisterPartitions:
@@ -909,13 +927,19 @@ def _in_parallel(jobs: list[Callable[[], Any]]) -> Iterator[Any]:
 def _check_tables(catalog: Catalog, txn_id: str, prepared: Prepared, now_ms: int | None = None) -> dict[str, Table]:
     """Decide every table's part on the table as it is, writing nothing: each refusal a roll-forward
     could meet from the transaction itself (a table dropped or re-created since the send, a partition
-    it lacks, a foreign partition spec, a read-only mirror) is raised before the decision.
+    it lacks, a foreign partition spec, a read-only mirror, a file of its sends gone) is raised
+    before the decision.
     Returns the tables as read, the roll-forward's first bases."""
 
     def check(name: str, sends: tuple[StagedSend, ...]) -> tuple[str, Table]:
         table = LogTable.open(catalog, name).table()
         refuse_read_only(name, table.metadata)
         TxnAppend(name, txn_id, list(sends), txn_id, renumber=True).decide(LogState.from_metadata(table.metadata), table)
+        # The sends registered nothing in the journal, so orphan cleanup keeps their files only by
+        # its age limit: one gone now aborts the transaction, before a decision that could never land.
+        missing = _missing(table, [s.path for s in sends])
+        if missing:
+            raise SentFilesMissing(table=name, txn_id=txn_id, missing=missing)
         return name, table
 
     if prepared.offsets is not None:
@@ -1048,15 +1072,21 @@ def missing_files(catalog: Catalog, prepared: Prepared) -> list[str]:
     missing = []
     for name, sends in prepared.sends.items():
         try:
-            io = LogTable.open(catalog, name).table().io
+            table = LogTable.open(catalog, name).table()
         except UnknownTable:
             missing += [send.path for send in sends]
             continue
-        for send in sends:
-            filesystem, local = arrow_location(io, send.path)
-            if filesystem.get_file_info(local).type == pafs.FileType.NotFound:
-                missing.append(send.path)
+        missing += _missing(table, [send.path for send in sends])
     return missing
+
+
+def _missing(table: Table, paths: list[str]) -> list[str]:
+    """``paths`` (under ``table``'s location) that do not exist, looked up in one call through its FileIO."""
+    if not paths:
+        return []
+    filesystem, _ = arrow_location(table.io, paths[0])
+    infos = filesystem.get_file_info([arrow_location(table.io, p)[1] for p in paths])
+    return [p for p, info in zip(paths, infos, strict=True) if info.type == pafs.FileType.NotFound]
 
 
 def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:

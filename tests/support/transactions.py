@@ -29,8 +29,9 @@ from icelog.storage.properties import TRANSACTION_TIMEOUT_MS
 from icelog.validations.checks import run_checks
 
 ROOT = Path(__file__).resolve().parents[2]
-# Killed here, a transaction is aborted by recovery; killed at any later point, rolled forward
-# (a catalog without atomic multi-table commits: PREPARE_COMMIT is its decision).
+# Killed here, a transaction is unknown to the journal (its sends register nothing; orphan cleanup
+# removes its files); killed at any later point, rolled forward (a catalog without atomic
+# multi-table commits: PREPARE_COMMIT is its decision, and registers its partitions).
 BEFORE_PREPARE = (faults.AFTER_TXN_BEGIN, faults.AFTER_TXN_STAGE)
 
 
@@ -231,10 +232,8 @@ def check_all_or_nothing(catalog, a, b, before, txn_id, point, prepared: bool = 
     if not landed:
         assert (rows(a), rows(b)) == before, "an aborted transaction became visible"
         assert committed_offsets(catalog, "g", "db.src") == {0: 3}
-        if is_atomic(catalog):  # its one swap never landed: the journal never heard of it
-            assert states == [], states
-        else:
-            assert states.count("ABORTED") == 1 and "COMMITTED" not in states and "PREPARE_COMMIT" not in states, states
+        # Its decision (the one swap, or PREPARE_COMMIT) never landed: the journal never heard of it.
+        assert states == [], states
     else:
         assert rows(a) == [*before[0], (1, f"{txn_id}:a", "5")]
         assert rows(b) == [*before[1], (1, f"{txn_id}:b", "-5")]
@@ -244,9 +243,9 @@ def check_all_or_nothing(catalog, a, b, before, txn_id, point, prepared: bool = 
         assert json.loads(committed["detail"])["ranges"] == {"db.a": {"0": [1, 2]}, "db.b": {"0": [1, 2]}}
 
     leaked = {}
-    # An atomic catalog's transaction killed before its swap is unknown to the journal: recovery
-    # cannot delete its staged files, orphan cleanup does (and must find every one).
-    unknown = is_atomic(catalog) and not landed
+    # A transaction killed before its decision is unknown to the journal: recovery cannot delete
+    # its staged or pre-written files, orphan cleanup does (and must find every one).
+    unknown = not landed
     for t in (a, b):
         staged = staged_files(t)
         leaked[t.identifier] = [] if unknown else staged  # asserted last, so every other check runs too

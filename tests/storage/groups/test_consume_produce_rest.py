@@ -23,17 +23,21 @@ import pytest
 from icelog.storage.core import faults
 from icelog.storage.errors import (
     StaleGeneration,
+    TransactionPartUnsupported,
     TransactionTableChanged,
     UnknownGroup,
     UnknownTable,
 )
 from icelog.storage.groups.consumer import Consumer
 from icelog.storage.groups.offsets import committed_offsets, describe_group, group_state
+from icelog.storage.log.sequences import ProducerBatch
 from icelog.storage.log.table import AppendRequest, LogTable
 from icelog.storage.producers import journal as coordinator
 from icelog.storage.producers import transactional as tx
 from icelog.storage.producers.transactional import TransactionalProducer
-from tests.support.transactions import journal, past_timeout
+from icelog.validations.checks import run_checks
+from tests.support.groups import output_files_request
+from tests.support.transactions import journal, past_timeout, staged_files, unreferenced_data_files
 
 pytestmark = [pytest.mark.integration]
 
@@ -107,6 +111,61 @@ def test_i5_rest_consume_transform_produce_commits_output_and_ranges_once(rest_c
     entry = coordinator.transactional_ids(rest_catalog)["icelog-consumer/g/m1"]
     assert entry.txn is None
     assert tx.recover(rest_catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+
+
+def test_i5_rest_consume_transform_produce_with_prewritten_files_lands_each_record_once(rest_catalog):
+    """The output as data files numbered at the output's log end (as a group job's executors write
+    it), committed with the consumed ranges in one transaction: as written where the output did not
+    move, rewritten at the new log end where another writer moved it after the numbering."""
+    _source(rest_catalog, 12)
+    out = LogTable.create(rest_catalog, "db.out", 1)
+    c = Consumer(rest_catalog, "g", member_id="m1")
+    c.subscribe("db.src")
+
+    def files_for(batches) -> AppendRequest:
+        pairs = [
+            (k, o) for b in batches for k, o in zip(b.column("key").to_pylist(), b.column("log_offset").to_pylist(), strict=True)
+        ]
+        return output_files_request(out, 0, [{"key": k, "value": str(o)} for k, o in pairs])
+
+    first = files_for(c.poll(5))
+    c.commit(also=[(out.identifier, first)])
+    assert _produced(out) == list(range(5))
+    referenced = {task.file.file_path for task in out.table().scan().plan_files()}
+    assert {f.file_path for f in first.files[0]} <= referenced  # committed as written
+
+    second = files_for(c.poll(100))
+    out.append({0: [{"key": "other", "value": "-1"}]})  # another writer, after the numbering
+    c.commit(also=[(out.identifier, second)])
+    assert _produced(out) == [*range(5), -1, *range(5, 12)]
+    assert committed_offsets(rest_catalog, "g", "db.src") == {0: 12}
+    assert run_checks(out.table(), ["contiguity-deep", "transactions"]).ok
+    assert unreferenced_data_files(out) == [], "the renumbered originals stay behind"
+    c.close()
+    assert tx.recover(rest_catalog, clock=past_timeout()) == {"rolled_forward": [], "aborted": []}
+
+
+@pytest.mark.parametrize("kind", ["expected offsets", "idempotent producer"])
+def test_i8_rest_output_parts_naming_offsets_or_sequences_are_refused_with_the_reason(rest_catalog, unchanged, kind):
+    """Each table takes its part at its log end when it rolls forward: expected offsets of payload
+    rows, or an idempotent producer's sequence numbers (checked against the log end at the
+    commit), could not be kept. Refused before anything is written, naming the part and why."""
+    _source(rest_catalog, 5)
+    out = LogTable.create(rest_catalog, "db.out", 1)
+    c = Consumer(rest_catalog, "g", member_id="m")
+    c.subscribe("db.src")
+    assert c.poll(5)
+    rows = out.conform({0: [{"key": "k", "value": "v"}]})
+    if kind == "expected offsets":
+        part = AppendRequest(out.identifier, rows, {0: 0})
+    else:
+        part = AppendRequest(out.identifier, rows, {}, producer=ProducerBatch(1, 0, {0: 0}))
+    with unchanged(out), pytest.raises(TransactionPartUnsupported, match=kind.split()[-1]) as caught:
+        c.commit(also=[(out.identifier, part)])
+    assert caught.value.table == out.identifier and "rolls forward" in caught.value.why + str(caught.value)
+    assert committed_offsets(rest_catalog, "g", "db.src") == {}
+    assert staged_files(out) == []
+    c.close()
 
 
 @pytest.mark.fault

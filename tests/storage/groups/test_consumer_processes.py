@@ -64,8 +64,11 @@ def _wait(condition, what: str, timeout: float, logs: list[Path]) -> None:
         time.sleep(0.1)
 
 
-def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30) -> None:
-    """The source grows in four rounds, so every step below happens while work remains."""
+def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30, files: bool = False) -> None:
+    """The source grows in four rounds, so every step below happens while work remains.
+
+    ``files``: members commit their output as pre-written data files (numbered at the output's log
+    end when written, renumbered at the roll-forward where another member moved it)."""
     catalog = spec.open()
     src = LogTable.create(catalog, "db.src", 1)
     out = LogTable.create(catalog, "db.out", 1)
@@ -78,7 +81,15 @@ def run_shared_partition(spec, tmp_path: Path, records: int, keys: int = 30) -> 
         produced_so_far[0] += len(rows)
 
     stop, pause, arm = tmp_path / "stop", tmp_path / "a.paused", tmp_path / "arm"
-    common = {"src": "db.src", "out": "db.out", "group": "g", "session_ms": 4000, "stop_file": str(stop), "work_s": 0.05}
+    common = {
+        "src": "db.src",
+        "out": "db.out",
+        "group": "g",
+        "session_ms": 4000,
+        "stop_file": str(stop),
+        "work_s": 0.05,
+        "files": files,
+    }
     logs = [tmp_path / f"{m}.out" for m in ("a", "b", "c", "a2")]
 
     def committed(log: Path) -> bool:
@@ -143,8 +154,9 @@ def test_i10_i5_three_processes_share_a_partition_long(catalog_spec, tmp_path):
 # About 45 s on an idle machine, 80-110 s on a loaded one.
 @pytest.mark.fault
 @pytest.mark.timeout(900)
-def test_i10_i5_three_processes_share_a_partition_kill9_between_roll_forwards_rest(rest_spec, tmp_path):
-    run_shared_partition(rest_spec, tmp_path, records=120)
+@pytest.mark.parametrize("files", [False, True], ids=["payload", "files"])
+def test_i10_i5_three_processes_share_a_partition_kill9_between_roll_forwards_rest(rest_spec, tmp_path, files):
+    run_shared_partition(rest_spec, tmp_path, records=120, files=files)
 
 
 @pytest.mark.slow

@@ -99,8 +99,8 @@ def test_i5_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing
     report = tx.recover(catalog, clock=past_timeout())
     if is_atomic(catalog):
         assert report == {"rolled_forward": [], "aborted": []}
-    elif point in BEFORE_PREPARE:
-        assert report == {"rolled_forward": [], "aborted": [txn_id]}
+    elif point in BEFORE_PREPARE:  # its sends registered nothing
+        assert report == {"rolled_forward": [], "aborted": []}
     elif point == faults.AFTER_CATALOG_SWAP:
         assert report == {"rolled_forward": [], "aborted": []}  # it had committed already
     else:
@@ -819,24 +819,33 @@ def test_i5_a_decided_transaction_stopped_anywhere_rolls_forward_exactly_once(sq
     assert_committed_once(sqlite_catalog, a, b, txn_id)
 
 
-def test_i5_the_next_transactions_first_journal_step_records_the_last_one_committed(sqlite_catalog):
-    """No journal commit of its own for COMMITTED: the next BEGIN writes it, in the same commit
-    (so a transaction costs the decision and one commit per table)."""
+def test_i5_sends_write_nothing_to_the_journal_and_the_next_prepare_records_the_last_one_committed(sqlite_catalog):
+    """Without atomic commits a send registers nothing in the journal (PREPARE_COMMIT registers
+    every partition), and COMMITTED has no journal commit of its own: the next transaction's
+    PREPARE_COMMIT writes it, in the same commit. A transaction of plain sends therefore costs the
+    decision and one commit per table."""
     proxy, a, b, producer = decided_setup(sqlite_catalog)
     first = send_both(producer)
     producer.commit_transaction()
-    journal_table = LogTable.open(sqlite_catalog, coordinator.JOURNAL).table()
-    versions = len(journal_table.metadata.snapshots)
+
+    def journal_versions() -> int:
+        return len(LogTable.open(sqlite_catalog, coordinator.JOURNAL).table().metadata.snapshots)
+
+    versions = journal_versions()
     with producer.transaction():
         second = producer.txn_id
         producer.send("db.a", 0, [{"key": second, "value": "7"}])
-        assert len(LogTable.open(sqlite_catalog, coordinator.JOURNAL).table().metadata.snapshots) == versions + 1
-        assert journal_states(sqlite_catalog, first)[-1] == "COMMITTED" and journal_states(sqlite_catalog, second) == ["BEGIN"]
+        producer.send("db.b", 0, [{"key": second, "value": "-7"}])
+        assert journal_versions() == versions, "a send wrote to the journal"
+        assert journal_states(sqlite_catalog, first)[-1] == "PREPARE_COMMIT" and journal_states(sqlite_catalog, second) == []
+    assert journal_versions() == versions + 1  # the last one's COMMITTED and this one's decision, together
     recorded = [(r["txn_id"], r["txn_state"]) for r in journal(sqlite_catalog)]
-    assert recorded[-3:] == [(first, "COMMITTED"), (second, "BEGIN"), (second, "PREPARE_COMMIT")]
-    assert rows(a)[-1] == (2, second, "7")
+    assert recorded[-2:] == [(first, "COMMITTED"), (second, "PREPARE_COMMIT")]
+    assert rows(a)[-1] == (2, second, "7") and rows(b)[-1] == (2, second, "-7")
     producer.close()
     assert journal_states(sqlite_catalog, second)[-1] == "COMMITTED"
+    ended = coordinator.transactional_ids(sqlite_catalog)["copier"].last_committed
+    assert ended.id == second and ended.partitions == {"db.a": (0,), "db.b": (0,)}  # registered by PREPARE_COMMIT
 
 
 def test_i5_a_decided_transaction_is_never_aborted(sqlite_catalog, monkeypatch):

@@ -20,7 +20,7 @@ import pytest
 from icelog.storage.admin.maintenance import maintain
 from icelog.storage.admin.orphans import referenced_files
 from icelog.storage.core import faults
-from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog, IcelogError, TransientError
+from icelog.storage.errors import ExpectedOffsetNeedsAtomicCatalog, IcelogError, ProducerFenced, TransientError
 from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers import journal as coordinator
@@ -34,10 +34,12 @@ from tests.support.transactions import (
     BEFORE_PREPARE,
     check_all_or_nothing,
     journal,
+    journal_states,
     kill_one_transaction,
     past_timeout,
     rows,
     staged_files,
+    two_tables,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -49,8 +51,10 @@ pytestmark = [pytest.mark.integration]
 def test_i5_rest_kill_at_every_transaction_point_then_recover_finishes_all_or_nothing(rest_spec, tmp_path, point):
     catalog, a, b, before, txn_id, _ = kill_one_transaction(rest_spec, tmp_path, point)
     report = tx.recover(catalog, clock=past_timeout())
-    if point in BEFORE_PREPARE:
-        assert report == {"rolled_forward": [], "aborted": [txn_id]}
+    if point in BEFORE_PREPARE:  # its sends registered nothing: only orphan files are left
+        assert report == {"rolled_forward": [], "aborted": []}
+        if point == faults.AFTER_TXN_STAGE:
+            assert len(staged_files(a)) == 1, "a's pre-written file is there for orphan cleanup to find"
     else:  # decided at PREPARE_COMMIT: every later point rolls forward, none was ever atomic
         assert report == {"rolled_forward": [txn_id], "aborted": []}
     check_all_or_nothing(catalog, a, b, before, txn_id, point)
@@ -112,6 +116,110 @@ def test_i1_i5_rest_a_send_writes_its_data_file_once_and_a_moved_partition_renum
         assert staged_files(t) == []
 
 
+def test_i3_i5_rest_zombie_prepare_after_a_new_instance_is_fenced_and_nothing_of_it_is_visible(rest_catalog):
+    """A send registers nothing in the journal (its PREPARE_COMMIT registers every partition): a
+    new instance's init finds nothing of the zombie's transaction to abort, and the zombie's
+    PREPARE_COMMIT is what the epoch fences. The fenced zombie deletes the data files its sends
+    wrote; nothing of it is ever visible, and the new instance goes on."""
+    a, b = two_tables(rest_catalog)
+    zombie = TransactionalProducer(rest_catalog, "orders")
+    zombie.init_transactions()
+    txn_id = zombie.begin_transaction()
+    zombie.send("db.a", 0, [{"key": "zombie", "value": "1"}])
+    zombie.send("db.b", 0, [{"key": "zombie", "value": "-1"}])
+    assert journal_states(rest_catalog, txn_id) == [], "a send wrote to the journal"
+    assert len(staged_files(a)) == len(staged_files(b)) == 1
+    successor = TransactionalProducer(rest_catalog, "orders")
+    assert successor.init_transactions()["epoch"] == zombie.epoch + 1
+    with pytest.raises(ProducerFenced):
+        zombie.commit_transaction()
+    assert journal_states(rest_catalog, txn_id) == []
+    assert rows(a) == rows(b) == []
+    assert staged_files(a) == staged_files(b) == [], "the fenced zombie left its data files"
+    with successor.transaction():
+        successor.send("db.a", 0, [{"key": "successor", "value": "2"}])
+    assert [r[1] for r in rows(a)] == ["successor"] and rows(b) == []
+
+
+def test_i5_rest_transaction_idle_past_its_timeout_cannot_commit(rest_catalog, unchanged):
+    """Nothing of it is in the journal before its decision: PREPARE_COMMIT judges the timeout, by
+    the journal's clock, on its last new partition's send, and writes nothing when it refuses."""
+    a, b = two_tables(rest_catalog, partitions=2)
+    clock = [1_000_000_000]
+    producer = TransactionalProducer(rest_catalog, "slow", timeout_ms=1_000, clock=lambda: clock[0])
+    producer.init_transactions()
+    live = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "live", "value": "1"}])
+    clock[0] += 999
+    producer.send("db.b", 1, [{"key": "live", "value": "-1"}])  # a new partition: the transaction is live
+    clock[0] += 1_000
+    assert producer.commit_transaction() == {"db.a": {"0": [0, 1]}, "db.b": {"1": [0, 1]}}
+    producer.close()
+    assert journal_states(rest_catalog, live) == ["PREPARE_COMMIT", "COMMITTED"]
+
+    idle = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "idle", "value": "1"}])
+    producer.send("db.b", 0, [{"key": "idle", "value": "-1"}])
+    clock[0] += 999
+    producer.send("db.a", 0, [{"key": "idle", "value": "2"}])  # a partition it has: no new activity
+    clock[0] += 2
+    with unchanged(a), unchanged(b), pytest.raises(coordinator.TransactionAborted) as caught:
+        producer.commit_transaction()
+    assert caught.value.txn_id == idle and producer.txn_id is None
+    assert journal_states(rest_catalog, idle) == []
+    assert staged_files(a) == staged_files(b) == []
+
+
+def test_i5_rest_files_orphan_cleanup_took_before_the_decision_abort_it_with_nothing_visible(rest_catalog, unchanged):
+    """The journal knows nothing of a transaction before its decision, so orphan cleanup keeps its
+    data files only by its age limit; run with too short a limit (here 0 s), it deletes them. The
+    commit finds them gone before it decides: aborted (``SentFilesMissing``), nothing visible,
+    nothing in the journal, rather than a decision whose roll-forward could never land."""
+    from icelog.storage.admin.orphans import remove_orphan_files
+    from icelog.storage.errors import SentFilesMissing
+
+    a, b = two_tables(rest_catalog)
+    producer = TransactionalProducer(rest_catalog, "copier")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    producer.send("db.a", 0, [{"key": "k", "value": "1"}])
+    producer.send("db.b", 0, [{"key": "k", "value": "-1"}])
+    (gone,) = staged_files(a)
+    time.sleep(1.5)  # past the limit by the store's clock (whole-second modification times)
+    assert gone in remove_orphan_files(rest_catalog, "db.a", older_than_s=0)
+    with unchanged(a), unchanged(b), pytest.raises(SentFilesMissing) as caught:
+        producer.commit_transaction()
+    assert caught.value.table == "db.a" and caught.value.txn_id == txn_id and len(caught.value.missing) == 1
+    assert producer.txn_id is None and journal_states(rest_catalog, txn_id) == []
+    assert staged_files(b) == [], "the aborted transaction's other files stay behind"
+    with producer.transaction():  # the transactional id goes on
+        producer.send("db.a", 0, [{"key": "again", "value": "1"}])
+    assert [r[1] for r in rows(a)] == ["again"]
+
+
+def test_i5_rest_abort_before_the_decision_deletes_the_files_executors_wrote_for_it(rest_catalog, unchanged):
+    """The journal never heard of a transaction aborted before its decision: its producer alone
+    knows its tables, and deletes their transaction folders, with the files executors wrote there
+    for ``send_files`` (the journal would otherwise have named them to whoever aborted it)."""
+    from icelog.storage.log.files import write_log_files
+    from icelog.storage.log.table import with_system_columns
+
+    a, _ = two_tables(rest_catalog)
+    producer = TransactionalProducer(rest_catalog, "job")
+    producer.init_transactions()
+    txn_id = producer.begin_transaction()
+    table = a.table()
+    payload = a.conform({0: [{"key": "k", "value": "1"}]})[0]
+    (written,) = write_log_files(
+        table, {0: with_system_columns(payload, 0, 0, 0, None, None)}, directory=producer.data_dir("db.a")
+    )
+    assert producer.send_files("db.a", {0: [written.file_path]}, {0: 0}) == 1
+    assert staged_files(a) and journal_states(rest_catalog, txn_id) == []
+    with unchanged(a):
+        producer.abort_transaction()
+    assert staged_files(a) == [], "the executors' files of an aborted transaction stay behind"
+
+
 def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_catalog, unchanged):
     a = LogTable.create(rest_catalog, "db.a", 2)
     b = LogTable.create(rest_catalog, "db.b", 1)
@@ -128,9 +236,7 @@ def test_i5_rest_transaction_with_offsets_commits_once_and_reads_whole(rest_cata
     producer.close()  # its COMMITTED record (else written by the next transaction's first step)
     assert committed_offsets(rest_catalog, "copier-group", "db.src") == {0: 4}
     assert [r["txn_state"] for r in journal(rest_catalog) if r["txn_id"] == txn_id] == [
-        "BEGIN",
-        "ADD_PARTITIONS",
-        "ADD_OFFSETS",  # the group, registered before the decision (a rebalance fence)
+        "ADD_OFFSETS",  # the group, registered before the decision (a rebalance fence); the sends registered nothing
         "PREPARE_COMMIT",
         "COMMITTED",
     ]

@@ -4,7 +4,8 @@
 
 Consume–transform–produce, exactly once: each polled batch of ``src`` becomes rows of
 ``out`` (key, value ``"<source offset>"``), committed in one multi-table commit with the
-batch's offset ranges (``Consumer.commit(also=...)``). Prints one JSON line per event.
+batch's offset ranges (``Consumer.commit(also=...)``); with ``files``, as data files numbered at
+``out``'s log end (``LogTable.files_request``). Prints one JSON line per event.
 Once ``arm_file`` exists, the worker arms ``ICELOG_PAUSE_AT`` (``pause_point``) before its next
 commit, so that commit stops at the fault point for the parent's SIGKILL. (Armed only after a
 commit, a member whose share of the next round fits one batch would commit it, arm, and then sit
@@ -28,6 +29,7 @@ from icelog.storage.groups.consumer import Consumer
 from icelog.storage.log.table import AppendRequest, LogTable
 from icelog.storage.producers.journal import TransactionAborted
 from tests.support.catalogs import CatalogSpec
+from tests.support.groups import output_files_request
 
 
 def emit(**fields) -> None:
@@ -60,7 +62,10 @@ def main(spec_json: str, args_json: str) -> None:
             for o, k in zip(b.column("log_offset").to_pylist(), b.column("key").to_pylist(), strict=False)
         ]
         time.sleep(args.get("work_s", 0.0))  # the "processing"
-        append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)
+        if args.get("files"):  # the output as data files numbered at out's log end (a group job's executors)
+            append = output_files_request(out, 0, rows)
+        else:
+            append = AppendRequest(out.identifier, out.conform({0: rows}), {}, uuid.uuid4().hex, None)
         if args.get("arm_file") and Path(args["arm_file"]).exists():
             faults.set_pause(args["pause_point"])
         try:
