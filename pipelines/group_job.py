@@ -459,7 +459,7 @@ def _write_in_transaction(
         faults.checkpoint(faults.AFTER_INGEST_WRITE)
         if files:
             producer.send_files(tgt.identifier, files, expected)
-        sent = True  # the journal knows the folder now: an abort deletes it
+        sent = True  # the producer knows the folder now: an abort deletes it (its own, or the journal's)
         producer.send_ranges_to_transaction(consumed, group, member=me.member, generation=me.generation)
         committed = producer.commit_transaction()
     except BaseException:
