@@ -23,7 +23,7 @@ from tests.gateway.reading import read_all, stored
 from tests.gateway.test_confluent import consume, produce, table_rows
 from tests.gateway.test_groups import Member, _until, describe
 from tests.support.faults import kill_at
-from tests.support.transactions import journal
+from tests.support.transactions import journal, staged_files
 
 pytestmark = pytest.mark.integration
 
@@ -107,13 +107,17 @@ def test_rest_a_transaction_commits_its_records_and_group_offsets_and_an_aborted
     assert committed_offsets(catalog, group, source) == {0: 3, 1: 3}
     for name in (TOPIC, source, JOURNAL):
         assert run_checks(catalog.load_table(name)).violations == [], name
-    # Through the coordinator journal: the first decided (PREPARE_COMMIT), rolled forward and
-    # recorded COMMITTED; the second ABORTED.
-    states = {}
+    # Through the coordinator journal: the first decided (PREPARE_COMMIT), rolled forward, and
+    # recorded COMMITTED with the producer's next journal step (here: the gateway's stop). The
+    # second was aborted before any decision: sends write nothing to the journal, so it never
+    # heard of it, and the abort deleted the files the sends had written.
+    assert staged_files(LogTable.open(catalog, TOPIC)) == []
+    assert rest_gateway.stop() == 0, rest_gateway.stderr()
+    states: dict[str, list[str]] = {}
     for r in journal(catalog):
         if r["transactional_id"] == "rest-tx":
             states.setdefault(r["txn_id"], []).append(r["txn_state"])
-    assert [s[-1] for s in states.values()] == ["COMMITTED", "ABORTED"]
+    assert [s[-1] for s in states.values()] == ["COMMITTED"]
     assert "PREPARE_COMMIT" in next(iter(states.values()))
 
 
@@ -159,7 +163,10 @@ def test_rest_a_transaction_open_when_the_gateway_stops_is_aborted(rest_gateway,
     producer.flush(30)  # staged at the gateway
     assert rest_gateway.stop() == 0, rest_gateway.stderr()
     catalog = rest_spec.open()
-    assert [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-open"][-1] == "ABORTED"
+    # Never decided: the journal never heard of it (sends write nothing there), and the stop's
+    # abort deleted what its sends had written.
+    assert [r for r in journal(catalog) if r["transactional_id"] == "rest-open"] == []
+    assert staged_files(LogTable.open(catalog, TOPIC)) == []
     assert stored(rest_spec, TOPIC) == []
 
 
