@@ -202,3 +202,23 @@ def test_a_varint_running_past_the_last_record_is_corrupt():
     body[-1] |= 0x80  # the header count, the record's last byte, now says "more bytes follow"
     with pytest.raises(CorruptRecords, match="truncated varint"):
         decode_batches(_rebatched(bytes(body), 1))
+
+
+def test_records_of_three_byte_lengths_read_back():
+    """Records of 8 KiB and more have lengths of three varint bytes or more, beside short ones."""
+    rows = [(0, 5, None, b"a" * 10_000, ()), (1, 5, b"k", b"b", ()), (2, 6, b"k" * 70_000, b"c" * 300_000, (("h", b"x"),))]
+    (batch,) = decode_batches(encode_batch(0, rows))
+    assert [(r.offset_delta, r.timestamp_ms, r.key, r.value, r.headers) for r in batch.records] == rows
+
+
+@pytest.mark.parametrize("prefix", [bytes([2 * 5 - 1]), b"\x81\x01"], ids=["one-byte", "two-byte"])
+def test_a_negative_record_length_is_corrupt(prefix):
+    """A length of -5 (one varint byte) or -65 (two), followed by as many bytes as its absolute
+    value less one would span, then a well-formed record: the lengths chain through the batch,
+    and the negative one is still refused."""
+    second = encode_batch(0, [(0, 0, None, None, ()), (1, 0, None, b"v", ())])[HEADER.size :]
+    second = second[1 + second[0] // 2 :]  # the second record alone (the first is one length byte and its fields)
+    span = {1: 5, 2: 66}[len(prefix)]  # how far the record-by-record walk steps over it
+    body = prefix + b"\x00" * (span - len(prefix)) + second
+    with pytest.raises(CorruptRecords, match="negative"):
+        decode_batches(_rebatched(body, 2))
