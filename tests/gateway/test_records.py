@@ -253,3 +253,14 @@ def test_records_in_runs_of_one_length_read_back_or_are_corrupt_when_mangled(run
     except CorruptRecords:
         return
     assert len(batch) == len(rows) and len(batch.records) == len(rows)
+
+
+def test_batch_rows_have_the_arrow_types_a_kafka_topic_reads_as():
+    """So the append's cast to the table's schema copies nothing (the keys and values above all)."""
+    from icelog.pipelines.gateway.topics import KAFKA_PAYLOAD
+    from icelog.storage.log import schema as cols
+
+    table = cols.payload_arrow_schema(cols.log_schema(cols.payload_fields(KAFKA_PAYLOAD), key_hash=False))
+    (batch,) = decode_batches(encode_batch(10, RECORDS))
+    rows = batch_rows(batch).schema
+    assert [(f.name, f.type) for f in rows] == [(f.name, f.type) for f in table]
