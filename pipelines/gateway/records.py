@@ -181,7 +181,7 @@ def _decode_records(body: bytes, count: int, base_ts: int) -> Columns:
     gathered into Arrow arrays. Headers, rare, are read record by record.
     """
     buf = np.frombuffer(body, dtype=np.uint8)
-    starts, ends = _record_bounds(body, count)
+    starts, ends = _record_bounds(body, buf, count)
     stamps, at = _varints(buf, starts + 1, ends)  # after the record attributes, unused
     deltas, at = _varints(buf, at, ends)
     if not np.array_equal(deltas, np.arange(count)):
@@ -201,23 +201,92 @@ def _decode_records(body: bytes, count: int, base_ts: int) -> Columns:
     return keys, values, headers, stamps + base_ts
 
 
-def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each record's fields begin and where the record ends."""
-    starts, ends, at, size = [], [], 0, len(body)
+def _record_bounds(body: bytes, buf: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record's fields begin and where the record ends.
+
+    Each record's length says where the next begins, so the records are found along that
+    chain. A batch's records mostly come in runs of one length (values of one size; a run ends
+    where a timestamp or offset delta needs another varint byte): along a run, a record begins
+    every so many bytes with the same length bytes, which numpy checks for the whole run at
+    once. The records between runs are walked one by one. A length's sign is not looked at on
+    the way: the lengths are read again for all records at once and checked against the chain.
+    """
+    pieces: list[np.ndarray] = []
+    heads: list[int] = []  # walked since the last run
+    at, left, block = 0, count, WALK
+    try:
+        while left:
+            at = _walk(body, at, min(block, left), heads)
+            left -= min(block, left)
+            run, step = _run(body, buf, at, left) if left else (0, 0)
+            if run:
+                pieces += [np.array(heads, dtype=np.int64), at + step * np.arange(run, dtype=np.int64)]
+                heads = []
+                at, left = at + run * step, left - run
+            # Walk longer before looking again where runs are short or none: the looks then cost
+            # a few per batch, not one per record.
+            block = WALK if run >= LONG_RUN else min(2 * block, count)
+    except IndexError:
+        raise CorruptRecords("a record runs past the batch") from None
+    if at != len(body):
+        raise CorruptRecords(
+            f"{len(body) - at} bytes after the batch's {count} records" if at < len(body) else "a record runs past the batch"
+        )
+    starts = np.array(heads, dtype=np.int64)
+    if pieces:
+        starts = np.concatenate([*pieces, starts])
+    ends = np.empty_like(starts)
+    ends[:-1], ends[-1:] = starts[1:], at  # records are back to back
+    lengths, starts = _varints(buf, starts, ends)
+    if not np.array_equal(starts + lengths, ends):  # a negative length
+        raise CorruptRecords("a record length is negative")
+    return starts, ends
+
+
+WALK = 32  # records walked one by one before a run of equal lengths is looked for
+PROBE = 4  # records of a run seen in Python before numpy measures it
+LONG_RUN = 256  # a run at least this long: look for the next one soon
+
+
+def _walk(body: bytes, at: int, count: int, heads: list[int]) -> int:
+    """Where the last of ``count`` records from ``at`` ends; where each begins is added to ``heads``."""
+    append = heads.append
     for _ in range(count):
-        if at + 1 < size and body[at] >= 0x80 and body[at + 1] < 0x80:  # two bytes: records of 64 to 8,191 bytes
-            raw = (body[at] & 0x7F) | (body[at + 1] << 7)
-            length, at = (raw >> 1) ^ -(raw & 1), at + 2
+        append(at)
+        byte = body[at]
+        if byte < 0x80:  # one byte: records of up to 63 bytes
+            at += 1 + (byte >> 1)
+        elif body[at + 1] < 0x80:  # two bytes: records of 64 to 8,191 bytes
+            at += 2 + (((byte & 0x7F) | (body[at + 1] << 7)) >> 1)
         else:
             length, at = _varint(body, at)
-        if length < 0 or at + length > size:
-            raise CorruptRecords(f"record of {length} bytes runs past the batch")
-        starts.append(at)
-        at += length
-        ends.append(at)
-    if at != size:
-        raise CorruptRecords(f"{size - at} bytes after the batch's {count} records")
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+            at += max(length, 0)
+    return at
+
+
+def _run(body: bytes, buf: np.ndarray, at: int, most: int) -> tuple[int, int]:
+    """How many records from ``at`` on (at most ``most``) begin every ``step`` bytes with the
+    same length bytes as the one at ``at`` (records of one to two length bytes), and ``step``;
+    (0, 0) for fewer than :data:`PROBE`."""
+    width = 1 if body[at] < 0x80 else 2
+    if width == 2 and body[at + 1] >= 0x80:
+        return 0, 0
+    step = _walk(body, at, 1, []) - at
+    most = min(most, (len(body) - at) // step)
+    length = body[at : at + width]
+    if most < PROBE or any(body[at + i * step : at + i * step + width] != length for i in range(1, PROBE)):
+        return 0, 0
+    n, size = PROBE, 256
+    while n < most:
+        k = min(size, most - n)
+        heads = at + step * np.arange(n, n + k, dtype=np.int64)
+        same = buf[heads] == length[0]
+        if width == 2:
+            same &= buf[heads + 1] == length[1]
+        if not same.all():
+            return n + int(same.argmin()), step
+        n, size = n + k, 2 * size
+    return n, step
 
 
 def _varints(buf: np.ndarray, at: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,13 +318,22 @@ def _binaries(buf: np.ndarray, at: np.ndarray, ends: np.ndarray) -> tuple[pa.Arr
     null = lengths == -1
     if (lengths < -1).any() or (at + np.maximum(lengths, 0) > ends).any():
         raise CorruptRecords("a field runs past its record")
+    n = len(at)
+    if not n or null.all():
+        return pa.nulls(n, pa.large_binary()), at
     lengths = np.where(null, 0, lengths)
-    offsets = np.zeros(len(at) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    data = buf[np.repeat(at - offsets[:-1], lengths) + np.arange(offsets[-1])]
-    validity = pa.array(~null).buffers()[1] if null.any() else None
-    array = pa.Array.from_buffers(pa.large_binary(), len(at), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return array, at + lengths
+    # The body read as alternating slices, each field's bytes then the bytes up to the next
+    # field; Arrow's take copies every other slice into one array at native speed.
+    bounds = np.empty(2 * n, dtype=np.int64)
+    bounds[0::2], bounds[1::2] = at, at + lengths
+    slices = 2 * n - 1
+    validity = None
+    if null.any():
+        valid = np.ones(slices, dtype=bool)
+        valid[0::2] = ~null
+        validity = pa.array(valid).buffers()[1]
+    whole = pa.Array.from_buffers(pa.large_binary(), slices, [validity, pa.py_buffer(bounds), pa.py_buffer(buf)])
+    return whole.take(pa.array(np.arange(0, slices, 2))), at + lengths
 
 
 def _headers(record: bytes, at: int, count: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:

@@ -77,14 +77,18 @@ def decode_headers(text: str | None) -> tuple[tuple[str, bytes | None], ...]:
 
 
 def batch_rows(batch: Batch) -> pa.Table:
-    """A batch's records (timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema."""
+    """A batch's records (timestamps checked by :func:`valid_timestamp`) as rows of the Kafka record schema.
+
+    In the large Arrow types pyiceberg reads a table's ``binary`` and ``string`` columns as, so
+    that the append's cast to the table's schema has nothing to copy.
+    """
     stamps = batch.timestamps_ms
     headers = [encode_headers(h) for h in batch.headers] if batch.headers is not None else pa.nulls(len(batch))
     return pa.table(
         {
-            "key": batch.keys.cast(pa.binary()),
-            "value": batch.values.cast(pa.binary()),
-            "headers": pa.array(headers, pa.string()),
+            "key": batch.keys,
+            "value": batch.values,
+            "headers": pa.array(headers, pa.large_string()),
             "record_timestamp": pa.array(stamps * 1000, pa.int64(), mask=stamps == NO_TIMESTAMP).cast(
                 pa.timestamp("us", tz="UTC")
             ),
