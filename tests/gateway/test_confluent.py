@@ -3,65 +3,14 @@ fetch by assignment, and the Iceberg table holding exactly what the client saw, 
 
 from __future__ import annotations
 
-import time
-
 import duckdb
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 
 from icelog.storage.log.scan import planned_paths
 from icelog.storage.log.table import LogTable
 from icelog.validations.checks import run_checks
+from tests.gateway.clients import consume, produce, table_rows
 from tests.gateway.conftest import quiet_logs
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple], **config) -> list[tuple]:
-    """Send ``(partition, key, value, headers, timestamp_ms)`` records; the delivery reports, in order of delivery."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **quiet_logs(), **config})
-    reports = []
-
-    def delivered(err, msg):
-        reports.append((err, msg.partition(), msg.offset(), msg.key(), msg.value()))
-
-    for partition, key, value, headers, ts in records:
-        producer.produce(topic, key=key, value=value, partition=partition, headers=headers, timestamp=ts, on_delivery=delivered)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    return reports
-
-
-def consume(bootstrap: str, topic: str, start: dict[int, int], count: int, timeout: float = 30) -> list[tuple]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "assign-only",  # required by the client; assign() uses no group protocol
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            **quiet_logs(),
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
-    got, deadline = [], time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or [], msg.timestamp()[1]))
-    finally:
-        consumer.close()
-    return got
-
-
-def table_rows(spec, topic: str) -> list[tuple]:
-    log_table = LogTable.open(spec.open(), topic)
-    rows = []
-    for p in (0, 1):
-        t = log_table.read(p)
-        for o, k, v in zip(t["log_offset"].to_pylist(), t["key"].to_pylist(), t["value"].to_pylist(), strict=True):
-            rows.append((p, o, k, v))
-    return rows
 
 
 def test_an_idempotent_producer_and_a_read_committed_consumer_see_the_table_as_it_is(gateway, module_spec, topic):

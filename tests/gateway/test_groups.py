@@ -4,18 +4,15 @@ and what icelog's own group state shows of them."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from icelog.pipelines.gateway.topics import create_topic
 from icelog.storage.groups.offsets import committed_offsets
-from tests.gateway.conftest import ROOT, quiet_logs
+from tests.gateway.clients import Member, describe, until
+from tests.gateway.conftest import quiet_logs
 
 _names = iter(range(10**6))
 
@@ -34,71 +31,6 @@ def _produce(bootstrap: str, topic: str, partitions: int, per_partition: int, st
     assert producer.flush(60) == 0
 
 
-def describe(spec, group: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "icelog.pipelines.cli", "groups", "describe", "--group", group, "--output", "json"],
-        capture_output=True,
-        text=True,
-        env=spec.env(),
-        cwd=ROOT,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(out.stdout)
-
-
-class Member(threading.Thread):
-    """One confluent-kafka group member polling in its own thread, committing what it read."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, seen: list) -> None:
-        super().__init__(daemon=True)
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 500,
-                "partition.assignment.strategy": "range",
-                **quiet_logs(),
-            }
-        )
-        self.assigned: list[int] = []  # kept by the callbacks (assignment() waits for poll() to return)
-        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
-        self.seen = seen
-        self.leave = threading.Event()
-        self.errors: list = []
-
-    def run(self) -> None:
-        try:
-            while not self.leave.is_set():
-                messages = [m for m in self.consumer.consume(50, 0.2) if not m.error()]
-                if messages:
-                    self.seen += [(m.partition(), m.offset()) for m in messages]
-                    self.consumer.commit(asynchronous=False)  # the positions after what it read
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            self.errors.append(e)
-        finally:
-            self.consumer.close()  # LeaveGroup
-
-    def _assigned(self, consumer, partitions) -> None:
-        self.assigned = sorted(tp.partition for tp in partitions)
-
-    def _revoked(self, consumer, partitions) -> None:
-        self.assigned = []
-
-    def assignment(self) -> list[int]:
-        return self.assigned
-
-
-def _until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("n", [20, pytest.param(1000, marks=pytest.mark.slow)])
 def test_a_group_of_three_rebalances_when_one_leaves_and_consumes_everything(gateway, module_spec, n):
     topic, group = _topic(module_spec, 6), f"three{n}"
@@ -107,13 +39,13 @@ def test_a_group_of_three_rebalances_when_one_leaves_and_consumes_everything(gat
     members = [Member(gateway.bootstrap, group, topic, seen) for _ in range(3)]
     for m in members:
         m.start()
-    _until(lambda: all(len(m.assignment()) == 2 for m in members), 90, "three members with two partitions each")
-    _until(lambda: len(set(seen)) >= 6 * n, 90 + n / 10, "the first records")
+    until(lambda: all(len(m.assignment()) == 2 for m in members), 90, "three members with two partitions each")
+    until(lambda: len(set(seen)) >= 6 * n, 90 + n / 10, "the first records")
     members[0].leave.set()
     members[0].join(30)
-    _until(lambda: sorted(members[1].assignment() + members[2].assignment()) == list(range(6)), 90, "the two left to share six")
+    until(lambda: sorted(members[1].assignment() + members[2].assignment()) == list(range(6)), 90, "the two left to share six")
     _produce(gateway.bootstrap, topic, 6, n, start=n)
-    _until(lambda: len(set(seen)) == 6 * 2 * n, 90 + n / 10, "every record")
+    until(lambda: len(set(seen)) == 6 * 2 * n, 90 + n / 10, "every record")
     for m in members[1:]:
         m.leave.set()
         m.join(30)
@@ -241,7 +173,7 @@ def test_admin_clients_list_and_describe_groups_and_their_offsets(gateway, modul
     member = Member(gateway.bootstrap, group, topic, seen)
     member.start()
     try:
-        _until(lambda: len(set(seen)) == 6, 90, "six records")
+        until(lambda: len(set(seen)) == 6, 90, "six records")
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap, **quiet_logs()})
         listed = admin.list_consumer_groups().result(60)
         assert group in {g.group_id for g in listed.valid}

@@ -18,10 +18,9 @@ from icelog.storage.groups.offsets import committed_offsets
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers.journal_state import JOURNAL
 from icelog.validations.checks import run_checks
+from tests.gateway.clients import Member, consume, describe, produce, table_rows, until
 from tests.gateway.conftest import Served, quiet_logs
 from tests.gateway.reading import read_all, stored
-from tests.gateway.test_confluent import consume, produce, table_rows
-from tests.gateway.test_groups import Member, _until, describe
 from tests.support.faults import kill_at
 from tests.support.transactions import journal, staged_files
 
@@ -128,8 +127,8 @@ def test_rest_a_group_of_two_reads_a_topic_and_commits_its_offsets(rest_gateway,
     for m in members:
         m.start()
     try:
-        _until(lambda: all(len(m.assignment()) == 1 for m in members), 60, "two members with one partition each")
-        _until(lambda: len(set(seen)) == 20, 60, "every record")
+        until(lambda: all(len(m.assignment()) == 1 for m in members), 60, "two members with one partition each")
+        until(lambda: len(set(seen)) == 20, 60, "every record")
     finally:
         for m in members:
             m.leave.set()
