@@ -16,12 +16,14 @@ The two modes differ in how they learn the coverage:
   takes each file to hold each offset of its bounds once. It cannot see inside a file: a
   file whose record count differs from its bound range is reported as suspect, and a file
   whose count equals its bound range passes.
-* The deep check reads the offsets and proves each file at DuckDB's scan speed, whatever its
-  row order: a file in offset order holds exactly ``c..c + n - 1`` when ``log_offset -
-  file_row_number`` is the constant ``c``; a file in any other order (the key-hash layout
-  sorts rows by key hash) holds exactly ``lo..hi`` when its ``n = hi - lo + 1`` offsets set
-  ``n`` distinct bits of a bitmap over ``lo..hi``. A large file gets a query of its own, with
-  the proof its footer's offset statistics point to; small files share one grouped query.
+* The deep check reads the offsets and proves each file, whatever its row order: a file in
+  offset order holds exactly ``c..c + n - 1`` when ``log_offset - file_row_number`` is the
+  constant ``c`` (a DuckDB scan); a file in any other order (the key-hash layout sorts rows by
+  key hash) holds exactly ``lo..hi`` when its ``n = hi - lo + 1`` offsets, all in that range,
+  set ``n`` distinct bytes of a bitmap over ``lo..hi`` (numpy, over the two columns read with
+  pyarrow a window of row groups at a time). A large file is proven on its own, by the proof
+  its footer's offset statistics point to; small files share one grouped query, and those of
+  them out of offset order then get the bitmap.
   Only a file that fails its proof (a foreign writer's, a bug's) is counted offset by offset,
   in linear time (a count per offset), as runs of offsets with the same count; those counts
   replace the file's bounds. The result is exact whatever the files hold: duplicates, holes
@@ -481,12 +483,31 @@ def _proven_rows(uri: str, partition: int, offsets: pa.Table) -> FileSpan | None
     that their temporaries stay in cache: a whole-file ``offset - row number`` array costs
     five times as much, a count per offset (``bincount``) four times a byte per offset."""
     n = offsets.num_rows
-    parts, column = offsets.column(cols.PARTITION), offsets.column(cols.OFFSET)
-    if n == 0 or parts.null_count or column.null_count:
+    chunks = _offset_chunks(offsets, partition)
+    if n == 0 or chunks is None:
         return None
-    p = pc.min_max(parts).as_py()
-    if not p["min"] == p["max"] == partition:
+    first = int(chunks[0][0])
+    # offset - row number constant: exactly first..first + n - 1, unless that passes 2^63 (the
+    # offsets wrapped to -2^63 and on, and the difference stays constant across the wrap)
+    if first + n - 1 <= MAX_OFFSET and _consecutive(chunks, first):
+        return FileSpan(uri, partition, first, first + n - 1, n, True)
+    lo = min(int(c.min()) for c in chunks)
+    # n offsets in lo..hi that take n distinct values are exactly lo..hi, in any row order.
+    if _permutation_of(chunks, lo, n):
+        return FileSpan(uri, partition, lo, lo + n - 1, n, True)
+    return None
+
+
+def _offset_chunks(rows: pa.Table, partition: int) -> list[np.ndarray] | None:
+    """The offset column of some rows as int64 numpy chunks (zero-copy where the column is int64),
+    when every row holds an offset and ``partition``; None otherwise (the exact diagnosis decides)."""
+    parts, column = rows.column(cols.PARTITION), rows.column(cols.OFFSET)
+    if parts.null_count or column.null_count:
         return None
+    if rows.num_rows:
+        p = pc.min_max(parts).as_py()
+        if not p["min"] == p["max"] == partition:
+            return None
     if column.type != pa.int64():  # a foreign file's: integers only, and only those that are int64s
         if not pa.types.is_integer(column.type):
             return None
@@ -494,18 +515,7 @@ def _proven_rows(uri: str, partition: int, offsets: pa.Table) -> FileSpan | None
             column = column.cast(pa.int64())
         except pa.ArrowInvalid:  # beyond int64: diagnosed exactly
             return None
-    chunks = [c.to_numpy() for c in column.chunks if len(c)]
-    first = int(chunks[0][0])
-    # offset - row number constant: exactly first..first + n - 1, unless that passes 2^63 (the
-    # offsets wrapped to -2^63 and on, and the difference stays constant across the wrap)
-    if first + n - 1 <= MAX_OFFSET and _consecutive(chunks, first):
-        return FileSpan(uri, partition, first, first + n - 1, n, True)
-    bounds = pc.min_max(column).as_py()
-    lo, hi = bounds["min"], bounds["max"]
-    # n offsets in lo..hi that take n distinct values are exactly lo..hi, in any row order.
-    if hi - lo + 1 == n and _distinct_in(chunks, lo, n):
-        return FileSpan(uri, partition, lo, hi, n, True)
-    return None
+    return [c.to_numpy() for c in column.chunks if len(c)]
 
 
 PROOF_BLOCK = 1 << 15
@@ -527,16 +537,27 @@ def _consecutive(chunks: list[np.ndarray], first: int) -> bool:
     return True
 
 
-def _distinct_in(chunks: list[np.ndarray], lo: int, n: int) -> bool:
-    """Whether the ``n`` offsets ``chunks`` hold, all in ``lo..lo + n - 1``, are distinct: a
-    byte per offset of the range, set by each row; n set bytes are n distinct offsets."""
+def _permutation_of(chunks: Iterable[np.ndarray | None], lo: int, n: int) -> bool:
+    """Whether the offsets ``chunks`` hold are exactly ``lo..lo + n - 1``, each once, in any
+    order: ``n`` of them, each in that range, setting ``n`` distinct bytes of a byte per offset
+    (a None chunk: rows that cannot hold offsets, never proven).
+
+    ``chunks`` may be a stream (a file read a window at a time): only the bytes stay."""
     seen = np.zeros(n, dtype=np.bool_)
     index = np.empty(PROOF_BLOCK, dtype=np.int64)
+    hi, rows = lo + n - 1, 0
     for values in chunks:
+        if values is None:
+            return False
         for start in range(0, len(values), PROOF_BLOCK):
             block = values[start : start + PROOF_BLOCK]
+            # bounds checked on the offsets themselves: ``offset - lo`` can wrap past 2^63
+            # into the range, and a negative index would silently set a byte from the end
+            if not (lo <= int(block.min()) and int(block.max()) <= hi):
+                return False
             seen[np.subtract(block, lo, out=index[: len(block)])] = True
-    return int(np.count_nonzero(seen)) == n
+        rows += len(values)
+    return rows == n and int(np.count_nonzero(seen)) == n
 
 
 _shared: tuple[int, duckdb.DuckDBPyConnection] | None = None
@@ -562,8 +583,9 @@ def _footer(path: str) -> tuple[pq.FileMetaData | None, str | None]:
 
 
 def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int, footer: pq.FileMetaData) -> FileSpan | None:
-    """The span of one file whose offsets are proven exact, in one ungrouped scan; None when
-    its proof fails (the caller then diagnoses the file exactly).
+    """The span of one file whose offsets are proven exact, in one ungrouped DuckDB scan (offset
+    order) or by the bitmap (any other order); None when its proof fails (the caller then
+    diagnoses the file exactly).
 
     The footer's row-group statistics only choose the proof: offsets in row order, or a
     bitmap over the range they give. Either proof reads every offset, so a wrong or
@@ -580,34 +602,80 @@ def _proven_file(con: duckdb.DuckDBPyConnection, path: str, partition: int, foot
     in_order = all(s.max - s.min + 1 == g.num_rows for s, g in zip(stats, groups, strict=True)) and all(
         b.min == a.max + 1 for a, b in itertools.pairwise(stats)
     )
+    if not in_order:
+        return _proven_unordered(path, partition, footer, int(lo)) if hi - lo + 1 == footer.num_rows else None
     # A column Parquet stores as required holds no null by construction (it has no definition
     # levels); counting its values would cost the scan ~80% more, so only optional ones are counted.
     counted = [
         c for c in (cols.OFFSET, cols.PARTITION) if footer.schema.column(footer.schema.names.index(c)).max_definition_level
     ]
     nulls = " + ".join(f"(count(*) - count({c}))" for c in counted) or "0"
-    common = f"count(*), {nulls}, min({cols.PARTITION}), max({cols.PARTITION})"
-    if in_order:  # offset - row number is constant exactly when the offsets are consecutive in row order
-        query = f"""SELECT {common}, min({cols.OFFSET} - file_row_number), max({cols.OFFSET} - file_row_number)
-                    FROM read_parquet($path, file_row_number = true, hive_partitioning = false)"""
-    elif hi - lo + 1 == footer.num_rows:
-        # n offsets in lo..hi (bitstring_agg raises on one outside) setting n distinct bits are
-        # exactly lo..hi, in any row order. lo and hi are ints from the footer, safe to inline.
-        query = f"""SELECT {common}, bit_count(bitstring_agg({cols.OFFSET}, {int(lo)}, {int(hi)}))
-                    FROM read_parquet($path, hive_partitioning = false)"""
-    else:
-        return None
+    # offset - row number is constant exactly when the offsets are consecutive in row order
+    query = f"""SELECT count(*), {nulls}, min({cols.PARTITION}), max({cols.PARTITION}),
+                       min({cols.OFFSET} - file_row_number), max({cols.OFFSET} - file_row_number)
+                FROM read_parquet($path, file_row_number = true, hive_partitioning = false)"""
     try:
-        n, nulls, p_min, p_max, *proof = con.execute(query, {"path": path}).fetchone()
-    except duckdb.Error:  # an offset outside the footer's bounds (or overflowing), a damaged page: diagnosed
+        n, nulls, p_min, p_max, least, most = con.execute(query, {"path": path}).fetchone()
+    except duckdb.Error:  # an offset overflowing, a damaged page: diagnosed
         return None
-    if not (nulls == 0 and p_min == p_max == partition):
-        return None
-    if in_order and proof[0] == proof[1]:
-        return FileSpan(path, partition, proof[0], proof[0] + n - 1, n, True)
-    if not in_order and proof[0] == n == hi - lo + 1:
-        return FileSpan(path, partition, int(lo), int(hi), n, True)
+    if nulls == 0 and p_min == p_max == partition and least == most:
+        return FileSpan(path, partition, least, least + n - 1, n, True)
     return None
+
+
+def _proven_unordered(path: str, partition: int, footer: pq.FileMetaData, lo: int) -> FileSpan | None:
+    """The span of a local file out of offset order (the key-hash layout), proven by the bitmap
+    of :func:`_permutation_of` over the footer's range: the proof of a file on an object store,
+    its columns read with pyarrow a window of row groups at a time (the next window read while
+    this one is proven), so that memory stays a byte per offset whatever the file's size.
+
+    Measured against a DuckDB ``bitstring_agg`` over the range, on the bench's clustered files:
+    the same CPU time for 5M-row files, half of it for 10M-row ones (1.5 s instead of 2.4-3 s
+    for 100M rows). Either way the bitmap, a byte set at a random place per row, costs more
+    than reading the row: the proof stays ~3 times a bare scan of the two columns."""
+    n = footer.num_rows
+    windows = _row_group_windows(footer)
+    with ThreadPoolExecutor(1) as reader:
+        try:
+            source = pq.ParquetFile(path)
+        except _READ_ERRORS:
+            return None
+
+        def read(groups: list[int]) -> pa.Table:
+            return source.read_row_groups(groups, columns=[cols.PARTITION, cols.OFFSET])
+
+        def chunks() -> Iterator[np.ndarray | None]:
+            pending = reader.submit(read, windows[0])
+            for i in range(len(windows)):
+                rows = pending.result()
+                if i + 1 < len(windows):
+                    pending = reader.submit(read, windows[i + 1])
+                offsets = _offset_chunks(rows, partition)
+                yield from offsets if offsets is not None else [None]
+
+        try:
+            proven = _permutation_of(chunks(), lo, n)
+        except _READ_ERRORS:  # a damaged page: diagnosed
+            return None
+    return FileSpan(path, partition, lo, lo + n - 1, n, True) if proven else None
+
+
+# Rows of a clustered file read at once: enough for pyarrow to decode in parallel and for a
+# read to overlap the proof of the previous window, few enough that a window is ~12 MB.
+PROOF_WINDOW_ROWS = 1 << 20
+
+
+def _row_group_windows(footer: pq.FileMetaData) -> list[list[int]]:
+    """A file's row groups in consecutive runs of about ``PROOF_WINDOW_ROWS`` rows (at least one group each)."""
+    windows: list[list[int]] = [[]]
+    rows = 0
+    for g in range(footer.num_row_groups):
+        if windows[-1] and rows + footer.row_group(g).num_rows > PROOF_WINDOW_ROWS:
+            windows.append([])
+            rows = 0
+        windows[-1].append(g)
+        rows += footer.row_group(g).num_rows
+    return windows
 
 
 def _offset_runs(paths: list[str]) -> list[OffsetRun]:

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from unittest import mock
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -303,6 +304,7 @@ def clustered_file(directory: Path, offsets: np.ndarray, name: str = "c.parquet"
     return path
 
 
+@pytest.mark.parametrize("window", [MIN_GROUP_ROWS, contiguity.PROOF_WINDOW_ROWS])
 @pytest.mark.parametrize("own", [True, False])
 @pytest.mark.parametrize(
     "change",
@@ -312,8 +314,10 @@ def clustered_file(directory: Path, offsets: np.ndarray, name: str = "c.parquet"
         lambda o: o.__setitem__(np.flatnonzero(o == 4095), 4094),  # the largest replaced
     ],
 )
-def test_i1_gap_plus_duplicate_inside_a_shuffled_file_is_caught(tmp_path, change, own):
-    """A bitmap over the footer's range must see the hole, whatever the bounds say."""
+def test_i1_gap_plus_duplicate_inside_a_shuffled_file_is_caught(tmp_path, change, own, window, monkeypatch):
+    """A bitmap over the footer's range must see the hole, whatever the bounds say, and whether
+    the file is read at once or a row group at a time (the duplicate in another window)."""
+    monkeypatch.setattr(contiguity, "PROOF_WINDOW_ROWS", window)
     offsets = np.random.default_rng(7).permutation(4096)
     change(offsets)
     paths = {clustered_file(tmp_path, offsets): 0}
@@ -322,6 +326,32 @@ def test_i1_gap_plus_duplicate_inside_a_shuffled_file_is_caught(tmp_path, change
     assert rows == 4096
     assert reported_diagnosis(violations) == expected_diagnosis([offsets.tolist()], 0, 4096)
     assert violations
+
+
+class RefusingConnection:
+    """A DuckDB connection that runs no query: what a proof made without DuckDB still proves."""
+
+    def execute(self, *args, **kwargs):
+        raise duckdb.Error("no query here")
+
+
+def test_a_large_clustered_file_is_proven_without_duckdb_a_window_at_a_time(tmp_path, monkeypatch):
+    """A large file out of offset order is proven by the bitmap over pyarrow reads of its row
+    groups, a window at a time, never by a DuckDB query nor by counting it offset by offset."""
+    monkeypatch.setattr(contiguity, "_offset_runs", mock.Mock(side_effect=AssertionError("no proof failed")))
+    monkeypatch.setattr(contiguity, "PROOF_WINDOW_ROWS", 2 * MIN_GROUP_ROWS)
+    reads = []
+    real = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_groups", lambda self, groups, **kw: reads.append(groups) or real(self, groups, **kw)
+    )
+    path = clustered_file(tmp_path, np.random.default_rng(11).permutation(4 * MIN_GROUP_ROWS) + 100)
+    with own_queries(True):
+        violations, rows = check_files(
+            "db.t", {path: 0}, LogState(watermarks={0: Watermark(100, 100 + 4 * MIN_GROUP_ROWS)}), con=RefusingConnection()
+        )
+    assert (violations, rows) == ([], 4 * MIN_GROUP_ROWS)
+    assert reads == [[0, 1], [2, 3]]
 
 
 @pytest.mark.parametrize("own", [True, False])
