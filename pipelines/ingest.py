@@ -46,8 +46,7 @@ from icelog.storage.core.swap import is_atomic
 from icelog.storage.errors import CatalogUnavailable, CommitOutcomeUnknown, InvalidInput
 from icelog.storage.ingest import ledger
 from icelog.storage.log import schema as cols
-from icelog.storage.log.files import arrow_location, clustered, parquet_encodings, write_log_files
-from icelog.storage.log.keys import SPARK_SQL_KEY_HASH
+from icelog.storage.log.files import arrow_location, parquet_encodings, row_groups, with_encoded_key_hash, write_log_files
 from icelog.storage.log.state import LogState
 from icelog.storage.log.table import LogTable
 from icelog.storage.properties import KEY_COLUMN
@@ -508,18 +507,23 @@ def write_slices(
 
     ``routed`` holds the log partition column and the payload columns, read exactly as in the
     pass that counted the slices (the same splits). Only file paths and counts reach the driver.
-    ``key_column`` (``storage.log.schema.key_column`` of the table) fills ``log_key_hash``; Spark
-    computes the hash, and the files are written in the key-hash layout (``storage.log.files``).
+    ``key_column`` (``storage.log.schema.key_column`` of the table) fills ``log_key_hash``: each
+    executor hashes a file's distinct keys once (``storage.log.keys``, where Spark SQL's md5 per
+    row cost more than the whole Python write), and writes it in the key-hash layout
+    (``storage.log.files``).
     ``io_properties`` (``pipelines.spark.file_io_properties`` of the table's FileIO): ``directory``
     is an object store's URI, which executors write to straight through pyarrow.
     """
-    if key_column is not None and cols.KEY_HASH in schema.column_names:
-        from pyspark.sql import functions as F
-
-        hashed = F.expr(SPARK_SQL_KEY_HASH.format(key=f"cast(`{key_column}` as string)")).cast("int")
-        routed = routed.withColumn(cols.KEY_HASH, hashed)
     writer = SliceWriter(
-        bases, ends, producer_id, epoch, int(time.time() * 1_000_000), schema.as_arrow(), directory, io_properties
+        bases,
+        ends,
+        producer_id,
+        epoch,
+        int(time.time() * 1_000_000),
+        schema.as_arrow(),
+        directory,
+        io_properties,
+        key_column if cols.KEY_HASH in schema.column_names else None,
     )
     written: dict[int, list[str]] = {}
     for f in routed.mapInArrow(writer, "path string, partition int, rows long").collect():
@@ -562,6 +566,7 @@ class SliceWriter:
     schema: Any  # the table's Arrow schema, with Iceberg field ids
     staging: str
     io_properties: dict[str, str] | None = None  # set: ``staging`` is an object store's URI
+    key_column: str | None = None  # hashed into ``log_key_hash`` per file (None: left null)
 
     def _producer_columns(self, n: int, seq0: int) -> list[Any]:
         import numpy as np
@@ -602,7 +607,8 @@ class SliceWriter:
                     filesystem, target = executor_filesystem(self.io_properties, path)
                 writer = pq.ParquetWriter(target, self.schema, filesystem=filesystem, compression="zstd", **options)
                 files[p] = (path, writer)
-            for group in clustered(pa.Table.from_batches(pending.pop(p), schema=self.schema)):
+            rows, keys = with_encoded_key_hash(pa.Table.from_batches(pending.pop(p), schema=self.schema), self.key_column)
+            for group in row_groups(pa.Table.from_arrays(rows.columns, schema=self.schema), keys):
                 files[p][1].write_table(group)  # each write starts a row group
             pending_rows[p] = 0
 
@@ -640,11 +646,8 @@ class SliceWriter:
                     )
                     for f in payload:
                         columns[f.name] = rows.column(f.name).cast(f.type)
-                    if cols.KEY_HASH in self.schema.names:  # computed by Spark (write_slices), else unknown
-                        present = cols.KEY_HASH in rows.column_names
-                        columns[cols.KEY_HASH] = (
-                            rows.column(cols.KEY_HASH).cast(pa.int32()) if present else pa.nulls(n, pa.int32())
-                        )
+                    if cols.KEY_HASH in self.schema.names:  # filled per file at the flush, from key_column
+                        columns[cols.KEY_HASH] = pa.nulls(n, pa.int32())
                     arrays = [columns[f.name] for f in self.schema]
                     pending.setdefault(p, []).append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
                     pending_rows[p] = pending_rows.get(p, 0) + n

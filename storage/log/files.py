@@ -65,12 +65,12 @@ BOUNDED_COLUMNS = (cols.PARTITION, cols.OFFSET)
 
 def with_key_hash(rows: pa.Table, key_column: str | None) -> pa.Table:
     """``rows`` with ``log_key_hash`` computed from ``key_column`` (unchanged without one)."""
-    return _with_key_hash(rows, key_column)[0]
+    return with_encoded_key_hash(rows, key_column)[0]
 
 
-def _with_key_hash(rows: pa.Table, key_column: str | None) -> tuple[pa.Table, Keys | None]:
+def with_encoded_key_hash(rows: pa.Table, key_column: str | None) -> tuple[pa.Table, Keys | None]:
     """:func:`with_key_hash`, and the key column's dictionary encoding when it gives the column
-    back (text keys without nulls), for a cheap reorder (:func:`hash_row_groups`)."""
+    back (text keys without nulls), for a cheap reorder (:func:`row_groups`)."""
     if key_column is None:
         return rows, None
     keys = rows.column(key_column)
@@ -107,11 +107,11 @@ def parquet_encodings(names: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def clustered(rows: pa.Table) -> list[pa.Table]:
-    """The key-hash layout of one file's rows: its row groups in file order (``[rows]``: offset
-    order, the default row groups)."""
-    groups = hash_row_groups(rows)
-    return [rows] if groups is None else list(groups)
+def row_groups(rows: pa.Table, keys: Keys | None = None) -> Iterator[pa.Table]:
+    """One file's rows in the key-hash layout, its row groups in file order (``rows`` alone: offset
+    order), each made in a thread while the caller writes the one before."""
+    groups = hash_row_groups(rows, keys)
+    return iter([rows]) if groups is None else _made_ahead(groups)
 
 
 def hash_row_groups(rows: pa.Table, keys: Keys | None = None) -> Iterator[pa.Table] | None:
@@ -282,12 +282,11 @@ class _FileWriter:
             else self.locations.new_data_location(data_file_name=name, partition_key=task.partition_key)
         )
         output = self.io.new_output(path)
-        rows, keys = _with_key_hash(rows, self.key_column)
+        rows, keys = with_encoded_key_hash(rows, self.key_column)
         rows = rows.select(self.arrow_schema.names).cast(self.arrow_schema)
         rows = pa.Table.from_arrays(rows.columns, schema=self.file_schema)
-        groups = hash_row_groups(rows, keys)
         with output.create(overwrite=True) as stream, pq.ParquetWriter(stream, self.file_schema, **self.options) as writer:
-            for group in [rows] if groups is None else _made_ahead(groups):  # each write starts a row group
+            for group in row_groups(rows, keys):  # each write starts a row group
                 writer.write_table(group, row_group_size=self.row_group_limit)
         statistics = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata,

@@ -185,8 +185,11 @@ def test_slice_bases_follow_split_order_per_partition():
     assert slice_bases(counts, {0: 10, 1: 7}) == {(0, 0): 10, (1, 0): 15, (2, 0): 18, (0, 1): 7}
 
 
-def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_catalog, tmp_path):
-    """Spark computes the key hash (SQL md5) exactly as Python does; a large file is clustered."""
+@pytest.mark.parametrize("null_every", [50, None], ids=["some-null-keys", "no-null-keys"])
+def test_ingest_fills_log_key_hash_on_the_executors_and_clusters_large_files(spark, env_catalog, tmp_path, null_every):
+    """Executors hash the keys exactly as the append path does (a null key as the empty one); a
+    large file is clustered. Without null keys the clustering reorders the keys through their
+    dictionary (``storage.log.files``): the same rows must come out."""
     from icelog.storage.log import schema as cols
     from icelog.storage.log.files import local_path
     from icelog.storage.log.keys import key_hash
@@ -194,14 +197,16 @@ def test_ingest_fills_log_key_hash_in_spark_and_clusters_large_files(spark, env_
     t = LogTable.create(env_catalog.open(), "db.hashed", partitions=1)
     landing = tmp_path / "landing"
     landing.mkdir()
+    keys = [None if null_every and i % null_every == 0 else f"user-{i % 997}" for i in range(6_000)]
     pq.write_table(
-        pa.table({"key": [f"user-{i % 997}" if i % 50 else None for i in range(6_000)], "value": [str(i) for i in range(6_000)]}),
+        pa.table({"key": keys, "value": [str(i) for i in range(6_000)]}),
         landing / "big.parquet",
     )
     ingest(spark, "db.hashed", str(landing), catalog_name=env_catalog.name)
     data = t.read(0)
     assert data.column(cols.KEY_HASH).to_pylist() == [key_hash(k) for k in data.column("key").to_pylist()]
     assert data.column("value").to_pylist() == [str(i) for i in range(6_000)]  # offsets still follow the file
+    assert data.column("key").to_pylist() == keys
     (task,) = t.table().scan().plan_files()
     assert pq.ParquetFile(local_path(task.file.file_path)).metadata.num_row_groups > 1
     assert check_contiguity(t.table(), deep=True).ok
