@@ -11,8 +11,12 @@ $(STAMP): requirements.lock pyproject.toml infra/system-deps.sh infra/check_inst
 	bash infra/system-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(UV)
-	# pyspark is reinstalled: removing a second owner of its files (an older lock's pyspark-client) deletes them.
-	$(BIN)/uv pip sync -q --python $(BIN)/python --reinstall-package pyspark requirements.lock
+	# An older lock's pyspark-client owned pyspark's files too, and removing it deletes them: both go, and
+	# the sync puts pyspark back from uv's cache. (--reinstall-package would also refresh the cache, and so
+	# rebuild pyspark's sdist, 1.4 GB more of cache, at every setup.)
+	if $(BIN)/uv pip show -q --python $(BIN)/python pyspark-client > /dev/null 2>&1; then \
+	  $(BIN)/uv pip uninstall -q --python $(BIN)/python pyspark-client pyspark; fi
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	# Bytecode now, not at every start: uv does not compile by default, and where the environment
 	# forbids writing it (PYTHONDONTWRITEBYTECODE) every process compiles all it imports (a CLI call
