@@ -4,8 +4,9 @@ pyiceberg's ``plan_files`` decodes every field of every manifest entry into ``Da
 and evaluates filters on them. Checking offsets needs only each file's path, partition, row
 count and offset bounds, so this decodes the manifests with pyiceberg's compiled Avro reader
 under a read schema of those fields alone: the other fields (column sizes, value and null
-counts, ...: most of an entry's bytes) are skipped, not built into objects. On 10,000 files that
-decoding is about a third of a full decode.
+counts, ...: most of an entry's bytes) are skipped, not built into objects. On 11,000 files the
+check took 0.37x of ``plan_files`` this way, against 1.33x when fastavro decoded every field
+(the same process, alternated, on a loaded machine).
 
 It covers what icelog's tables hold: data manifests of format v1 or v2. A snapshot with delete
 manifests (row-level deletes, written by another engine) goes through ``plan_files``, which
@@ -20,16 +21,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
-from pyiceberg.avro.decoder import new_decoder
+from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 from pyiceberg.avro.file import AvroFile
-from pyiceberg.avro.reader import Reader
+from pyiceberg.avro.reader import IntegerReader, Reader
 from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
 from pyiceberg.manifest import DATA_FILE_TYPE, ManifestFile
 from pyiceberg.schema import Schema, visit_with_partner
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
-from pyiceberg.types import IcebergType, NestedField, StructType
+from pyiceberg.types import IcebergType, MapType, NestedField, StructType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from icelog.storage.log.scan import check_snapshot
@@ -134,7 +135,7 @@ def _reader(avro_schema: str) -> Reader:
     assert isinstance(data_file, StructType)
     fields = [data_file.field(i) or _absent(i) for i in READ]
     read_schema = Schema(file_schema.find_field(STATUS), NestedField(DATA_FILE, "data_file", StructType(*fields), required=True))
-    return visit_with_partner(file_schema, read_schema, ReadSchemaResolver(), _Skipping())  # type: ignore[return-value]
+    return visit_with_partner(file_schema, read_schema, _Resolver(), _Skipping())  # type: ignore[return-value]
 
 
 def _absent(field_id: int) -> NestedField:
@@ -159,6 +160,34 @@ class _Skipping(SchemaPartnerAccessor):
 
     def map_value_partner(self, partner_map: IcebergType | None) -> IcebergType | None:
         return None if partner_map is None else super().map_value_partner(partner_map)
+
+
+class _Resolver(ReadSchemaResolver):
+    """pyiceberg's read resolver, but a left-out map of integers to integers (column sizes,
+    value, null and NaN counts: most of an entry) is skipped a block at a time."""
+
+    def map(self, map_type: MapType, expected_map: IcebergType | None, key_reader: Reader, value_reader: Reader) -> Reader:
+        ints = type(key_reader) is IntegerReader and type(value_reader) is IntegerReader
+        if expected_map is None and ints and map_type.value_required:  # an optional value would carry a union index
+            return _SkipIntMap()
+        return super().map(map_type, expected_map, key_reader, value_reader)
+
+
+class _SkipIntMap(Reader):
+    """A map of int or long to int or long, skipped: each block's keys and values are varints,
+    passed over in one call of the compiled decoder (pyiceberg's skip makes two calls per item)."""
+
+    def read(self, decoder: BinaryDecoder) -> None:
+        self.skip(decoder)
+
+    def skip(self, decoder: BinaryDecoder) -> None:
+        count = decoder.read_int()
+        while count:
+            if count < 0:  # a block that gives its size in bytes: passed over whole
+                decoder.skip(decoder.read_int())
+            else:
+                decoder.read_ints(2 * count)
+            count = decoder.read_int()
 
 
 def _planned(table: Table, wanted: frozenset[int], snapshot_id: int) -> list[LiveFile]:
