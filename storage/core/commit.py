@@ -78,6 +78,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from icelog.storage import properties as props
 from icelog.storage.core import faults, metadata_files, registry
 from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
+from icelog.storage.core.manifest_merge import merge_in_caller
 from icelog.storage.core.registry import CLOCK_SKEW_MS, NOT_FOUND, commit_id_created_ms
 from icelog.storage.core.registry import find_commit as find_commit  # re-exported: the registry's lookup
 from icelog.storage.core.registry import new_commit_id as new_commit_id
@@ -991,6 +992,8 @@ def _stage(
         producer = snapshot.overwrite() if decision.drop_files else snapshot.merge_append()
         if decision.drop_files:
             _evaluator_per_manifest(producer)
+        else:
+            merge_in_caller(producer)
         with producer as p:
             for data_file in decision.drop_files:
                 p.delete_data_file(data_file)

@@ -53,6 +53,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from pyiceberg.table import Table
@@ -120,7 +121,10 @@ def file_list(metadata: TableMetadata) -> FileList | None:
     return _file_list(metadata.properties.get(COMMIT_FILES, ""))
 
 
+@lru_cache(maxsize=64)
 def _file_list(raw: str | None) -> FileList | None:
+    """Parsed once per text: a commit reads its base's list more than once, and the list is
+    longest (up to the window's files) on a long history. A ``FileList`` never changes."""
     if not raw:
         return None
     parsed = json.loads(raw)
@@ -209,6 +213,15 @@ _gone: set[str] = set()  # listed registry files this process found gone: its ne
 def _is_gone(path: str) -> bool:
     with _cache_lock:
         return path in _gone
+
+
+def _lost(listed: FileList | None) -> list[RegistryFile]:
+    """The files of ``listed`` this process found gone (one look at an empty ``_gone``, the
+    usual case, rather than one per listed file)."""
+    with _cache_lock:
+        if not _gone or listed is None:
+            return []
+        return [f for f in listed.files if listed.path(f) in _gone]
 
 
 def _confirmed_gone(table: Table, path: str) -> bool:
@@ -310,7 +323,7 @@ def register(table: Table, entry: Entry, version: int, settings: props.CommitSet
     old = tail(metadata)
     listed = file_list(metadata)
     files = list(listed.files) if listed else []
-    lost = [f for f in files if listed is not None and _is_gone(listed.path(f))]
+    lost = _lost(listed)
     if lost:
         assert listed is not None
         log.warning("dropping gone registry files: their ids are forgotten", files=[listed.path(f) for f in lost])
@@ -339,7 +352,7 @@ def without_gone(metadata: TableMetadata) -> tuple[str, int] | None:
     """``icelog.commits.files`` without the listed files this process found gone, and the newest
     commit time among those (for ``icelog.commits.forgotten-ms``); None when none is gone."""
     listed = file_list(metadata)
-    lost = [f for f in listed.files if _is_gone(listed.path(f))] if listed else []
+    lost = _lost(listed)
     if not lost or listed is None:
         return None
     kept = tuple(f for f in listed.files if f not in lost)

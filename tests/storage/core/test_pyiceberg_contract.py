@@ -226,3 +226,41 @@ def test_sql_catalog_table_the_light_pointer_read_queries():
         IcebergTables.__table__.columns.keys()
     )
     assert pointer.TABLE_TYPE == pyiceberg_sql.ICEBERG_TABLE_TYPE
+
+
+def test_manifest_merge_private_names_used_by_the_merge_in_the_caller():
+    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles
+
+    assert list(inspect.signature(_ManifestMergeManager.__init__).parameters) == [
+        "self",
+        "target_size_bytes",
+        "min_count_to_merge",
+        "merge_enabled",
+        "snapshot_producer",
+    ]
+    assert list(inspect.signature(_ManifestMergeManager._merge_group).parameters) == [
+        "self",
+        "first_manifest",
+        "spec_id",
+        "manifests",
+    ]
+    assert list(inspect.signature(_ManifestMergeManager._create_manifest).parameters) == ["self", "spec_id", "manifest_bin"]
+    assert list(inspect.signature(_MergeAppendFiles._process_manifests).parameters) == ["self", "manifests"]
+    assert {"_target_size_bytes", "_min_count_to_merge", "_merge_enabled"} <= set(_MergeAppendFiles.__annotations__)
+
+
+def test_avro_private_names_used_by_the_manifest_reader():
+    from pyiceberg.avro.decoder import new_decoder
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
+
+    assert {"decoder", "header", "reader", "block"} <= set(AvroFile.__slots__) and callable(AvroFile._read_header)
+    assert list(inspect.signature(ReadSchemaResolver.map).parameters) == [
+        "self",
+        "map_type",
+        "expected_map",
+        "key_reader",
+        "value_reader",
+    ]
+    assert {"field_partner", "list_element_partner", "map_key_partner", "map_value_partner"} <= set(vars(SchemaPartnerAccessor))
+    assert list(new_decoder(b"\x04\x06").read_ints(2)) == [2, 3]
