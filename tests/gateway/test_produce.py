@@ -200,3 +200,30 @@ def test_a_bad_timestamp_is_refused_alone_and_no_timestamp_reads_back_as_the_app
     (batch,) = decode_batches(part.records)
     appended = LogTable.open(module_spec.open(), topic).read(0)["log_timestamp"][0].as_py()
     assert [(r.value, r.timestamp_ms) for r in batch.records] == [(b"good", int(appended.timestamp() * 1000))]
+
+
+def test_a_batch_that_waited_through_a_commit_is_not_held_for_another_window(module_spec, topic, tmp_path):
+    """The window opens when a batch arrives: one that came during the previous commit (each held
+    2 s here, longer than the 1.5 s window) is committed as soon as that commit ends, not a whole
+    window later."""
+    server = Served(module_spec, tmp_path, linger_ms=1500)
+    server.start(ICELOG_DELAY_AT="after_metadata_write:2")
+    acked: dict[str, float] = {}
+
+    def client(name: str, after: float) -> None:
+        with Connection(server.bootstrap) as conn:
+            time.sleep(after)
+            assert produce(conn, topic, 0, [name.encode()]).error_code == ErrorCode.none
+            acked[name] = time.monotonic()
+
+    try:
+        # b arrives 1.7 s after a: a's window (1.5 s) has closed and its commit is under way.
+        threads = [threading.Thread(target=client, args=(name, after)) for name, after in (("a", 0), ("b", 1.7))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        assert server.stop() == 0, server.stderr()
+    # b's own commit takes 2 s; waiting another window after a's commit would add 1.5 s.
+    assert acked["b"] - acked["a"] < 3.0, acked
