@@ -121,7 +121,8 @@ class Transactions:
     def _recover(self) -> dict[str, Any] | None:
         if not self.catalog.table_exists(JOURNAL):
             return None
-        return recover(self.catalog)
+        # Cheap when nothing is open: the ended transactions' leftover files are not looked for.
+        return recover(self.catalog, leftovers=False)
 
     async def close(self) -> None:
         """What each session still owes the journal, written when the gateway stops.
