@@ -2,12 +2,13 @@
 
 Every batch waits in its table's queue for the linger window, which opens when the first batch
 of the queue arrived (a batch that waited through the previous commit does not wait a window
-more); then the queue is cut, in arrival order, into commits: the batches of plain producers (no producer id) all go into one append, an
-idempotent producer's batches into one append per run in which no partition repeats (each keeps
-its own sequence range, so a re-sent batch is recognised by identity; an append that is a re-send
-on some partitions only is split into one append per partition). Batches of different
-idempotent producers commit one after another. A batch is acknowledged with the offsets its
-commit gave it, or with the error its commit raised; nothing is acknowledged before it landed.
+more); then the queue is cut, in arrival order, into commits: the batches of plain producers (no
+producer id) all go into one append, an idempotent producer's batches into one append per run in
+which no partition repeats (each keeps its own sequence range, so a re-sent batch is recognised by
+identity; an append that is a re-send on some partitions only is split into one append per
+partition). Batches of different idempotent producers commit one after another. A batch is
+acknowledged with the offsets its commit gave it, or with the error its commit raised; nothing is
+acknowledged before it landed.
 
 Kafka producer ids are icelog producer ids, leased from ``icelog_system.producer_ids``; the first
 batch of an id on a table registers it there at epoch 0 (``InitProducer``), and from then on the

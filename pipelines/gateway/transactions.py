@@ -104,7 +104,7 @@ class Transactions:
         """
         try:
             report = await asyncio.to_thread(self._recover)
-        except Exception as e:  # noqa: BLE001 - a recovery that fails leaves the journal as it was
+        except Exception as e:  # noqa: BLE001 - logged, and the gateway serves on: what is left waits for the next try
             if isinstance(e, errors.IcelogError):
                 log.warning("recovery at start-up: %s", e)
             else:
