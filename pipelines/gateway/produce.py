@@ -1,12 +1,14 @@
 """Produce: record batches to conditional appends, coalesced per table, acknowledged after the commit.
 
-Every batch waits in its table's queue for the linger window; then the queue is cut, in arrival
-order, into commits: the batches of plain producers (no producer id) all go into one append, an
-idempotent producer's batches into one append per run in which no partition repeats (each keeps
-its own sequence range, so a re-sent batch is recognised by identity; an append that is a re-send
-on some partitions only is split into one append per partition). Batches of different
-idempotent producers commit one after another. A batch is acknowledged with the offsets its
-commit gave it, or with the error its commit raised; nothing is acknowledged before it landed.
+Every batch waits in its table's queue for the linger window, which opens when the first batch
+of the queue arrived (a batch that waited through the previous commit does not wait a window
+more); then the queue is cut, in arrival order, into commits: the batches of plain producers (no
+producer id) all go into one append, an idempotent producer's batches into one append per run in
+which no partition repeats (each keeps its own sequence range, so a re-sent batch is recognised by
+identity; an append that is a re-send on some partitions only is split into one append per
+partition). Batches of different idempotent producers commit one after another. A batch is
+acknowledged with the offsets its commit gave it, or with the error its commit raised; nothing is
+acknowledged before it landed.
 
 Kafka producer ids are icelog producer ids, leased from ``icelog_system.producer_ids``; the first
 batch of an id on a table registers it there at epoch 0 (``InitProducer``), and from then on the
@@ -59,6 +61,7 @@ class Pending:
     partition: int
     batch: Batch
     done: asyncio.Future = field(repr=False)
+    arrived: float = 0.0  # the event loop's clock when it was queued
 
     @property
     def producer(self) -> tuple[int, int] | None:
@@ -104,11 +107,12 @@ class Appender:
 
     def submit(self, table: str, partition: int, batch: Batch) -> asyncio.Future:
         """Queue ``batch``; the future gets its :class:`Acked` once its commit landed or failed."""
-        done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
         if self.closing:
             done.set_result(Acked(ErrorCode.not_leader_or_follower, message="the gateway is stopping"))
             return done
-        self.queues.setdefault(table, []).append(Pending(partition, batch, done))
+        self.queues.setdefault(table, []).append(Pending(partition, batch, done, loop.time()))
         if table not in self.tasks:
             self.wakeups[table] = asyncio.Event()
             self.tasks[table] = asyncio.create_task(self._run(table))
@@ -117,9 +121,14 @@ class Appender:
 
     async def _run(self, table: str) -> None:
         wakeup = self.wakeups[table]
+        loop = asyncio.get_running_loop()
         while True:
             await wakeup.wait()
-            await asyncio.sleep(self.linger)
+            # The window opens when its first batch arrives: one that waited through the previous
+            # commit is committed next, not held for another whole window.
+            queue = self.queues[table]
+            opened = queue[0].arrived if queue else loop.time()
+            await asyncio.sleep(max(0.0, opened + self.linger - loop.time()))
             wakeup.clear()
             items, self.queues[table] = self.queues[table], []
             for group in commit_groups(items):

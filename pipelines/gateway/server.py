@@ -75,6 +75,7 @@ class Gateway:
         self.coordinator = Coordinator(catalog)
         self.transactions = Transactions(catalog)
         self._reaper: asyncio.Task | None = None
+        self.recovery: asyncio.Task | None = None  # the start-up recovery of the transaction journal
 
     async def start(self) -> None:
         # The producer-id allocator exists before the first InitProducerId (creating it takes a
@@ -84,10 +85,13 @@ class Gateway:
         self.server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
         self._reaper = asyncio.create_task(self.coordinator.run())
+        # After the listener is up: a long recovery holds up no client.
+        self.recovery = asyncio.create_task(self.transactions.recover())
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, commit every queued batch and send its answer, close the connections,
-        then bring the transaction journal up to date (``Transactions.close``)."""
+        let the start-up recovery finish, then bring the transaction journal up to date
+        (``Transactions.close``)."""
         self.stopping = True
         if self._stop is not None:
             self._stop.set()
@@ -101,6 +105,8 @@ class Gateway:
             await asyncio.wait(self.connections, timeout=grace)
         for task in self.connections:
             task.cancel()
+        if self.recovery is not None:  # its thread cannot be cancelled: the journal steps it takes finish
+            await self.recovery
         await self.transactions.close()
 
     # --- connections ---------------------------------------------------------------------------

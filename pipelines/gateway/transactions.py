@@ -15,6 +15,9 @@ transaction: it is answered with the errors librdkafka treats as abortable with 
 EndTxn commit), so the client aborts, re-initializes and runs the transaction again; an EndTxn
 abort is answered NONE. An older epoch is answered PRODUCER_FENCED (INVALID_PRODUCER_EPOCH to a
 Produce): fatal, as Kafka's zombie fencing is.
+
+At start-up the gateway recovers the journal in the background (``Transactions.recover``): decided
+transactions roll forward and timed-out ones are aborted with no client asking.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from icelog.storage.groups.offsets import check_member, group_state
 from icelog.storage.log.table import LogTable
 from icelog.storage.producers.journal import PREPARE_COMMIT, TransactionAborted
 from icelog.storage.producers.journal_state import JOURNAL, JournalState, TransactionalIdState
-from icelog.storage.producers.transactional import TransactionalProducer, abort, roll_forward
+from icelog.storage.producers.transactional import TransactionalProducer, abort, recover, roll_forward
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,40 @@ class Transactions:
         self.catalog = catalog
         self.sessions: dict[str, Session] = {}
         self.by_producer: dict[int, str] = {}  # producer id -> transactional id
+
+    async def recover(self) -> dict[str, Any] | None:
+        """At start-up, what Kafka's coordinator does when it loads its log: roll forward every
+        transaction the journal decided and abort every one idle past its timeout (the recovery
+        of ``icelog transactions recover``). The gateway runs it in the background: a request
+        that meets such a transaction meanwhile settles it itself, and both finish it by its id,
+        once. Without a journal there is nothing to recover, and none is created.
+
+        Returns:
+            The recovery's report (``{"rolled_forward", "aborted"}``), or ``None`` without a
+            journal or when it failed (logged: the gateway serves on, the next request or
+            ``icelog transactions recover`` finishes what is left).
+        """
+        try:
+            report = await asyncio.to_thread(self._recover)
+        except Exception as e:  # noqa: BLE001 - logged, and the gateway serves on: what is left waits for the next try
+            if isinstance(e, errors.IcelogError):
+                log.warning("recovery at start-up: %s", e)
+            else:
+                log.exception("recovery at start-up failed")
+            return None
+        if report is not None and (report["rolled_forward"] or report["aborted"]):
+            log.warning(
+                "recovery at start-up: rolled forward %s, aborted %s",
+                report["rolled_forward"] or "none",
+                report["aborted"] or "none",
+            )
+        return report
+
+    def _recover(self) -> dict[str, Any] | None:
+        if not self.catalog.table_exists(JOURNAL):
+            return None
+        # Cheap when nothing is open: the ended transactions' leftover files are not looked for.
+        return recover(self.catalog, leftovers=False)
 
     async def close(self) -> None:
         """What each session still owes the journal, written when the gateway stops.

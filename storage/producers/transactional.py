@@ -1095,11 +1095,17 @@ def _still_prepared(catalog: Catalog, tid: str, txn_id: str) -> bool:
     return txn is not None and txn.id == txn_id and txn.state == PREPARE_COMMIT
 
 
-def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict[str, Any]:
+def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None, leftovers: bool = True) -> dict[str, Any]:
     """Finish every prepared transaction and abort every one idle past its timeout.
 
     Idempotent; deletes the staged files of aborted transactions. One transaction that
     cannot be finished never holds up the others.
+
+    Args:
+        leftovers: Also delete the staged files that each transactional id's last ended
+            transaction may have left (its process died first): a few storage calls per id,
+            most of the cost when nothing is open. ``False`` (a gateway starting) leaves them to
+            that id's next ``init_transactions()``, to this function, or to orphan cleanup.
 
     Raises:
         RecoveryIncomplete: after finishing every other transaction, naming each that failed
@@ -1119,7 +1125,8 @@ def recover(catalog: Catalog, *, clock: Callable[[], int] | None = None) -> dict
             }
         )
     for tid, entry in state.transactions.items():
-        _delete_leftovers(catalog, entry)
+        if leftovers:
+            _delete_leftovers(catalog, entry)
         txn = entry.txn
         if txn is not None and txn.state == PREPARE_COMMIT:
             try:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from icelog.pipelines.gateway.records import decode_batches, encode_batch
 from icelog.storage.log.table import LogTable
+from tests.gateway.clients import until
 from tests.gateway.conftest import Served
 from tests.gateway.raw import Connection, frame, parse
 
@@ -200,3 +202,32 @@ def test_a_bad_timestamp_is_refused_alone_and_no_timestamp_reads_back_as_the_app
     (batch,) = decode_batches(part.records)
     appended = LogTable.open(module_spec.open(), topic).read(0)["log_timestamp"][0].as_py()
     assert [(r.value, r.timestamp_ms) for r in batch.records] == [(b"good", int(appended.timestamp() * 1000))]
+
+
+def test_a_batch_that_waited_through_a_commit_is_not_held_for_another_window(module_spec, topic, tmp_path):
+    """The window opens when a batch arrives: one that came during the previous commit (each held
+    2 s here, longer than the 1.5 s window) is committed as soon as that commit ends, not a whole
+    window later."""
+    location = Path(LogTable.open(module_spec.open(), topic).table().metadata.location.removeprefix("file://"))
+    written = len(list((location / "metadata").glob("*.metadata.json")))
+    server = Served(module_spec, tmp_path, linger_ms=1500)
+    server.start(ICELOG_DELAY_AT="after_metadata_write:2")
+    acked: dict[str, float] = {}
+
+    def client(name: str) -> None:
+        with Connection(server.bootstrap) as conn:
+            assert produce(conn, topic, 0, [name.encode()]).error_code == ErrorCode.none
+            acked[name] = time.monotonic()
+
+    try:
+        first = threading.Thread(target=client, args=("a",))
+        first.start()
+        # b arrives while a's commit is held after its metadata write: a's window has closed.
+        until(lambda: len(list((location / "metadata").glob("*.metadata.json"))) > written, 30, "a's commit")
+        client("b")
+        first.join()
+    finally:
+        assert server.stop() == 0, server.stderr()
+    assert _snapshots(module_spec, topic) == 2  # two windows, two commits
+    # b's own commit takes 2 s; waiting another window after a's commit would add 1.5 s.
+    assert acked["b"] - acked["a"] < 3.0, acked

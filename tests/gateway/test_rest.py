@@ -7,8 +7,10 @@ roll-forward."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -169,18 +171,25 @@ def test_rest_a_transaction_open_when_the_gateway_stops_is_aborted(rest_gateway,
     assert stored(rest_spec, TOPIC) == []
 
 
+def _paused_over_two_topics(rest_spec, tmp_path, other: str, point: str) -> tuple[Served, Path]:
+    """``db.events`` and ``other`` (2 partitions each), and a gateway that pauses at ``point``
+    (for ``kill_at``); returns it with its pause file."""
+    catalog = rest_spec.open()
+    for name in (TOPIC, other):
+        create_topic(catalog, name, 2)
+    served = Served(rest_spec, tmp_path)
+    pause = tmp_path / "paused"
+    served.start(ICELOG_PAUSE_AT=point, ICELOG_PAUSE_FILE=str(pause))
+    return served, pause
+
+
 def test_rest_a_gateway_killed_between_the_roll_forwards_of_a_decided_transaction(rest_spec, tmp_path):
     """Killed after the journal decided (PREPARE_COMMIT) and one table took its part: the client's
     commit meets the restarted gateway, which does not hold the transaction (abortable, with an
     epoch bump); the bump's InitProducerId rolls the decided transaction forward: both tables
     hold it once, and the journal records it COMMITTED."""
-    catalog = rest_spec.open()
     other = "db.other"
-    for name in (TOPIC, other):
-        create_topic(catalog, name, 2)
-    served = Served(rest_spec, tmp_path)
-    pause = tmp_path / "paused"
-    served.start(ICELOG_PAUSE_AT="between_table_swaps", ICELOG_PAUSE_FILE=str(pause))
+    served, pause = _paused_over_two_topics(rest_spec, tmp_path, other, "between_table_swaps")
     try:
         producer = Producer(
             {
@@ -224,6 +233,51 @@ def test_rest_a_gateway_killed_between_the_roll_forwards_of_a_decided_transactio
     finally:
         if served.proc.poll() is None:
             assert served.stop() == 0, served.stderr()
+
+
+def test_rest_a_gateway_that_starts_rolls_forward_a_decided_transaction_without_any_client(rest_spec, tmp_path):
+    """Killed right after the journal decided a transaction (PREPARE_COMMIT, no table has its part),
+    with its client gone: a gateway that starts finishes it in the background, as Kafka's
+    coordinator does when it loads its log. Its listener is up before (the recovery is held 8 s
+    between the tables' parts here), and no request touches the transaction."""
+    catalog = rest_spec.open()
+    other = "db.other"
+    served, pause = _paused_over_two_topics(rest_spec, tmp_path, other, "after_txn_prepare")
+    producer = Producer({"bootstrap.servers": served.bootstrap, "transactional.id": "rest-orphaned", **quiet_logs()})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"decided-a", partition=0)
+    producer.produce(other, value=b"decided-b", partition=1)
+
+    def commit() -> None:
+        with contextlib.suppress(KafkaException):  # its gateway is gone
+            producer.commit_transaction(10)
+
+    committer = threading.Thread(target=commit)
+    committer.start()
+    kill_at(served.proc, pause, timeout=60)
+    served.proc.stdout.close()
+    committer.join(60)  # the client gave up: it asks no gateway anything from here on
+    states = [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-orphaned"]
+    assert states[-1] == "PREPARE_COMMIT"
+    assert stored(rest_spec, TOPIC) == [] and stored(rest_spec, other) == []
+
+    (tmp_path / "fresh").mkdir()
+    fresh = Served(rest_spec, tmp_path / "fresh")  # another port: the old client cannot reach it
+    fresh.start(ICELOG_DELAY_AT="between_table_swaps:8")
+    try:
+        # Listening while the recovery is held: it did not run before the listener.
+        assert "COMMITTED" not in [r["txn_state"] for r in journal(catalog) if r["transactional_id"] == "rest-orphaned"]
+
+        def committed() -> bool:
+            return "COMMITTED" in [r["txn_state"] for r in journal(rest_spec.open()) if r["transactional_id"] == "rest-orphaned"]
+
+        until(committed, 90, "the start-up recovery")
+        assert stored(rest_spec, TOPIC) == [(0, 0, b"decided-a")]
+        assert stored(rest_spec, other) == [(1, 0, b"decided-b")]
+    finally:
+        assert fresh.stop() == 0, fresh.stderr()
+    assert "recovery at start-up: rolled forward" in fresh.stderr()
 
 
 def _group_consumer(bootstrap: str, group: str) -> Consumer:
