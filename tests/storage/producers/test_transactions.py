@@ -1203,6 +1203,7 @@ def test_i5_sql_transaction_is_one_swap_of_its_tables_offsets_and_journal(catalo
     assert journal_states(catalog, txn_id) == ["COMMITTED"]
     assert committed_offsets(catalog, "g", "db.src") == {0: 2}
     assert all(rows(t) == [(0, "k", "1")] for t in tables)
+    assert [staged_files(t) for t in tables] == [[]] * width, "a table's staging folder outlived the commit"
     # and the next one too: nothing left over from the first makes a second journal commit
     with pointer_swaps(catalog) as swaps:
         with producer.transaction():
