@@ -48,6 +48,7 @@ import enum
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
@@ -751,9 +752,9 @@ def _write_files(
     journal's COMMITTED record names each table's offsets).
     """
     offsets = {plan.ident: sorted((int(p), list(r)) for p, r in plan.decision.ranges.items()) for plan in plans}
+    due: list[tuple[_Plan, str]] = []
     for plan in plans:
-        decision = plan.decision
-        if not decision.write:
+        if not plan.decision.write:
             continue
         depends = sorted(offsets.items()) if plan.request.reads_decisions else []
         key = json.dumps([str(plan.table.metadata.table_uuid), offsets[plan.ident], depends])
@@ -762,13 +763,39 @@ def _write_files(
         if plan.ident in written:
             # The commit id is not in the table, so the last attempt's files never landed.
             _discard(plan.table, [f for f in written.pop(plan.ident)[1] if not plan.request.keeps(f)])
+        due.append((plan, key))
+
+    def write(plan: _Plan) -> list[DataFile]:
+        return (write_rows or plan.request.write_rows)(plan.table, plan.decision.rows) if plan.decision.rows else []
+
+    # Tables side by side (a transaction's): reading and writing Parquet mostly waits on the file
+    # system and on Arrow, which releases the GIL. Every table's files are recorded, even when
+    # another table's write failed, so that a commit that ends without landing deletes them.
+    failed: BaseException | None = None
+    for (plan, key), outcome in zip(due, _side_by_side(write, [plan for plan, _ in due]), strict=True):
+        if isinstance(outcome, BaseException):
+            failed = failed or (
+                _InputGone(outcome) if isinstance(outcome, FileNotFoundError) and plan.request.reads_inputs else outcome
+            )
+        else:
+            written[plan.ident] = (key, outcome)
+    if failed is not None:
+        raise failed
+
+
+def _side_by_side(job: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``job`` on every item, at once when there are several; each result, or the exception it raised."""
+
+    def run(item: Any) -> Any:
         try:
-            files = (write_rows or plan.request.write_rows)(plan.table, decision.rows) if decision.rows else []
-        except FileNotFoundError as e:
-            if plan.request.reads_inputs:
-                raise _InputGone(e) from e
-            raise
-        written[plan.ident] = (key, files)
+            return job(item)
+        except Exception as e:  # noqa: BLE001 - handed to the caller, which raises it
+            return e
+
+    if len(items) < 2:
+        return [run(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="icelog-write") as pool:
+        return list(pool.map(run, items))
 
 
 def _landed_now(

@@ -1211,6 +1211,24 @@ def test_i5_sql_transaction_is_one_swap_of_its_tables_offsets_and_journal(catalo
     assert len(swaps) == 1, swaps
 
 
+def test_i5_sql_commit_whose_staged_file_is_gone_leaves_no_data_file_in_any_table(catalog):
+    """The commit writes every table's data files side by side: when one table's staged payload
+    is gone (orphan cleanup, a finished coordinator), the files written for the other tables are
+    deleted with the failed commit, and nothing is visible."""
+    tables = [LogTable.create(catalog, f"db.t{i}", 1) for i in range(4)]
+    producer = TransactionalProducer(catalog, "gone")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for t in tables:
+        producer.send(t.identifier, 0, [{"key": "k", "value": t.identifier}])
+    [gone] = staged_files(tables[2])
+    os.remove(local_path(gone))
+    with pytest.raises(PreparedFilesMissing):
+        producer.commit_transaction()
+    assert [rows(t) for t in tables] == [[]] * 4
+    assert [unreferenced_data_files(t) for t in tables] == [[]] * 4, "a data file of the failed commit was left behind"
+
+
 def test_i5_sql_abort_of_a_transaction_the_journal_never_heard_of_writes_nothing(catalog):
     a, b = two_tables(catalog)
     producer = TransactionalProducer(catalog, "quitter")
