@@ -77,7 +77,7 @@ from pyiceberg.table.update import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from icelog.storage import properties as props
-from icelog.storage.core import faults, metadata_files, registry
+from icelog.storage.core import avro_writers, faults, metadata_files, registry
 from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
 from icelog.storage.core.registry import CLOCK_SKEW_MS, NOT_FOUND, commit_id_created_ms
 from icelog.storage.core.registry import find_commit as find_commit  # re-exported: the registry's lookup
@@ -104,6 +104,7 @@ from icelog.storage.properties import COMMIT_FILES, COMMIT_ID, FORGOTTEN, HEAD, 
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("commit")
+avro_writers.install()  # every commit writes a manifest and a manifest list per table
 
 KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
