@@ -48,6 +48,7 @@ import enum
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
@@ -76,7 +77,7 @@ from pyiceberg.table.update import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from icelog.storage import properties as props
-from icelog.storage.core import faults, metadata_files, registry
+from icelog.storage.core import avro_writers, faults, metadata_files, registry
 from icelog.storage.core.catalog_config import SYSTEM_NAMESPACE
 from icelog.storage.core.manifest_merge import merge_in_caller
 from icelog.storage.core.registry import CLOCK_SKEW_MS, NOT_FOUND, commit_id_created_ms
@@ -104,6 +105,7 @@ from icelog.storage.properties import COMMIT_FILES, COMMIT_ID, FORGOTTEN, HEAD, 
 from icelog.storage.telemetry import get_logger
 
 log = get_logger("commit")
+avro_writers.install()  # every commit writes a manifest and a manifest list per table
 
 KEEP_SNAPSHOTS = props.SNAPSHOTS_KEEP.key
 KEEP_COMMIT_IDS = props.COMMIT_IDS_KEEP.key
@@ -752,9 +754,9 @@ def _write_files(
     journal's COMMITTED record names each table's offsets).
     """
     offsets = {plan.ident: sorted((int(p), list(r)) for p, r in plan.decision.ranges.items()) for plan in plans}
+    due: list[tuple[_Plan, str]] = []
     for plan in plans:
-        decision = plan.decision
-        if not decision.write:
+        if not plan.decision.write:
             continue
         depends = sorted(offsets.items()) if plan.request.reads_decisions else []
         key = json.dumps([str(plan.table.metadata.table_uuid), offsets[plan.ident], depends])
@@ -763,13 +765,39 @@ def _write_files(
         if plan.ident in written:
             # The commit id is not in the table, so the last attempt's files never landed.
             _discard(plan.table, [f for f in written.pop(plan.ident)[1] if not plan.request.keeps(f)])
+        due.append((plan, key))
+
+    def write(plan: _Plan) -> list[DataFile]:
+        return (write_rows or plan.request.write_rows)(plan.table, plan.decision.rows) if plan.decision.rows else []
+
+    # Tables side by side (a transaction's): reading and writing Parquet mostly waits on the file
+    # system and on Arrow, which releases the GIL. Every table's files are recorded, even when
+    # another table's write failed, so that a commit that ends without landing deletes them.
+    failed: BaseException | None = None
+    for (plan, key), outcome in zip(due, _side_by_side(write, [plan for plan, _ in due]), strict=True):
+        if isinstance(outcome, BaseException):
+            failed = failed or (
+                _InputGone(outcome) if isinstance(outcome, FileNotFoundError) and plan.request.reads_inputs else outcome
+            )
+        else:
+            written[plan.ident] = (key, outcome)
+    if failed is not None:
+        raise failed
+
+
+def _side_by_side(job: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``job`` on every item, at once when there are several; each result, or the exception it raised."""
+
+    def run(item: Any) -> Any:
         try:
-            files = (write_rows or plan.request.write_rows)(plan.table, decision.rows) if decision.rows else []
-        except FileNotFoundError as e:
-            if plan.request.reads_inputs:
-                raise _InputGone(e) from e
-            raise
-        written[plan.ident] = (key, files)
+            return job(item)
+        except Exception as e:  # noqa: BLE001 - handed to the caller, which raises it
+            return e
+
+    if len(items) < 2:
+        return [run(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="icelog-write") as pool:
+        return list(pool.map(run, items))
 
 
 def _landed_now(

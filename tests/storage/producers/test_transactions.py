@@ -1206,11 +1206,30 @@ def test_i5_sql_transaction_is_one_swap_of_its_tables_offsets_and_journal(catalo
     assert journal_states(catalog, txn_id) == ["COMMITTED"]
     assert committed_offsets(catalog, "g", "db.src") == {0: 2}
     assert all(rows(t) == [(0, "k", "1")] for t in tables)
+    assert [staged_files(t) for t in tables] == [[]] * width, "a table's staging folder outlived the commit"
     # and the next one too: nothing left over from the first makes a second journal commit
     with pointer_swaps(catalog) as swaps:
         with producer.transaction():
             producer.send("db.t0", 0, [{"key": "k", "value": "2"}])
     assert len(swaps) == 1, swaps
+
+
+def test_i5_sql_commit_whose_staged_file_is_gone_leaves_no_data_file_in_any_table(catalog):
+    """The commit writes every table's data files side by side: when one table's staged payload
+    is gone (orphan cleanup, a finished coordinator), the files written for the other tables are
+    deleted with the failed commit, and nothing is visible."""
+    tables = [LogTable.create(catalog, f"db.t{i}", 1) for i in range(4)]
+    producer = TransactionalProducer(catalog, "gone")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for t in tables:
+        producer.send(t.identifier, 0, [{"key": "k", "value": t.identifier}])
+    [gone] = staged_files(tables[2])
+    os.remove(local_path(gone))
+    with pytest.raises(PreparedFilesMissing):
+        producer.commit_transaction()
+    assert [rows(t) for t in tables] == [[]] * 4
+    assert [unreferenced_data_files(t) for t in tables] == [[]] * 4, "a data file of the failed commit was left behind"
 
 
 def test_i5_sql_abort_of_a_transaction_the_journal_never_heard_of_writes_nothing(catalog):
