@@ -264,3 +264,26 @@ def test_avro_private_names_used_by_the_manifest_reader():
     ]
     assert {"field_partner", "list_element_partner", "map_key_partner", "map_value_partner"} <= set(vars(SchemaPartnerAccessor))
     assert list(new_decoder(b"\x04\x06").read_ints(2)) == [2, 3]
+
+
+def test_avro_writer_names_kept_by_the_commit_core():
+    """``storage.core.avro_writers`` replaces these module names with kept versions of them:
+    they must be the module globals pyiceberg's Avro output file and manifest writer call."""
+    from pyiceberg import manifest
+    from pyiceberg.avro import file as avro_file
+
+    from icelog.storage.core import avro_writers
+
+    avro_writers.install()
+    originals = {
+        "resolve_writer": avro_file.resolve_writer.fn,
+        "construct_writer": avro_file.construct_writer.fn,
+    }
+    assert list(inspect.signature(originals["resolve_writer"]).parameters) == ["record_schema", "file_schema"]
+    assert list(inspect.signature(originals["construct_writer"]).parameters) == ["file_schema"]
+    output_file = inspect.getsource(avro_file.AvroOutputFile)
+    assert all(f"{name}(" in output_file for name in (*originals, "AvroSchemaConversion"))
+    assert avro_file.AvroSchemaConversion.__bases__[0].__module__ == "pyiceberg.utils.schema_conversion"
+    with_partition = manifest.ManifestWriter._with_partition.__closure__[0].cell_contents
+    assert list(inspect.signature(with_partition).parameters) == ["self", "format_version"]
+    assert "_with_partition(" in inspect.getsource(manifest.ManifestWriter)
