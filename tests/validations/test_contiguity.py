@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import tempfile
+import threading
 from collections import Counter
 from pathlib import Path
 from unittest import mock
@@ -352,6 +353,29 @@ def test_a_large_clustered_file_is_proven_without_duckdb_a_window_at_a_time(tmp_
         )
     assert (violations, rows) == ([], 4 * MIN_GROUP_ROWS)
     assert reads == [[0, 1], [2, 3]]
+
+
+def test_large_files_are_proven_side_by_side(tmp_path, monkeypatch):
+    """Two large clustered files: their proofs run at once (each waits here until the other has
+    started; one after the other, the first would time out), and both are still proven."""
+    started = threading.Barrier(2, timeout=10)
+    real = contiguity._proven_unordered
+
+    def meeting(*args, **kwargs):
+        started.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(contiguity, "_proven_unordered", meeting)
+    rng = np.random.default_rng(5)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    paths = {
+        clustered_file(tmp_path / "a", rng.permutation(2 * MIN_GROUP_ROWS)): 0,
+        clustered_file(tmp_path / "b", rng.permutation(2 * MIN_GROUP_ROWS) + 2 * MIN_GROUP_ROWS): 0,
+    }
+    with own_queries(True):
+        violations, rows = check_files("db.t", paths, LogState(watermarks={0: Watermark(0, 4 * MIN_GROUP_ROWS)}))
+    assert (violations, rows) == ([], 4 * MIN_GROUP_ROWS)
 
 
 @pytest.mark.parametrize("own", [True, False])
