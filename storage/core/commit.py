@@ -776,9 +776,11 @@ def _write_files(
     failed: BaseException | None = None
     for (plan, key), outcome in zip(due, _side_by_side(write, [plan for plan, _ in due]), strict=True):
         if isinstance(outcome, BaseException):
-            failed = failed or (
-                _InputGone(outcome) if isinstance(outcome, FileNotFoundError) and plan.request.reads_inputs else outcome
-            )
+            if isinstance(outcome, FileNotFoundError) and plan.request.reads_inputs:
+                gone = _InputGone(outcome)
+                gone.__cause__ = outcome  # as ``raise ... from``: the missing input stays in the traceback
+                outcome = gone
+            failed = failed or outcome
         else:
             written[plan.ident] = (key, outcome)
     if failed is not None:
